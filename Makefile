@@ -1,0 +1,37 @@
+# lockstep: the two commands a new machine needs are `make demo` and `make test`.
+# Both install what is missing (from Debian's archive), build, and run.
+
+BUILD_DIR ?= build
+BUILD_TYPE ?= RelWithDebInfo
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+CTEST_FLAGS ?=
+
+.PHONY: all deps configure build demo test test-unit test-sanitize bench clean
+
+all: build
+
+deps:
+	@if [ -z "$$LOCKSTEP_SKIP_INSTALL" ]; then scripts/install-deps.sh; fi
+
+configure: deps
+	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# Trains the Fashion-MNIST CNN of examples/fashion_mnist/cnn.yaml and prints its test accuracy.
+demo: build
+	$(BUILD_DIR)/bin/lockstep train examples/fashion_mnist/cnn.yaml --work-dir work_dirs/demo
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 900 $(CTEST_FLAGS)
+
+test-unit: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -L unit -j $(JOBS) $(CTEST_FLAGS)
+
+bench: build
+	@for b in $(BUILD_DIR)/bench/bench_*; do echo "== $$b"; $$b || exit 1; done
+
+clean:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,131 @@
+// Config: a YAML configuration tree that remembers where every value came from.
+//
+// A whole run is one YAML file (plus `--set` overrides). Every node knows its
+// file, line and key path, so any error about a value names all three:
+//
+//   auto cfg = lockstep::Config::load_file("examples/fashion_mnist/cnn.yaml");
+//   cfg.apply_override("optimizer.lr=0.05");         // from `--set`
+//   double lr = cfg.at("optimizer").get<double>("lr");
+//   int epochs = cfg.get<int>("max_epochs", 3);      // with a default
+//   // A bad value throws lockstep::Error:
+//   //   "cnn.yaml:14 (key optimizer.lr): expected a number, got 'fast'"
+//
+// Inheritance follows mmengine: `_base_: base.yaml` (or a list) is loaded first,
+// relative to the including file, and the file's own maps are merged into it
+// key by key; a map that says `_delete_: true` replaces the inherited one.
+//
+// Reads are tracked: every key read through at()/get()/has() is marked used,
+// and `check_all_used()` names the keys nobody read (typos such as `momentun`).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lockstep/core/error.h"
+
+namespace lockstep {
+
+struct SourceLocation {
+  std::string file;  // path of the YAML file, "--set" for overrides, or a name given to parse()
+  int line = 0;      // 1-based; 0 when unknown
+  int column = 0;    // 1-based; 0 when unknown
+  std::string str() const;  // "file:line" (or just "file")
+};
+
+namespace detail {
+struct ConfigNode;
+}
+
+class Config {
+ public:
+  enum class Kind { kNull, kScalar, kSequence, kMap };
+
+  // A null node.
+  Config();
+
+  // Loads a YAML file, resolving `_base_` and `_delete_`.
+  static Config load_file(const std::string& path);
+  // Parses YAML text; `source_name` stands in for the file name in messages.
+  static Config parse(const std::string& yaml_text, const std::string& source_name = "<string>");
+  // Applies one `a.b.c=value` override; value is parsed as YAML (so `[1, 2]`
+  // and `{x: 1}` work). Missing intermediate maps are created. Sequences are
+  // indexed by number: `param_scheduler.1.T_max=10`.
+  void apply_override(const std::string& assignment);
+
+  // New nodes, for building configs in code.
+  static Config scalar(const std::string& text);
+  static Config map();
+  static Config sequence();
+
+  Kind kind() const;
+  bool is_null() const { return kind() == Kind::kNull; }
+  bool is_scalar() const { return kind() == Kind::kScalar; }
+  bool is_sequence() const { return kind() == Kind::kSequence; }
+  bool is_map() const { return kind() == Kind::kMap; }
+
+  // Map access. has() marks the key used when present.
+  bool has(const std::string& key) const;
+  // Throws "file:line (key a.b): missing key 'c'" when absent.
+  Config at(const std::string& key) const;
+  // Returns a null node (with the would-be path) when absent.
+  Config child(const std::string& key) const;
+  std::vector<std::string> keys() const;
+
+  // Sequence access.
+  size_t size() const;  // entries of a sequence or map; 0 for scalars and null
+  Config at(size_t index) const;
+
+  // Scalar conversion. Supported T: bool, int, int64_t, double, float,
+  // std::string, and std::vector<T> of those (from a sequence).
+  // Throws "file:line (key a.b): expected <what>, got '<text>'".
+  template <typename T>
+  T as() const;
+  template <typename T>
+  T get(const std::string& key) const {
+    return at(key).as<T>();
+  }
+  template <typename T>
+  T get(const std::string& key, const T& fallback) const {
+    Config value = child(key);
+    return value.is_null() ? fallback : value.as<T>();
+  }
+  // The raw scalar text (for error messages and registries).
+  const std::string& text() const;
+
+  // Where the node came from: "cnn.yaml:12 (key optimizer.lr)".
+  std::string where() const;
+  // Where `key` of this map is (or would be): uses the child's line if present.
+  std::string where(const std::string& key) const;
+  const std::string& path() const;
+  SourceLocation source() const;
+
+  // Mutation: replaces or adds a child. The child keeps its own source.
+  void set(const std::string& key, const Config& value);
+  void push_back(const Config& value);
+  void erase(const std::string& key);
+
+  // A deep copy (reads of the copy are tracked separately).
+  Config clone() const;
+  // Block-style YAML of the resolved tree (what gets written to the work dir).
+  std::string to_yaml() const;
+
+  // Throws naming every key under this node (recursively) that was never read,
+  // e.g. "cnn.yaml:14 (key optimizer.momentun): unknown key for SGD; it reads:
+  // lr, momentum, nesterov, weight_decay".
+  void check_all_used(const std::string& component) const;
+  // Marks this node and everything under it as read.
+  void mark_used() const;
+
+  bool same_node(const Config& other) const { return node_ == other.node_; }
+
+ private:
+  explicit Config(std::shared_ptr<detail::ConfigNode> node);
+  std::shared_ptr<detail::ConfigNode> node_;
+  friend struct detail::ConfigNode;
+  friend class ConfigLoader;
+};
+
+}  // namespace lockstep

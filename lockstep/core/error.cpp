@@ -1,0 +1,28 @@
+#include "lockstep/core/error.h"
+
+#include <c10/util/Exception.h>
+
+namespace lockstep {
+
+std::string short_torch_message(const std::exception& error) {
+  if (const auto* torch_error = dynamic_cast<const c10::Error*>(&error)) {
+    return torch_error->what_without_backtrace();
+  }
+  return error.what();
+}
+
+void rethrow_with_context(const std::string& context) {
+  try {
+    throw;
+  } catch (const TimeoutError& error) {
+    throw TimeoutError(context + ": " + error.what());
+  } catch (const std::exception& error) {
+    std::string message = short_torch_message(error);
+    // Keep only the first line of libtorch's message; the rest is a C++ trace.
+    auto newline = message.find("\nException raised from");
+    if (newline != std::string::npos) message.resize(newline);
+    throw Error(context + ": " + message);
+  }
+}
+
+}  // namespace lockstep

@@ -1,0 +1,58 @@
+// lockstep::Error and LOCKSTEP_CHECK: the one way lockstep reports a fault.
+//
+// Every error a user can cause (a bad config value, a corrupt file, a rank that
+// disagrees) is an exception whose message names what the user needs to fix it:
+// the file and line, the config key, the rank, the parameter.
+//
+//   LOCKSTEP_CHECK(batch_size > 0, config.where("batch_size"),
+//                  ": batch_size must be positive, got ", batch_size);
+//   // throws lockstep::Error("cnn.yaml:12 (key train_dataloader.batch_size):
+//   //                          batch_size must be positive, got 0")
+//
+// A c10::Error from libtorch is caught where lockstep knows the context and
+// rethrown with it (see rethrow_with_context), never swallowed.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace lockstep {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+// Raised when a collective or rendezvous wait runs past its timeout.
+class TimeoutError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Concatenates anything streamable into one string.
+template <typename... Args>
+std::string str_cat(Args&&... args) {
+  std::ostringstream out;
+  (out << ... << std::forward<Args>(args));
+  return out.str();
+}
+
+// Rethrows the exception in flight (a c10::Error, std::exception, ...) as a
+// lockstep::Error whose message starts with `context`. Call inside a catch.
+[[noreturn]] void rethrow_with_context(const std::string& context);
+
+// The first line of a c10::Error's message (libtorch appends a long C++ trace).
+std::string short_torch_message(const std::exception& error);
+
+}  // namespace lockstep
+
+#define LOCKSTEP_CHECK(condition, ...)                                   \
+  do {                                                                   \
+    if (!(condition)) {                                                  \
+      throw ::lockstep::Error(::lockstep::str_cat(__VA_ARGS__));         \
+    }                                                                    \
+  } while (false)
+
+#define LOCKSTEP_FAIL(...) throw ::lockstep::Error(::lockstep::str_cat(__VA_ARGS__))

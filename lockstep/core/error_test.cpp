@@ -1,0 +1,34 @@
+#include "lockstep/core/error.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+namespace lockstep {
+namespace {
+
+TEST(ErrorTest, CheckBuildsMessageFromParts) {
+  try {
+    LOCKSTEP_CHECK(1 + 1 == 3, "key ", "a.b", ": expected ", 3, ", got ", 2);
+    FAIL() << "LOCKSTEP_CHECK did not throw";
+  } catch (const Error& error) {
+    EXPECT_STREQ(error.what(), "key a.b: expected 3, got 2");
+  }
+}
+
+TEST(ErrorTest, RethrowWithContextKeepsOnlyTorchsFirstLine) {
+  try {
+    try {
+      torch::ones({2, 3}).matmul(torch::ones({2, 3}));
+    } catch (...) {
+      rethrow_with_context("layer fc1");
+    }
+    FAIL() << "no exception";
+  } catch (const Error& error) {
+    std::string message = error.what();
+    EXPECT_EQ(message.rfind("layer fc1: ", 0), 0u) << message;
+    EXPECT_EQ(message.find("Exception raised from"), std::string::npos) << message;
+  }
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs every build, test and demo dependency of lockstep from Debian's
+# archive. Quick when everything is already there: it asks dpkg first and only
+# calls apt-get for what is missing.
+#
+#   scripts/install-deps.sh          # what `make demo` and `make test` need
+#   scripts/install-deps.sh --extra  # plus python3-torch (peer benchmarks, torchrun test)
+set -euo pipefail
+
+packages=(
+  g++ cmake make ccache pkg-config
+  libtorch-dev libgloo-dev libopenblas0-openmp
+  libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev zlib1g-dev
+  libgtest-dev libgmock-dev
+  dataset-fashion-mnist
+  python3-torch python3-numpy
+  protobuf-compiler
+  fortunes
+  iproute2 procps psmisc
+)
+if [[ "${1:-}" == "--extra" ]]; then
+  packages+=(debootstrap clang libclang-rt-14-dev)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo_cmd=()
+if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

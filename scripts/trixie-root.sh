@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds (once) a Debian trixie root with libtorch 2.x and runs a command inside
+# it with the lockstep checkout bind-mounted at /src. This is the libtorch 2.x
+# leg of CI: the same sources, configured and tested against Debian trixie's
+# libtorch-dev (2.6) instead of bookworm's 1.13.
+#
+#   scripts/trixie-root.sh make test          # run the test suite under libtorch 2.x
+#   TRIXIE_ROOT=/var/tmp/t scripts/trixie-root.sh bash
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+root=${TRIXIE_ROOT:-/var/tmp/lockstep-trixie}
+mirror=${DEBIAN_MIRROR:-}
+if [[ -z "$mirror" ]]; then
+  mirror=$(grep -hoE '^(deb|URIs:) *(\[[^]]*\] *)?https?://[^ ]+' /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null \
+           | grep -oE 'https?://[^ ]+' | grep -v security | head -n1 || true)
+  mirror=${mirror:-http://deb.debian.org/debian}
+fi
+
+need=(g++ cmake make ccache libtorch-dev libgloo-dev libopenblas0-openmp libyaml-cpp-dev
+      nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev zlib1g-dev libgtest-dev libgmock-dev
+      dataset-fashion-mnist python3-numpy protobuf-compiler fortunes procps iproute2 psmisc)
+
+if [[ ! -f "$root/.lockstep-ready" ]]; then
+  command -v debootstrap >/dev/null || { apt-get install -y -qq debootstrap >/dev/null; }
+  echo "trixie-root: debootstrap into $root from $mirror"
+  rm -rf "$root"
+  debootstrap --variant=minbase trixie "$root" "$mirror" >/dev/null
+  mount --bind /proc "$root/proc"
+  trap 'umount "$root/proc" 2>/dev/null || true' EXIT
+  chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  umount "$root/proc"; trap - EXIT
+  touch "$root/.lockstep-ready"
+fi
+
+mkdir -p "$root/src" "$root/dev/shm"
+mountpoint -q "$root/proc" || mount --bind /proc "$root/proc"
+mountpoint -q "$root/dev" || mount --bind /dev "$root/dev"
+mountpoint -q "$root/src" || mount --bind "$here" "$root/src"
+cleanup() { umount "$root/src" "$root/dev" "$root/proc" 2>/dev/null || true; }
+trap cleanup EXIT
+((${#@})) || set -- bash
+chroot "$root" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+  LOCKSTEP_SKIP_INSTALL=1 TERM=dumb bash -c 'cd /src && "$@"' bash "$@"

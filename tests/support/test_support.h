@@ -1,0 +1,46 @@
+// Helpers shared by lockstep's tests: temporary directories, running the
+// lockstep binary or a worker program, reading files.
+//
+//   lockstep::testing::TempDir dir;                 // removed at scope exit
+//   auto result = lockstep::testing::run_command({lockstep::testing::lockstep_binary(), "--help"});
+//   EXPECT_EQ(result.exit_code, 0);
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace lockstep::testing {
+
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct CommandResult {
+  int exit_code = -1;      // exit status, or 128 + signal number
+  std::string output;      // stdout and stderr, interleaved
+  double seconds = 0;      // wall time
+};
+
+// Runs argv (no shell) with extra "NAME=value" environment entries, capturing
+// output. Kills the process group after timeout_s seconds (exit_code 124).
+CommandResult run_command(const std::vector<std::string>& argv,
+                          const std::vector<std::string>& extra_env = {},
+                          double timeout_s = 300);
+
+std::string source_dir();                 // the checkout
+std::string binary_dir();                 // the build tree
+std::string lockstep_binary();            // <build>/bin/lockstep
+std::string read_file(const std::string& path);
+void write_file(const std::string& path, const std::string& content);
+bool file_exists(const std::string& path);
+
+}  // namespace lockstep::testing
