@@ -48,14 +48,18 @@ class Config {
 
   // Loads a YAML file, resolving `_base_` and `_delete_`.
   static Config load_file(const std::string& path);
-  // Parses YAML text; `source_name` stands in for the file name in messages.
+  // Parses YAML text; `source_name` stands in for the file name in messages
+  // (and its directory anchors a `_base_`). Any kind of root is accepted.
   static Config parse(const std::string& yaml_text, const std::string& source_name = "<string>");
   // Applies one `a.b.c=value` override; value is parsed as YAML (so `[1, 2]`
   // and `{x: 1}` work). Missing intermediate maps are created. Sequences are
-  // indexed by number: `param_scheduler.1.T_max=10`.
+  // indexed by number: `param_scheduler.1.T_max=10`. A map value merges into
+  // an existing map like a child config would (`{_delete_: true, ...}`
+  // replaces it). New nodes are located at file "--set".
   void apply_override(const std::string& assignment);
 
-  // New nodes, for building configs in code.
+  // New nodes, for building configs in code. scalar() takes YAML plain-scalar
+  // text: scalar("0.1") reads as a number, scalar("yes") as true.
   static Config scalar(const std::string& text);
   static Config map();
   static Config sequence();
@@ -70,7 +74,8 @@ class Config {
   bool has(const std::string& key) const;
   // Throws "file:line (key a.b): missing key 'c'" when absent.
   Config at(const std::string& key) const;
-  // Returns a null node (with the would-be path) when absent.
+  // Returns a null node (with the would-be path) when absent. Reading through
+  // it (as<T>(), at()) throws the "missing key" error of the first absent key.
   Config child(const std::string& key) const;
   std::vector<std::string> keys() const;
 
@@ -81,6 +86,11 @@ class Config {
   // Scalar conversion. Supported T: bool, int, int64_t, double, float,
   // std::string, and std::vector<T> of those (from a sequence).
   // Throws "file:line (key a.b): expected <what>, got '<text>'".
+  // The text decides, by YAML's core schema: bool is true/false/yes/no/on/off
+  // (lower, Title or UPPER case); integers are decimal, 0x hex or 0o octal and
+  // must fit T (1.5 is not an int); numbers add decimals, exponents and
+  // .inf/.nan. A quoted "0.5" reads as 0.5 too. An element of a vector that
+  // fails names its own line and path ("betas.1").
   template <typename T>
   T as() const;
   template <typename T>
@@ -103,6 +113,10 @@ class Config {
   SourceLocation source() const;
 
   // Mutation: replaces or adds a child. The child keeps its own source.
+  // A node that is not yet in a tree (Config::map(), a clone) is inserted
+  // itself, so later edits through its handle show; a node that already sits
+  // in a tree is cloned first. set() on a null node makes it a map, and
+  // push_back() a sequence.
   void set(const std::string& key, const Config& value);
   void push_back(const Config& value);
   void erase(const std::string& key);
@@ -114,7 +128,9 @@ class Config {
 
   // Throws naming every key under this node (recursively) that was never read,
   // e.g. "cnn.yaml:14 (key optimizer.momentun): unknown key for SGD; it reads:
-  // lr, momentum, nesterov, weight_decay".
+  // lr, momentum, nesterov, weight_decay". "It reads" lists the keys looked
+  // up at that level, present or not. Several unread keys give one error
+  // headed "N unknown keys for SGD:" with one such line each.
   void check_all_used(const std::string& component) const;
   // Marks this node and everything under it as read.
   void mark_used() const;
@@ -127,5 +143,19 @@ class Config {
   friend struct detail::ConfigNode;
   friend class ConfigLoader;
 };
+
+// as<T>() is defined (explicitly instantiated) in config_convert.cpp for these.
+extern template bool Config::as<bool>() const;
+extern template int Config::as<int>() const;
+extern template int64_t Config::as<int64_t>() const;
+extern template double Config::as<double>() const;
+extern template float Config::as<float>() const;
+extern template std::string Config::as<std::string>() const;
+extern template std::vector<bool> Config::as<std::vector<bool>>() const;
+extern template std::vector<int> Config::as<std::vector<int>>() const;
+extern template std::vector<int64_t> Config::as<std::vector<int64_t>>() const;
+extern template std::vector<double> Config::as<std::vector<double>>() const;
+extern template std::vector<float> Config::as<std::vector<float>>() const;
+extern template std::vector<std::string> Config::as<std::vector<std::string>>() const;
 
 }  // namespace lockstep

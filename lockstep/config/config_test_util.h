@@ -1,0 +1,31 @@
+// Helpers for lockstep/config's tests: fixture paths and caught error messages.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "lockstep/core/error.h"
+#include "tests/support/test_support.h"
+
+namespace lockstep::config_test {
+
+// A fixture under lockstep/config/testdata/, as the path messages will show.
+inline std::string testdata(const std::string& name) {
+  return testing::source_dir() + "/lockstep/config/testdata/" + name;
+}
+
+// The message of the lockstep::Error that `action` throws ("" and a test
+// failure when it throws none).
+template <typename Action>
+std::string error_of(Action&& action) {
+  try {
+    action();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  ADD_FAILURE() << "expected a lockstep::Error";
+  return "";
+}
+
+}  // namespace lockstep::config_test
