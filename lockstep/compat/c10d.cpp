@@ -1,0 +1,101 @@
+#include "lockstep/compat/c10d.h"
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <cstdlib>
+#include <sstream>
+
+#include "lockstep/core/error.h"
+
+namespace lockstep::compat {
+
+std::string torch_version() {
+  return str_cat(TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, ".", TORCH_VERSION_PATCH);
+}
+
+std::pair<c10::intrusive_ptr<C10dStore>, int> make_tcp_store(const TcpStoreSpec& spec) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(spec.port);
+  options.isServer = spec.is_server;
+  options.numWorkers = static_cast<std::size_t>(spec.num_workers);
+  // lockstep counts arrivals itself, so that a short world names who is missing.
+  options.waitWorkers = false;
+  options.timeout = spec.timeout;
+  // Multi-tenancy caches servers by port, which would hand every port-0 request the same server.
+  options.multiTenant = false;
+#if TORCH_VERSION_MAJOR >= 2
+  // Debian's 2.6 build has no libuv backend; the classic one behaves like 1.13's.
+  options.useLibUV = false;
+#endif
+  auto store = c10::make_intrusive<c10d::TCPStore>(spec.host, options);
+  int port = store->getPort();
+  return {store, port};
+}
+
+c10::intrusive_ptr<C10dStore> make_hash_store() { return c10::make_intrusive<c10d::HashStore>(); }
+
+c10::intrusive_ptr<C10dStore> make_prefix_store(const std::string& prefix, c10::intrusive_ptr<C10dStore> store) {
+  return c10::make_intrusive<c10d::PrefixStore>(prefix, std::move(store));
+}
+
+c10::intrusive_ptr<C10dGroup> make_gloo(const c10::intrusive_ptr<C10dStore>& store, int rank, int size,
+                                        std::chrono::milliseconds timeout, const std::string& bind_host,
+                                        int threads) {
+  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+  const char* interfaces = std::getenv("GLOO_SOCKET_IFNAME");
+  if (interfaces != nullptr && *interfaces != '\0') {
+    std::stringstream list(interfaces);
+    std::string name;
+    while (std::getline(list, name, ',')) {
+      if (!name.empty()) options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
+    }
+  } else if (!bind_host.empty()) {
+    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(bind_host));
+  } else {
+    options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  }
+  options->threads = threads;
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
+}
+
+GlooCapabilities gloo_capabilities() {
+#if TORCH_VERSION_MAJOR >= 2
+  return GlooCapabilities{/*reduces_bfloat16=*/false, /*moves_bfloat16=*/false,
+                          /*reduce_scatter_base=*/true, /*allgather_base=*/true};
+#else
+  return GlooCapabilities{/*reduces_bfloat16=*/false, /*moves_bfloat16=*/false,
+                          /*reduce_scatter_base=*/false, /*allgather_base=*/false};
+#endif
+}
+
+namespace {
+
+bool mentions_timeout(const std::string& message) {
+  std::string lower = message;
+  for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower.find("timed out") != std::string::npos || lower.find("timeout") != std::string::npos;
+}
+
+}  // namespace
+
+bool wait_work(C10dWork& work, std::chrono::milliseconds timeout) {
+  if (timeout.count() <= 0) {
+    // kNoTimeout (0) means "forever" to c10d; lockstep never waits forever.
+    if (!work.isCompleted()) return false;
+    work.wait();
+    return true;
+  }
+  try {
+    work.wait(timeout);
+    return true;
+  } catch (const std::exception& error) {
+    // c10d's own deadline ("Operation timed out!") leaves the work running;
+    // Gloo's send/recv report theirs by failing the work. Both are timeouts.
+    if (!work.isCompleted() || mentions_timeout(error.what())) return false;
+    throw;
+  }
+}
+
+}  // namespace lockstep::compat

@@ -1,0 +1,101 @@
+// The c10d seam: everything lockstep's distributed layer needs from libtorch's
+// c10d that differs between libtorch 1.13 and 2.x, and nothing else.
+//
+// In 1.13 a backend such as Gloo *is* a c10d::ProcessGroup; in 2.x it is a
+// c10d::Backend that a ProcessGroup dispatches to. lockstep talks to the
+// backend object directly in both (no dispatcher, no Python-era ops), so the
+// one alias `compat::C10dGroup` hides the difference. Gloo's gaps (no
+// reduce_scatter / _allgather_base and no bfloat16 in 1.13) are published as
+// constants so that lockstep/dist can pick an algorithm without `#if`.
+//
+//   auto [store, port] = lockstep::compat::make_tcp_store(
+//       {"127.0.0.1", 0, /*is_server=*/true, /*num_workers=*/2, std::chrono::seconds(30)});
+//   auto gloo = lockstep::compat::make_gloo(store, rank, 2, std::chrono::seconds(30));
+//   std::vector<at::Tensor> tensors{t};
+//   auto work = gloo->allreduce(tensors);
+//   if (!lockstep::compat::wait_work(*work, std::chrono::seconds(5))) { /* still running */ }
+#pragma once
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/version.h>
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#endif
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+namespace lockstep::compat {
+
+// The object that runs collectives for one backend on one set of ranks.
+#if TORCH_VERSION_MAJOR >= 2
+using C10dGroup = c10d::Backend;
+#else
+using C10dGroup = c10d::ProcessGroup;
+#endif
+using C10dWork = c10d::Work;
+using C10dStore = c10d::Store;
+
+// libtorch's version, for messages and benchmark headers ("1.13.1").
+std::string torch_version();
+
+// --- stores ---------------------------------------------------------------
+
+struct TcpStoreSpec {
+  std::string host;
+  int port = 0;                 // 0 with is_server: the OS picks a free port
+  bool is_server = false;
+  int num_workers = 1;          // informational: lockstep counts arrivals itself
+  std::chrono::milliseconds timeout{30 * 60 * 1000};
+};
+
+// A TCPStore server or client. Returns the store and the port it listens on /
+// connected to (the chosen one when spec.port == 0). A client retries
+// connecting until spec.timeout. The server never waits for workers.
+std::pair<c10::intrusive_ptr<C10dStore>, int> make_tcp_store(const TcpStoreSpec& spec);
+
+// An in-process store, for a world of one.
+c10::intrusive_ptr<C10dStore> make_hash_store();
+
+c10::intrusive_ptr<C10dStore> make_prefix_store(const std::string& prefix,
+                                                 c10::intrusive_ptr<C10dStore> store);
+
+// --- backends ---------------------------------------------------------------
+
+// A Gloo backend over `store`. `bind_host` is the address the Gloo device
+// binds to ("" = GLOO_SOCKET_IFNAME if set, else the host's default address).
+c10::intrusive_ptr<C10dGroup> make_gloo(const c10::intrusive_ptr<C10dStore>& store, int rank, int size,
+                                        std::chrono::milliseconds timeout, const std::string& bind_host = "",
+                                        int threads = 2);
+
+// Whether this libtorch was built with NCCL (decided at compile time).
+bool has_nccl();
+
+// An NCCL backend; throws lockstep::Error when has_nccl() is false.
+c10::intrusive_ptr<C10dGroup> make_nccl(const c10::intrusive_ptr<C10dStore>& store, int rank, int size,
+                                        std::chrono::milliseconds timeout);
+
+// What Gloo can do natively in this libtorch.
+struct GlooCapabilities {
+  bool reduces_bfloat16;      // all_reduce / reduce on bfloat16 tensors
+  bool moves_bfloat16;        // broadcast / allgather / gather of bfloat16 tensors
+  bool reduce_scatter_base;   // _reduce_scatter_base (reduce_scatter_tensor)
+  bool allgather_base;        // _allgather_base (all_gather_into_tensor)
+};
+GlooCapabilities gloo_capabilities();
+
+// --- work -------------------------------------------------------------------
+
+// Waits for `work` up to `timeout`. Returns true when it finished, false when
+// the time ran out first; rethrows the work's own failure. Note that Gloo's
+// send/recv works can only be waited on once: after a false return they are
+// finished (with a timeout error) and must not be waited on again.
+bool wait_work(C10dWork& work, std::chrono::milliseconds timeout);
+
+}  // namespace lockstep::compat

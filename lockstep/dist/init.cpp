@@ -1,0 +1,204 @@
+#include "lockstep/dist/init.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#include "lockstep/core/error.h"
+#include "lockstep/dist/comm.h"
+#include "lockstep/dist/rendezvous.h"
+
+namespace lockstep {
+
+namespace {
+
+struct DistState {
+  std::shared_ptr<ProcessGroup> world;
+  std::shared_ptr<ProcessGroup> local;
+  DistEnv env;
+  int generation = 0;  // how many times this process initialised; keys of each run stay apart
+};
+
+DistState& state() {
+  // Never destroyed: Gloo's threads must not be joined during static destruction.
+  static DistState* instance = new DistState();
+  return *instance;
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+std::string host_name() {
+  char buffer[256] = {0};
+  if (gethostname(buffer, sizeof(buffer) - 1) != 0) return "localhost";
+  return buffer;
+}
+
+c10::intrusive_ptr<compat::C10dStore> connect_store(const InitOptions& options) {
+  if (options.store()) return options.store();
+  if (options.world_size() == 1) return compat::make_hash_store();
+  compat::TcpStoreSpec spec;
+  spec.host = options.master_addr();
+  spec.port = options.master_port();
+  spec.is_server = options.rank() == 0;
+  spec.num_workers = options.world_size();
+  spec.timeout = options.timeout();
+  try {
+    return compat::make_tcp_store(spec).first;
+  } catch (const std::exception&) {
+    if (spec.is_server) {
+      rethrow_with_context(str_cat("rank 0: cannot host the rendezvous store on port ", spec.port,
+                                   " (is another job using MASTER_PORT=", spec.port, "?)"));
+    }
+    rethrow_with_context(str_cat("rank ", options.rank(), ": cannot reach the rendezvous store at ", spec.host, ":",
+                                 spec.port, " within ", detail::format_duration(spec.timeout),
+                                 " (is rank 0 running, and are MASTER_ADDR/MASTER_PORT right?)"));
+  }
+}
+
+// Groups the ranks by machine and builds this rank's node group.
+std::shared_ptr<ProcessGroup> make_local_group(const std::shared_ptr<ProcessGroup>& world, int node_rank) {
+  if (world->size() == 1) return world;
+  std::string key = node_rank >= 0 ? str_cat("node", node_rank) : host_name();
+  auto keys = all_gather_object(key, world);
+  std::vector<int> members;
+  for (int r = 0; r < world->size(); ++r) {
+    if (keys[static_cast<size_t>(r)] == key) members.push_back(r);
+  }
+  if (static_cast<int>(members.size()) == world->size()) return world;
+  return world->new_group(members, "local/" + key);
+}
+
+}  // namespace
+
+std::chrono::milliseconds default_timeout() {
+  const char* text = std::getenv("LOCKSTEP_TIMEOUT_S");
+  if (text != nullptr && *text != '\0') {
+    char* end = nullptr;
+    double seconds = std::strtod(text, &end);
+    LOCKSTEP_CHECK(end != text && *end == '\0' && seconds > 0, "LOCKSTEP_TIMEOUT_S='", text,
+                   "' is not a positive number of seconds");
+    return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
+  }
+  return std::chrono::minutes(30);
+}
+
+static std::shared_ptr<ProcessGroup> init_with_env(const InitOptions& options, DistEnv env);
+
+std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
+  DistEnv env;
+  env.launcher = "explicit";
+  env.rank = options.rank();
+  env.world_size = options.world_size();
+  env.local_rank = -1;
+  env.local_world_size = -1;
+  env.node_rank = options.node_rank();
+  env.master_addr = options.master_addr();
+  env.master_port = options.master_port();
+  return init_with_env(options, env);
+}
+
+static std::shared_ptr<ProcessGroup> init_with_env(const InitOptions& options, DistEnv env) {
+  auto& s = state();
+  LOCKSTEP_CHECK(!s.world, "init_process_group: already initialised (rank ", s.world->rank(),
+                 " of ", s.world->size(), "); call destroy_process_group() first");
+  LOCKSTEP_CHECK(options.world_size() >= 1, "init_process_group: world_size must be at least 1, got ",
+                 options.world_size());
+  LOCKSTEP_CHECK(options.rank() >= 0 && options.rank() < options.world_size(), "init_process_group: rank ",
+                 options.rank(), " is not in [0, ", options.world_size(), ")");
+  LOCKSTEP_CHECK(options.backend() == "gloo" || options.backend() == "nccl", "init_process_group: unknown backend '",
+                 options.backend(), "' (expected gloo or nccl)");
+  LOCKSTEP_CHECK(options.timeout().count() > 0, "init_process_group: the timeout must be positive");
+  LOCKSTEP_CHECK(options.master_port() >= 0 && options.master_port() <= 65535, "init_process_group: master_port ",
+                 options.master_port(), " is not a TCP port");
+  if (options.backend() == "nccl") {
+    LOCKSTEP_CHECK(compat::has_nccl(), "init_process_group: backend 'nccl' needs a libtorch built with CUDA and "
+                   "NCCL; this one (", compat::torch_version(), ") is not; use backend 'gloo'");
+  }
+  const int rank = options.rank(), size = options.world_size();
+  auto store = connect_store(options);
+  auto root = compat::make_prefix_store(str_cat("lockstep/", s.generation, "/"), store);
+
+  ProcessGroup::Parts parts;
+  parts.name = "world";
+  parts.rank = rank;
+  for (int r = 0; r < size; ++r) parts.global_ranks.push_back(r);
+  parts.timeout = options.timeout();
+  parts.root_store = root;
+  parts.store = compat::make_prefix_store("group/world/", root);
+  parts.bind_host = is_loopback(options.master_addr()) || size == 1 ? "127.0.0.1" : "";
+  rendezvous(parts.store, "world", rank, size, options.timeout(),
+             str_cat("check that the world size (", size, ") matches the number of workers started"));
+  try {
+    parts.gloo = compat::make_gloo(compat::make_prefix_store("gloo/", parts.store), rank, size, options.timeout(),
+                                   parts.bind_host);
+    if (options.backend() == "nccl") {
+      parts.nccl = compat::make_nccl(compat::make_prefix_store("nccl/", parts.store), rank, size, options.timeout());
+    }
+  } catch (const std::exception&) {
+    rethrow_with_context(str_cat("rank ", rank, ": creating the world process group"));
+  }
+  s.generation++;
+  s.world = std::make_shared<ProcessGroup>(std::move(parts));
+  try {
+    s.local = make_local_group(s.world, options.node_rank());
+  } catch (...) {
+    s.world.reset();
+    throw;
+  }
+  s.env = std::move(env);
+  return s.world;
+}
+
+std::shared_ptr<ProcessGroup> init_from_env(const std::string& launcher, const std::string& backend,
+                                            std::chrono::milliseconds timeout) {
+  DistEnv env = detect_dist_env(launcher);
+  InitOptions options;
+  options.rank(env.rank).world_size(env.world_size).master_addr(env.master_addr).master_port(env.master_port)
+      .backend(backend).timeout(timeout).node_rank(env.node_rank);
+  if (env.use_agent_store) {
+    compat::TcpStoreSpec spec;
+    spec.host = env.master_addr;
+    spec.port = env.master_port;
+    spec.timeout = timeout;
+    spec.num_workers = env.world_size;
+    try {
+      auto agent = compat::make_tcp_store(spec).first;
+      options.store(compat::make_prefix_store(str_cat("/worker/attempt_", env.restart_count), agent));
+    } catch (const std::exception&) {
+      rethrow_with_context(str_cat("rank ", env.rank, ": cannot reach the launcher's store at ", spec.host, ":",
+                                   spec.port, " (TORCHELASTIC_USE_AGENT_STORE=True)"));
+    }
+  }
+  return init_with_env(options, env);
+}
+
+bool is_initialized() { return state().world != nullptr; }
+
+std::shared_ptr<ProcessGroup> world() {
+  auto& s = state();
+  LOCKSTEP_CHECK(s.world, "the distributed process group is not initialised; call lockstep::init_from_env() or "
+                 "lockstep::init_process_group() first");
+  return s.world;
+}
+
+std::shared_ptr<ProcessGroup> local_group() {
+  auto& s = state();
+  LOCKSTEP_CHECK(s.local, "the distributed process group is not initialised; call lockstep::init_from_env() or "
+                 "lockstep::init_process_group() first");
+  return s.local;
+}
+
+const DistEnv& dist_env() { return state().env; }
+
+void destroy_process_group() {
+  auto& s = state();
+  s.local.reset();
+  s.world.reset();
+  s.env = DistEnv();
+}
+
+}  // namespace lockstep

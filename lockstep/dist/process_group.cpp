@@ -1,0 +1,487 @@
+#include "lockstep/dist/process_group.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "lockstep/core/error.h"
+#include "lockstep/dist/rendezvous.h"
+#include "lockstep/dist/ring.h"
+
+namespace lockstep {
+
+const char* to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+  }
+  return "?";
+}
+
+namespace {
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
+    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
+    default: return c10d::ReduceOp::SUM;  // kAvg divides afterwards
+  }
+}
+
+detail::RingReduce to_ring(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMax: return detail::RingReduce::kMax;
+    case ReduceOp::kMin: return detail::RingReduce::kMin;
+    default: return detail::RingReduce::kSum;
+  }
+}
+
+// Gloo moves bytes by dtype and knows only float, double, half and 8/32/64-bit
+// integers. Same-size stand-ins carry the others through unchanged.
+at::Tensor gloo_move_view(const at::Tensor& tensor) {
+  switch (tensor.scalar_type()) {
+    case at::kBFloat16:
+      return compat::gloo_capabilities().moves_bfloat16 ? tensor : tensor.view(at::kHalf);
+    case at::kShort: return tensor.view(at::kHalf);
+    case at::kBool: return tensor.view(at::kByte);
+    default: return tensor;
+  }
+}
+
+// The dtype Gloo reduces a tensor in: a wider relative where Gloo lacks one.
+at::ScalarType gloo_reduce_dtype(at::ScalarType type) {
+  switch (type) {
+    case at::kBFloat16: return compat::gloo_capabilities().reduces_bfloat16 ? type : at::kFloat;
+    case at::kShort: return at::kInt;
+    case at::kBool: return at::kByte;
+    default: return type;
+  }
+}
+
+bool gloo_reduces_natively(at::ScalarType type) { return gloo_reduce_dtype(type) == type; }
+
+void check_reduce_op(ReduceOp op, const at::Tensor& tensor, const char* what) {
+  LOCKSTEP_CHECK(tensor.defined(), what, ": the tensor is undefined");
+  if (op == ReduceOp::kAvg) {
+    LOCKSTEP_CHECK(at::isFloatingType(tensor.scalar_type()), what,
+                   ": ReduceOp::kAvg needs a floating-point tensor, got ", tensor.scalar_type(),
+                   " (use kSum and divide, or convert first)");
+  }
+  LOCKSTEP_CHECK(!at::isComplexType(tensor.scalar_type()) || op == ReduceOp::kSum || op == ReduceOp::kAvg, what,
+                 ": max/min of complex tensors is undefined");
+}
+
+// A contiguous tensor with `tensor`'s data and a way to write results back
+// when a copy had to be made.
+struct Staged {
+  at::Tensor tensor;
+  bool copied = false;
+};
+
+Staged contiguous(const at::Tensor& tensor) {
+  if (tensor.is_contiguous()) return {tensor, false};
+  return {tensor.contiguous(), true};
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < ranks.size(); ++i) out << (i ? "," : "") << ranks[i];
+  out << "]";
+  return out.str();
+}
+
+}  // namespace
+
+ProcessGroup::ProcessGroup(Parts parts) : parts_(std::move(parts)) {
+  LOCKSTEP_CHECK(parts_.gloo, "ProcessGroup '", parts_.name, "': no Gloo backend");
+  LOCKSTEP_CHECK(parts_.rank >= 0 && parts_.rank < size(), "ProcessGroup '", parts_.name, "': rank ", parts_.rank,
+                 " is outside [0, ", size(), ")");
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+int ProcessGroup::global_rank(int group_rank) const {
+  LOCKSTEP_CHECK(group_rank >= 0 && group_rank < size(), "group '", name(), "' has no rank ", group_rank);
+  return parts_.global_ranks[static_cast<size_t>(group_rank)];
+}
+
+void ProcessGroup::check_rank(int rank, const char* what) const {
+  LOCKSTEP_CHECK(rank >= 0 && rank < size(), what, ": rank ", rank, " is not in group '", name(), "' of ", size(),
+                 " ranks");
+}
+
+bool ProcessGroup::uses_nccl(const torch::Tensor& tensor) const { return tensor.is_cuda() && parts_.nccl; }
+
+c10::intrusive_ptr<compat::C10dGroup> ProcessGroup::raw(const torch::Tensor& tensor) const {
+  return uses_nccl(tensor) ? parts_.nccl : parts_.gloo;
+}
+
+std::string ProcessGroup::algorithm_for(const torch::Tensor& tensor, bool reduce_scatter) const {
+  if (uses_nccl(tensor)) return "native";
+  auto caps = compat::gloo_capabilities();
+  bool native = reduce_scatter ? caps.reduce_scatter_base && gloo_reduces_natively(tensor.scalar_type())
+                               : caps.allgather_base;
+  return native ? "native" : "ring";
+}
+
+detail::OpInfo ProcessGroup::collective_info(const char* op_name) {
+  detail::OpInfo info;
+  info.name = op_name;
+  info.seq = ++seq_;
+  for (int r = 0; r < size(); ++r) {
+    if (r != rank()) info.peers.push_back(r);
+  }
+  info.timeout = parts_.timeout;
+  return info;
+}
+
+detail::OpInfo ProcessGroup::p2p_info(std::string op_name, int peer) {
+  detail::OpInfo info;
+  info.name = std::move(op_name);
+  info.peers = {peer};
+  info.timeout = parts_.timeout;
+  return info;
+}
+
+std::shared_ptr<Work> ProcessGroup::make_work(detail::OpInfo info) {
+  return std::shared_ptr<Work>(new Work(shared_from_this(), std::move(info)));
+}
+
+std::shared_ptr<Work> ProcessGroup::finish_issue(std::shared_ptr<Work> work, bool async) {
+  if (!async) work->wait();
+  return work;
+}
+
+std::shared_ptr<Work> ProcessGroup::run_algorithm(detail::OpInfo info, bool async, std::function<void()> body,
+                                                  std::function<void()> finish) {
+  auto work = make_work(std::move(info));
+  work->finish_ = std::move(finish);
+  work->has_future_ = true;
+  if (async) {
+    if (!executor_) executor_ = std::make_unique<detail::SerialExecutor>();
+    work->future_ = executor_->submit(std::move(body));
+    return work;
+  }
+  std::promise<void> done;
+  try {
+    body();
+    done.set_value();
+  } catch (...) {
+    done.set_exception(std::current_exception());
+  }
+  work->future_ = done.get_future().share();
+  work->wait();
+  return work;
+}
+
+std::shared_ptr<Work> ProcessGroup::all_reduce(torch::Tensor& tensor, ReduceOp op, bool async) {
+  check_reduce_op(op, tensor, "all_reduce");
+  auto work = make_work(collective_info("all_reduce"));
+  const bool average = op == ReduceOp::kAvg;
+  const int world = size();
+  if (uses_nccl(tensor)) {
+    auto staged = contiguous(tensor);
+    std::vector<at::Tensor> tensors{staged.tensor};
+    c10d::AllreduceOptions options;
+    options.reduceOp = to_c10d(op);
+    work->raw_.push_back(parts_.nccl->allreduce(tensors, options));
+    work->finish_ = [tensor, staged, average, world]() mutable {
+      if (average) staged.tensor.div_(world);
+      if (staged.copied) tensor.copy_(staged.tensor);
+    };
+    return finish_issue(work, async);
+  }
+  at::ScalarType reduce_type = gloo_reduce_dtype(tensor.scalar_type());
+  Staged staged = reduce_type == tensor.scalar_type() ? contiguous(tensor)
+                                                      : Staged{tensor.to(reduce_type).contiguous(), true};
+  if (world > 1) {
+    std::vector<at::Tensor> tensors{staged.tensor};
+    c10d::AllreduceOptions options;
+    options.reduceOp = to_c10d(op);
+    work->raw_.push_back(parts_.gloo->allreduce(tensors, options));
+  }
+  work->finish_ = [tensor, staged, average, world]() mutable {
+    if (average && world > 1) staged.tensor.div_(world);
+    if (staged.copied) tensor.copy_(staged.tensor);
+  };
+  return finish_issue(work, async);
+}
+
+std::shared_ptr<Work> ProcessGroup::broadcast(torch::Tensor& tensor, int root, bool async) {
+  LOCKSTEP_CHECK(tensor.defined(), "broadcast: the tensor is undefined");
+  check_rank(root, "broadcast");
+  auto info = collective_info("broadcast");
+  info.peers = rank() == root ? info.peers : std::vector<int>{root};
+  auto work = make_work(std::move(info));
+  Staged staged = contiguous(tensor);
+  if (size() > 1) {
+    std::vector<at::Tensor> tensors{uses_nccl(tensor) ? staged.tensor : gloo_move_view(staged.tensor)};
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    work->raw_.push_back(raw(tensor)->broadcast(tensors, options));
+  }
+  if (staged.copied && rank() != root) {
+    work->finish_ = [tensor, staged]() mutable { tensor.copy_(staged.tensor); };
+  }
+  return finish_issue(work, async);
+}
+
+std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(torch::Tensor& out, const torch::Tensor& in, bool async) {
+  LOCKSTEP_CHECK(out.defined() && in.defined(), "all_gather_into_tensor: undefined tensor");
+  LOCKSTEP_CHECK(out.scalar_type() == in.scalar_type(), "all_gather_into_tensor: output dtype ", out.scalar_type(),
+                 " differs from input dtype ", in.scalar_type());
+  LOCKSTEP_CHECK(out.numel() == in.numel() * size(), "all_gather_into_tensor on group '", name(), "': output has ",
+                 out.numel(), " elements, expected ", size(), " x ", in.numel());
+  LOCKSTEP_CHECK(out.device() == in.device(), "all_gather_into_tensor: tensors on different devices");
+  auto info = collective_info("all_gather_into_tensor");
+  Staged staged_out = contiguous(out);
+  at::Tensor flat_out = staged_out.tensor.view(-1);
+  at::Tensor flat_in = in.contiguous().view(-1);
+  auto finish = [out, staged_out]() mutable {
+    if (staged_out.copied) out.copy_(staged_out.tensor);
+  };
+  std::string algorithm = algorithm_for(in, false);
+  if (all_gather_algorithm_ == CollectiveAlgorithm::kRing) algorithm = "ring";
+  if (all_gather_algorithm_ == CollectiveAlgorithm::kNative) {
+    LOCKSTEP_CHECK(algorithm == "native", "all_gather_into_tensor: this backend has no native op (libtorch ",
+                   compat::torch_version(), ")");
+  }
+  LOCKSTEP_CHECK(all_gather_algorithm_ != CollectiveAlgorithm::kAllReduce,
+                 "all_gather_into_tensor: CollectiveAlgorithm::kAllReduce applies to reduce_scatter only");
+  if (size() == 1 || algorithm == "native") {
+    auto work = make_work(std::move(info));
+    if (size() == 1) {
+      flat_out.copy_(flat_in);
+    } else {
+      bool nccl = uses_nccl(in);
+      at::Tensor gather_out = nccl ? flat_out : gloo_move_view(flat_out);
+      at::Tensor gather_in = nccl ? flat_in : gloo_move_view(flat_in);
+      work->raw_.push_back(raw(in)->_allgather_base(gather_out, gather_in));
+    }
+    work->finish_ = finish;
+    return finish_issue(work, async);
+  }
+  const int64_t n = flat_in.numel();
+  std::vector<at::Tensor> chunks;
+  for (int r = 0; r < size(); ++r) chunks.push_back(flat_out.narrow(0, r * n, n));
+  auto group = raw(in);
+  int my_rank = rank(), world = size(), tag = detail::ring_tag(info.seq);
+  auto deadline = std::chrono::steady_clock::now() + parts_.timeout;
+  auto body = [group, my_rank, world, chunks, flat_in, tag, deadline]() mutable {
+    chunks[static_cast<size_t>(my_rank)].copy_(flat_in);
+    detail::ring_all_gather(*group, my_rank, world, chunks, tag, deadline);
+  };
+  return run_algorithm(std::move(info), async, std::move(body), std::move(finish));
+}
+
+std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(torch::Tensor& out, const torch::Tensor& in, ReduceOp op,
+                                                          bool async) {
+  check_reduce_op(op, in, "reduce_scatter_tensor");
+  LOCKSTEP_CHECK(out.defined(), "reduce_scatter_tensor: the output is undefined");
+  LOCKSTEP_CHECK(out.scalar_type() == in.scalar_type(), "reduce_scatter_tensor: output dtype ", out.scalar_type(),
+                 " differs from input dtype ", in.scalar_type());
+  LOCKSTEP_CHECK(in.numel() == out.numel() * size(), "reduce_scatter_tensor on group '", name(), "': input has ",
+                 in.numel(), " elements, expected ", size(), " x ", out.numel());
+  LOCKSTEP_CHECK(out.device() == in.device(), "reduce_scatter_tensor: tensors on different devices");
+  auto info = collective_info("reduce_scatter_tensor");
+  const bool average = op == ReduceOp::kAvg;
+  const int world = size();
+  Staged staged_out = contiguous(out);
+  at::Tensor flat_out = staged_out.tensor.view(-1);
+  at::Tensor flat_in = in.contiguous().view(-1);
+  auto finish = [out, staged_out, average, world]() mutable {
+    if (average && world > 1) staged_out.tensor.div_(world);
+    if (staged_out.copied) out.copy_(staged_out.tensor);
+  };
+  std::string algorithm = algorithm_for(in, true);
+  switch (reduce_scatter_algorithm_) {
+    case CollectiveAlgorithm::kAuto: break;
+    case CollectiveAlgorithm::kRing: algorithm = "ring"; break;
+    case CollectiveAlgorithm::kAllReduce: algorithm = "all_reduce"; break;
+    case CollectiveAlgorithm::kNative:
+      LOCKSTEP_CHECK(algorithm == "native", "reduce_scatter_tensor: this backend has no native op for ",
+                     in.scalar_type(), " (libtorch ", compat::torch_version(), ")");
+      break;
+  }
+  if (world == 1) {
+    auto work = make_work(std::move(info));
+    flat_out.copy_(flat_in);
+    work->finish_ = finish;
+    return finish_issue(work, async);
+  }
+  if (algorithm == "native") {
+    auto work = make_work(std::move(info));
+    c10d::ReduceScatterOptions options;
+    options.reduceOp = to_c10d(op);
+    work->raw_.push_back(raw(in)->_reduce_scatter_base(flat_out, flat_in, options));
+    work->finish_ = finish;
+    return finish_issue(work, async);
+  }
+  if (algorithm == "all_reduce") {
+    // The baseline the ring is measured against: reduce everything, keep a slice.
+    auto work = make_work(std::move(info));
+    at::ScalarType reduce_type = uses_nccl(in) ? in.scalar_type() : gloo_reduce_dtype(in.scalar_type());
+    at::Tensor everything = flat_in.to(reduce_type, /*non_blocking=*/false, /*copy=*/true);
+    std::vector<at::Tensor> tensors{everything};
+    c10d::AllreduceOptions options;
+    options.reduceOp = to_c10d(op);
+    work->raw_.push_back(raw(in)->allreduce(tensors, options));
+    const int64_t n = flat_out.numel();
+    int my_rank = rank();
+    work->finish_ = [flat_out, everything, n, my_rank, finish]() mutable {
+      flat_out.copy_(everything.narrow(0, my_rank * n, n));
+      finish();
+    };
+    return finish_issue(work, async);
+  }
+  auto group = raw(in);
+  int my_rank = rank(), tag = detail::ring_tag(info.seq);
+  auto reduce = to_ring(op);
+  auto deadline = std::chrono::steady_clock::now() + parts_.timeout;
+  auto body = [group, my_rank, world, flat_in, flat_out, reduce, tag, deadline]() mutable {
+    detail::ring_reduce_scatter(*group, my_rank, world, flat_in, flat_out, reduce, tag, deadline);
+  };
+  return run_algorithm(std::move(info), async, std::move(body), std::move(finish));
+}
+
+std::vector<int64_t> ProcessGroup::gather_shapes(const torch::Tensor& in) {
+  // One row per rank: dtype, number of dimensions, then the sizes.
+  constexpr int64_t kRow = 18;
+  LOCKSTEP_CHECK(in.dim() <= kRow - 2, "all_gather: tensors with more than ", kRow - 2, " dimensions");
+  auto mine = torch::zeros({kRow}, torch::kLong);
+  mine[0] = static_cast<int64_t>(in.scalar_type());
+  mine[1] = in.dim();
+  for (int64_t d = 0; d < in.dim(); ++d) mine[2 + d] = in.size(d);
+  auto all = torch::empty({size() * kRow}, torch::kLong);
+  all_gather_into_tensor(all, mine);
+  std::vector<int64_t> flat(all.data_ptr<int64_t>(), all.data_ptr<int64_t>() + all.numel());
+  return flat;
+}
+
+std::shared_ptr<Work> ProcessGroup::all_gather(std::vector<torch::Tensor>& outs, const torch::Tensor& in,
+                                               bool async) {
+  LOCKSTEP_CHECK(in.defined(), "all_gather: the input is undefined");
+  bool presized = outs.size() == static_cast<size_t>(size()) &&
+                  std::all_of(outs.begin(), outs.end(), [](const torch::Tensor& t) { return t.defined(); });
+  if (presized) {
+    LOCKSTEP_CHECK(outs[static_cast<size_t>(rank())].numel() == in.numel(), "all_gather on group '", name(),
+                   "': outs[", rank(), "] has ", outs[static_cast<size_t>(rank())].numel(),
+                   " elements but this rank's input has ", in.numel());
+    for (const auto& out : outs) {
+      LOCKSTEP_CHECK(out.scalar_type() == in.scalar_type(), "all_gather: output dtype ", out.scalar_type(),
+                     " differs from input dtype ", in.scalar_type());
+    }
+  } else {
+    constexpr int kRow = 18;
+    auto rows = gather_shapes(in);
+    outs.clear();
+    for (int r = 0; r < size(); ++r) {
+      const int64_t* row = rows.data() + r * kRow;
+      LOCKSTEP_CHECK(row[0] == static_cast<int64_t>(in.scalar_type()), "all_gather on group '", name(), "': rank ",
+                     global_rank(r), " sends ", static_cast<at::ScalarType>(row[0]), " but rank ",
+                     global_rank(rank()), " sends ", in.scalar_type());
+      LOCKSTEP_CHECK(row[1] == in.dim(), "all_gather on group '", name(), "': rank ", global_rank(r), " sends a ",
+                     row[1], "-d tensor but rank ", global_rank(rank()), " a ", in.dim(), "-d one");
+      std::vector<int64_t> shape(row + 2, row + 2 + row[1]);
+      outs.push_back(torch::empty(shape, in.options()));
+    }
+  }
+  auto info = collective_info("all_gather");
+  std::vector<at::Tensor> chunks;
+  std::vector<Staged> staged;
+  for (auto& out : outs) {
+    staged.push_back(contiguous(out));
+    chunks.push_back(staged.back().tensor.view(-1));
+  }
+  auto finish = [outs, staged]() mutable {
+    for (size_t r = 0; r < outs.size(); ++r) {
+      if (staged[r].copied) outs[r].copy_(staged[r].tensor);
+    }
+  };
+  auto group = raw(in);
+  int my_rank = rank(), world = size(), tag = detail::ring_tag(info.seq);
+  at::Tensor flat_in = in.contiguous().view(-1);
+  auto deadline = std::chrono::steady_clock::now() + parts_.timeout;
+  auto body = [group, my_rank, world, chunks, flat_in, tag, deadline]() mutable {
+    chunks[static_cast<size_t>(my_rank)].copy_(flat_in);
+    detail::ring_all_gather(*group, my_rank, world, chunks, tag, deadline);
+  };
+  return run_algorithm(std::move(info), async, std::move(body), std::move(finish));
+}
+
+std::shared_ptr<Work> ProcessGroup::barrier(bool async) {
+  auto work = make_work(collective_info("barrier"));
+  if (size() > 1) work->raw_.push_back(parts_.gloo->barrier());
+  return finish_issue(work, async);
+}
+
+std::shared_ptr<Work> ProcessGroup::send(const torch::Tensor& tensor, int dst, int tag, bool async) {
+  LOCKSTEP_CHECK(tensor.defined(), "send: the tensor is undefined");
+  check_rank(dst, "send");
+  LOCKSTEP_CHECK(dst != rank(), "send: rank ", global_rank(rank()), " cannot send to itself");
+  LOCKSTEP_CHECK(tag >= 0 && tag < detail::kFirstReservedTag, "send: tag ", tag, " is outside [0, 2^30)");
+  auto work = make_work(p2p_info(str_cat("send to rank ", global_rank(dst), " (tag ", tag, ")"), dst));
+  std::vector<at::Tensor> tensors{tensor.contiguous()};
+  work->raw_.push_back(raw(tensor)->send(tensors, dst, tag));
+  return finish_issue(work, async);
+}
+
+std::shared_ptr<Work> ProcessGroup::recv(torch::Tensor& tensor, int src, int tag, bool async) {
+  LOCKSTEP_CHECK(tensor.defined(), "recv: the tensor is undefined");
+  check_rank(src, "recv");
+  LOCKSTEP_CHECK(src != rank(), "recv: rank ", global_rank(rank()), " cannot receive from itself");
+  LOCKSTEP_CHECK(tag >= 0 && tag < detail::kFirstReservedTag, "recv: tag ", tag, " is outside [0, 2^30)");
+  auto work = make_work(p2p_info(str_cat("recv from rank ", global_rank(src), " (tag ", tag, ")"), src));
+  Staged staged = contiguous(tensor);
+  std::vector<at::Tensor> tensors{staged.tensor};
+  work->raw_.push_back(raw(tensor)->recv(tensors, src, tag));
+  if (staged.copied) work->finish_ = [tensor, staged]() mutable { tensor.copy_(staged.tensor); };
+  return finish_issue(work, async);
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks, std::string group_name) {
+  LOCKSTEP_CHECK(!ranks.empty(), "new_group on group '", name(), "': no ranks given");
+  std::sort(ranks.begin(), ranks.end());
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    check_rank(ranks[i], "new_group");
+    LOCKSTEP_CHECK(i == 0 || ranks[i] != ranks[i - 1], "new_group on group '", name(), "': rank ", ranks[i],
+                   " is listed twice");
+  }
+  auto me = std::find(ranks.begin(), ranks.end(), rank());
+  if (me == ranks.end()) return nullptr;
+  std::string store_name;
+  if (group_name.empty()) {
+    std::string base = str_cat(name() == "world" ? "" : name() + "/", "ranks", rank_list(ranks));
+    int count = ++child_names_[base];
+    group_name = count > 1 ? str_cat(base, "#", count) : base;
+  } else {
+    LOCKSTEP_CHECK(child_names_[group_name]++ == 0, "new_group: a group named '", group_name,
+                   "' was already created from group '", name(), "'");
+  }
+  Parts child;
+  child.name = group_name;
+  child.rank = static_cast<int>(me - ranks.begin());
+  for (int r : ranks) child.global_ranks.push_back(global_rank(r));
+  child.timeout = parts_.timeout;
+  child.root_store = parts_.root_store;
+  child.bind_host = parts_.bind_host;
+  child.store = compat::make_prefix_store(str_cat("group/", name(), "/", group_name, "/"), parts_.root_store);
+  const int child_size = static_cast<int>(ranks.size());
+  rendezvous(child.store, group_name, child.rank, child_size, child.timeout,
+             "every member must call new_group with the same ranks");
+  try {
+    child.gloo = compat::make_gloo(compat::make_prefix_store("gloo/", child.store), child.rank, child_size,
+                                   child.timeout, child.bind_host);
+    if (parts_.nccl) {
+      child.nccl = compat::make_nccl(compat::make_prefix_store("nccl/", child.store), child.rank, child_size,
+                                     child.timeout);
+    }
+  } catch (const std::exception&) {
+    rethrow_with_context(str_cat("rank ", global_rank(rank()), ": creating group '", group_name, "'"));
+  }
+  return std::make_shared<ProcessGroup>(std::move(child));
+}
+
+}  // namespace lockstep

@@ -1,0 +1,137 @@
+// lockstep::ProcessGroup: a small facade over c10d for the collectives that
+// data-parallel and sharded training need, with the same behaviour on
+// libtorch 1.13 and 2.x.
+//
+// CPU tensors go through Gloo; CUDA tensors through NCCL when the group was
+// created with backend "nccl" (and libtorch has it). What the facade adds:
+//   - ReduceOp::kAvg everywhere (sum, then divide; rejected for integers);
+//   - bfloat16 (and int16, bool) on Gloo, which lacks them (moved as raw
+//     bytes; reduced in float32 / int32 and converted back);
+//   - reduce_scatter_tensor and all_gather_into_tensor on Gloo 1.13, which has
+//     neither, as bandwidth-optimal rings over send/recv (each rank moves
+//     (N-1)/N of the data, half of what all_reduce-then-slice moves);
+//   - all_gather of tensors whose sizes differ between ranks;
+//   - a timeout on every wait, with an error naming the op, group and the
+//     ranks that did not show up (see work.h).
+//
+// Every rank of a group issues the same collectives in the same order.
+//
+//   auto world = lockstep::world();
+//   torch::Tensor t = torch::full({4}, world->rank() + 1.0);
+//   world->all_reduce(t, lockstep::ReduceOp::kAvg);           // sync
+//   auto work = world->all_reduce(t, lockstep::ReduceOp::kSum, /*async=*/true);
+//   work->wait();
+//   auto pair = world->new_group({0, 1});                       // nullptr on ranks 2, 3
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "lockstep/compat/c10d.h"
+#include "lockstep/dist/work.h"
+
+namespace lockstep {
+
+enum class ReduceOp { kSum, kAvg, kMax, kMin };
+const char* to_string(ReduceOp op);
+
+// How reduce_scatter_tensor / all_gather_into_tensor move data. kAuto picks
+// the backend's native op where it has one, else the ring. The others exist
+// for benchmarks and tests.
+enum class CollectiveAlgorithm { kAuto, kNative, kRing, kAllReduce };
+
+namespace detail {
+class SerialExecutor;
+}
+
+class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
+ public:
+  // What a group is made of; built by init_process_group() and new_group().
+  struct Parts {
+    std::string name;
+    int rank = 0;                                   // in this group
+    std::vector<int> global_ranks;                  // world rank of each member
+    std::chrono::milliseconds timeout{0};
+    c10::intrusive_ptr<compat::C10dStore> store;    // this group's own prefix of the job store
+    c10::intrusive_ptr<compat::C10dStore> root_store;  // the job store, for subgroups
+    c10::intrusive_ptr<compat::C10dGroup> gloo;
+    c10::intrusive_ptr<compat::C10dGroup> nccl;     // may be null
+    std::string bind_host;                          // Gloo device address for subgroups
+  };
+  explicit ProcessGroup(Parts parts);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return parts_.rank; }
+  int size() const { return static_cast<int>(parts_.global_ranks.size()); }
+  const std::string& name() const { return parts_.name; }
+  std::chrono::milliseconds timeout() const { return parts_.timeout; }
+  void set_timeout(std::chrono::milliseconds timeout) { parts_.timeout = timeout; }
+  // The world rank of group rank `group_rank`.
+  int global_rank(int group_rank) const;
+  const std::vector<int>& global_ranks() const { return parts_.global_ranks; }
+
+  // --- collectives (sync by default; async returns a pending Work) ---------
+  std::shared_ptr<Work> all_reduce(torch::Tensor& tensor, ReduceOp op = ReduceOp::kSum, bool async = false);
+  std::shared_ptr<Work> broadcast(torch::Tensor& tensor, int root, bool async = false);
+  // out.numel() == size() * in.numel(); rank r's input lands in the r-th slice.
+  std::shared_ptr<Work> all_gather_into_tensor(torch::Tensor& out, const torch::Tensor& in, bool async = false);
+  // in.numel() == size() * out.numel(); rank r receives the reduced r-th slice.
+  std::shared_ptr<Work> reduce_scatter_tensor(torch::Tensor& out, const torch::Tensor& in,
+                                              ReduceOp op = ReduceOp::kSum, bool async = false);
+  // outs[r] = rank r's `in`; sizes may differ between ranks (same dtype and
+  // number of dimensions). If `outs` already holds size() tensors of the right
+  // shapes they are filled in place; otherwise the shapes are exchanged first.
+  std::shared_ptr<Work> all_gather(std::vector<torch::Tensor>& outs, const torch::Tensor& in, bool async = false);
+  std::shared_ptr<Work> barrier(bool async = false);
+  // Tags below 2^30; the rest are lockstep's own.
+  std::shared_ptr<Work> send(const torch::Tensor& tensor, int dst, int tag = 0, bool async = false);
+  std::shared_ptr<Work> recv(torch::Tensor& tensor, int src, int tag = 0, bool async = false);
+
+  // A group of some of this group's ranks (group ranks, any order). Every
+  // member calls it, in the same order as the other members; non-members may
+  // skip it and get nullptr when they call. `name` defaults to one derived
+  // from the ranks; it must be unique among this job's groups.
+  std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks, std::string name = "");
+
+  // --- for benchmarks and advanced users -----------------------------------
+  // The Gloo backend (what a CPU tensor uses), or the one `tensor` would use.
+  c10::intrusive_ptr<compat::C10dGroup> raw() const { return parts_.gloo; }
+  c10::intrusive_ptr<compat::C10dGroup> raw(const torch::Tensor& tensor) const;
+  void set_reduce_scatter_algorithm(CollectiveAlgorithm algorithm) { reduce_scatter_algorithm_ = algorithm; }
+  void set_all_gather_algorithm(CollectiveAlgorithm algorithm) { all_gather_algorithm_ = algorithm; }
+  // The algorithm kAuto resolves to for `tensor` ("native" or "ring").
+  std::string algorithm_for(const torch::Tensor& tensor, bool reduce_scatter) const;
+
+  // The store of this group (keys are private to it).
+  const c10::intrusive_ptr<compat::C10dStore>& store() const { return parts_.store; }
+
+ private:
+  friend class Work;
+
+  detail::OpInfo collective_info(const char* name);
+  detail::OpInfo p2p_info(std::string name, int peer);
+  std::shared_ptr<Work> make_work(detail::OpInfo info);
+  std::shared_ptr<Work> finish_issue(std::shared_ptr<Work> work, bool async);
+  // Runs `body` (which may block) inline for a sync op, on the group's
+  // executor thread for an async one.
+  std::shared_ptr<Work> run_algorithm(detail::OpInfo info, bool async, std::function<void()> body,
+                                      std::function<void()> finish);
+  bool uses_nccl(const torch::Tensor& tensor) const;
+  void check_rank(int rank, const char* what) const;
+  std::vector<int64_t> gather_shapes(const torch::Tensor& in);
+
+  Parts parts_;
+  long long seq_ = 0;
+  CollectiveAlgorithm reduce_scatter_algorithm_ = CollectiveAlgorithm::kAuto;
+  CollectiveAlgorithm all_gather_algorithm_ = CollectiveAlgorithm::kAuto;
+  std::unique_ptr<detail::SerialExecutor> executor_;
+  std::map<std::string, int> child_names_;
+};
+
+}  // namespace lockstep

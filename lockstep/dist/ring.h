@@ -1,0 +1,63 @@
+// Ring collectives over point-to-point send/recv, for backends that lack the
+// native op (Gloo in libtorch 1.13 has neither reduce_scatter nor
+// _allgather_base). In a ring of N ranks every rank sends and receives
+// (N-1)/N of the data once, which is the bandwidth lower bound; an all_reduce
+// followed by a slice moves twice that.
+//
+// Internal to lockstep/dist; ProcessGroup is the public face.
+//
+//   detail::ring_all_gather(*gloo, rank, size, chunks, tag, deadline);
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "lockstep/compat/c10d.h"
+
+namespace lockstep::detail {
+
+using Deadline = std::chrono::steady_clock::time_point;
+
+// c10d's reduction for the elementwise part of a ring step.
+enum class RingReduce { kSum, kMax, kMin };
+
+// `chunks[r]` is a contiguous tensor for rank r's piece; on entry this rank's
+// own piece is filled, on return every piece is. Pieces may differ in size
+// (every rank must pass the same sizes).
+void ring_all_gather(compat::C10dGroup& group, int rank, int size, std::vector<at::Tensor>& chunks, int tag,
+                     Deadline deadline);
+
+// `input` holds size() equal contiguous chunks of out.numel() elements; on
+// return `out` holds the reduction over ranks of chunk `rank`.
+void ring_reduce_scatter(compat::C10dGroup& group, int rank, int size, const at::Tensor& input, at::Tensor& out,
+                         RingReduce reduce, int tag, Deadline deadline);
+
+// The tag a ring collective with sequence number `seq` uses. User tags stay
+// below kFirstReservedTag.
+constexpr int kFirstReservedTag = 1 << 30;
+int ring_tag(long long seq);
+
+// One background thread that runs a group's asynchronous ring collectives in
+// issue order.
+class SerialExecutor {
+ public:
+  SerialExecutor();
+  ~SerialExecutor();
+  std::shared_future<void> submit(std::function<void()> task);
+
+ private:
+  void loop();
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::packaged_task<void()>> tasks_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace lockstep::detail
