@@ -57,6 +57,8 @@ class Override {
     }
     stamp_source(*value, source_);
     set_paths(*value, join_path(root.path, key));
+    // Check `_delete_` flags on a copy first, so a bad one fails before any map is created.
+    strip_delete_flags(*value->deep_copy());
 
     ConfigNode* node = &root;
     for (size_t i = 0; i + 1 < parts.size(); ++i) node = &descend(*node, parts[i]);

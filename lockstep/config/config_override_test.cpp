@@ -107,6 +107,8 @@ TEST_F(ConfigOverrideTest, MalformedOverridesNameTheWholeText) {
             "--set 'max_epochs.x=1': " + base_ + ":10 (key max_epochs) is '10', not a map");
   EXPECT_EQ(error_of([&] { cfg_.apply_override("model={_delete_: maybe}"); }),
             "--set (key model._delete_): _delete_ must be true or false, got 'maybe'");
+  EXPECT_EQ(error_of([&] { cfg_.apply_override("new.map={_delete_: maybe}"); }),
+            "--set (key new.map._delete_): _delete_ must be true or false, got 'maybe'");
   // Nothing half-applied by the failures above.
   EXPECT_EQ(cfg_.to_yaml(), Config::load_file(base_).to_yaml());
 }
