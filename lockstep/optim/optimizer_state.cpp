@@ -1,0 +1,294 @@
+#include "lockstep/optim/optimizer_state.h"
+
+#include <set>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/rmsprop.h>
+#include <torch/optim/sgd.h>
+
+#include "lockstep/core/error.h"
+
+namespace lockstep {
+namespace {
+
+namespace optim = torch::optim;
+using nlohmann::json;
+
+const char* const kWhat = "optimizer state";
+
+// libtorch keys optimizer.state() by the parameter's TensorImpl: as a string of
+// the pointer in 1.13, as the pointer itself in 2.x. The key type is read off
+// the map, so both build without a version test.
+// TODO(compat): move into lockstep/compat/ once it offers such a helper.
+template <typename Map>
+typename Map::key_type state_key(const Map&, const torch::Tensor& param) {
+  using Key = typename Map::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream out;  // what libtorch 1.13 writes: operator<< of the pointer
+    out << param.unsafeGetTensorImpl();
+    return out.str();
+  } else {
+    return static_cast<Key>(param.unsafeGetTensorImpl());
+  }
+}
+
+// One optimizer type's option and buffer layout. The field lists below are the
+// single description used for both saving and loading.
+template <typename OptimizerT, typename OptionsT, typename ParamStateT>
+struct Codec {
+  using Optimizer = OptimizerT;
+  using Options = OptionsT;
+  using ParamState = ParamStateT;
+};
+using SgdCodec = Codec<optim::SGD, optim::SGDOptions, optim::SGDParamState>;
+using AdamCodec = Codec<optim::Adam, optim::AdamOptions, optim::AdamParamState>;
+using AdamWCodec = Codec<optim::AdamW, optim::AdamWOptions, optim::AdamWParamState>;
+using RmspropCodec = Codec<optim::RMSprop, optim::RMSpropOptions, optim::RMSpropParamState>;
+
+template <typename T, typename... Us>
+constexpr bool is_one_of = (std::is_same_v<std::remove_const_t<T>, Us> || ...);
+
+// Calls f(key, field) for every option of `options`.
+template <typename O, typename F>
+void for_each_option(O& options, F&& f) {
+  f("lr", options.lr());
+  if constexpr (is_one_of<O, optim::SGDOptions>) {
+    f("momentum", options.momentum());
+    f("dampening", options.dampening());
+    f("weight_decay", options.weight_decay());
+    f("nesterov", options.nesterov());
+  } else if constexpr (is_one_of<O, optim::AdamOptions, optim::AdamWOptions>) {
+    f("betas", options.betas());
+    f("eps", options.eps());
+    f("weight_decay", options.weight_decay());
+    f("amsgrad", options.amsgrad());
+  } else if constexpr (is_one_of<O, optim::RMSpropOptions>) {
+    f("alpha", options.alpha());
+    f("eps", options.eps());
+    f("weight_decay", options.weight_decay());
+    f("momentum", options.momentum());
+    f("centered", options.centered());
+  }
+}
+
+// Calls f(key, buffer, required) for every tensor buffer of a parameter's
+// state; `required` says whether a step with these options needs it.
+template <typename S, typename O, typename F>
+void for_each_buffer(S& state, const O& options, F&& f) {
+  if constexpr (is_one_of<S, optim::SGDParamState>) {
+    f("momentum_buffer", state.momentum_buffer(), true);
+  } else if constexpr (is_one_of<S, optim::AdamParamState, optim::AdamWParamState>) {
+    f("exp_avg", state.exp_avg(), true);
+    f("exp_avg_sq", state.exp_avg_sq(), true);
+    f("max_exp_avg_sq", state.max_exp_avg_sq(), options.amsgrad());
+  } else if constexpr (is_one_of<S, optim::RMSpropParamState>) {
+    f("square_avg", state.square_avg(), true);
+    f("momentum_buffer", state.momentum_buffer(), options.momentum() > 0);
+    f("grad_avg", state.grad_avg(), options.centered());
+  }
+}
+
+template <typename S, typename = void>
+struct HasStep : std::false_type {};
+template <typename S>
+struct HasStep<S, std::void_t<decltype(std::declval<S&>().step())>> : std::true_type {};
+
+template <typename F>
+void with_codec(const optim::Optimizer& optimizer, F&& f) {
+  if (dynamic_cast<const optim::SGD*>(&optimizer)) return f(SgdCodec{}, "SGD");
+  if (dynamic_cast<const optim::Adam*>(&optimizer)) return f(AdamCodec{}, "Adam");
+  if (dynamic_cast<const optim::AdamW*>(&optimizer)) return f(AdamWCodec{}, "AdamW");
+  if (dynamic_cast<const optim::RMSprop*>(&optimizer)) return f(RmspropCodec{}, "RMSprop");
+  LOCKSTEP_FAIL(kWhat, ": saving and loading the state of ", optimizer_type_name(optimizer),
+                " is not supported (supported: SGD, Adam, AdamW, RMSprop)");
+}
+
+std::string position(size_t group, size_t index) {
+  return std::to_string(group) + "." + std::to_string(index);
+}
+
+std::string shape_string(at::IntArrayRef sizes) {
+  std::ostringstream out;
+  out << sizes;
+  return out.str();
+}
+
+// "group 1, parameter 3 (backbone.conv.weight)"
+std::string describe(size_t group, size_t index, const std::vector<ParamGroupInfo>* groups) {
+  std::string text = str_cat("group ", group, ", parameter ", index);
+  if (groups && group < groups->size() && index < (*groups)[group].param_names.size()) {
+    text += " (" + (*groups)[group].param_names[index] + ")";
+  }
+  return text;
+}
+
+template <typename C>
+State save_typed(const optim::Optimizer& optimizer, const char* type) {
+  State state;
+  state.values["type"] = type;
+  json groups = json::array();
+  json params = json::object();
+  const auto& param_state = optimizer.state();
+  for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
+    const auto& group = optimizer.param_groups()[g];
+    const auto& options = static_cast<const typename C::Options&>(group.options());
+    json options_json = json::object();
+    for_each_option(options, [&](const char* key, const auto& value) { options_json[key] = value; });
+    groups.push_back({{"num_params", group.params().size()}, {"options", options_json}});
+
+    for (size_t i = 0; i < group.params().size(); ++i) {
+      auto found = param_state.find(state_key(param_state, group.params()[i]));
+      if (found == param_state.end()) continue;
+      const auto& typed = static_cast<const typename C::ParamState&>(*found->second);
+      json entry = json::object();
+      if constexpr (HasStep<typename C::ParamState>::value) entry["step"] = typed.step();
+      params[position(g, i)] = entry;
+      for_each_buffer(typed, options, [&](const char* key, const torch::Tensor& buffer, bool) {
+        if (buffer.defined()) state.tensors[position(g, i) + "." + key] = buffer;
+      });
+    }
+  }
+  state.values["groups"] = std::move(groups);
+  state.values["params"] = std::move(params);
+  return state;
+}
+
+const json& value_at(const json& values, const char* key, json::value_t kind) {
+  LOCKSTEP_CHECK(values.is_object() && values.contains(key), kWhat, ": the checkpoint has no '",
+                 key, "' entry; is this an optimizer state?");
+  const json& value = values.at(key);
+  LOCKSTEP_CHECK(value.type() == kind, kWhat, ": '", key, "' has the wrong type: ", value.dump());
+  return value;
+}
+
+// Parses "g.i" into its two numbers; false when malformed.
+bool parse_position(const std::string& text, size_t* group, size_t* index) {
+  size_t dot = text.find('.');
+  if (dot == std::string::npos || dot == 0 || dot + 1 == text.size()) return false;
+  for (size_t k = 0; k < text.size(); ++k) {
+    if (k != dot && !std::isdigit(static_cast<unsigned char>(text[k]))) return false;
+  }
+  *group = std::stoul(text.substr(0, dot));
+  *index = std::stoul(text.substr(dot + 1));
+  return true;
+}
+
+template <typename C>
+void load_typed(optim::Optimizer& optimizer, const State& state, const char* type,
+                const std::vector<ParamGroupInfo>* names) {
+  using Options = typename C::Options;
+  using ParamState = typename C::ParamState;
+  const json& values = state.values;
+  const std::string saved_type = value_at(values, "type", json::value_t::string).get<std::string>();
+  LOCKSTEP_CHECK(saved_type == type, kWhat, ": the checkpoint holds ", saved_type,
+                 " state but the optimizer is ", type);
+  const json& groups = value_at(values, "groups", json::value_t::array);
+  const json& params = value_at(values, "params", json::value_t::object);
+  auto& param_groups = optimizer.param_groups();
+  LOCKSTEP_CHECK(groups.size() == param_groups.size(), kWhat, ": the checkpoint has ",
+                 groups.size(), " parameter group(s) but the optimizer has ", param_groups.size());
+
+  // Pass 1: check everything and decode the options, changing nothing.
+  std::vector<Options> new_options;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const size_t saved_count = groups[g].at("num_params").get<size_t>();
+    LOCKSTEP_CHECK(saved_count == param_groups[g].params().size(), kWhat, ": group ", g,
+                   " has ", saved_count, " parameter(s) in the checkpoint but ",
+                   param_groups[g].params().size(), " in the optimizer");
+    Options options = static_cast<const Options&>(param_groups[g].options());
+    const json& saved = groups[g].at("options");
+    for_each_option(options, [&](const char* key, auto& field) {
+      LOCKSTEP_CHECK(saved.contains(key), kWhat, ": group ", g, " has no option '", key, "'");
+      try {
+        field = saved.at(key).get<std::remove_reference_t<decltype(field)>>();
+      } catch (const json::exception&) {
+        LOCKSTEP_FAIL(kWhat, ": group ", g, " option '", key, "' has the wrong type: ",
+                      saved.at(key).dump());
+      }
+    });
+    new_options.push_back(options);
+  }
+  std::set<std::string> expected_tensors;
+  for (const auto& entry : params.items()) {
+    size_t g = 0, i = 0;
+    LOCKSTEP_CHECK(parse_position(entry.key(), &g, &i) && g < param_groups.size() &&
+                       i < param_groups[g].params().size(),
+                   kWhat, ": the checkpoint has state for parameter '", entry.key(),
+                   "', which is not a <group>.<index> of this optimizer");
+    const torch::Tensor& param = param_groups[g].params()[i];
+    if constexpr (HasStep<ParamState>::value) {
+      LOCKSTEP_CHECK(entry.value().contains("step") && entry.value().at("step").is_number_integer(),
+                     kWhat, ": ", describe(g, i, names), ": the checkpoint has no integer 'step'");
+    }
+    ParamState probe;
+    for_each_buffer(probe, new_options[g], [&](const char* key, const torch::Tensor&, bool required) {
+      const std::string name = entry.key() + "." + key;
+      auto found = state.tensors.find(name);
+      if (found == state.tensors.end()) {
+        LOCKSTEP_CHECK(!required, kWhat, ": ", describe(g, i, names), ": the checkpoint has no '",
+                       key, "' buffer (tensor '", name, "')");
+        return;
+      }
+      expected_tensors.insert(name);
+      LOCKSTEP_CHECK(found->second.defined() && found->second.sizes() == param.sizes(), kWhat,
+                     ": ", describe(g, i, names), ": '", key, "' has shape ",
+                     found->second.defined() ? shape_string(found->second.sizes()) : "(undefined)",
+                     " in the checkpoint but the parameter has shape ", shape_string(param.sizes()));
+    });
+  }
+  for (const auto& entry : state.tensors) {
+    LOCKSTEP_CHECK(expected_tensors.count(entry.first), kWhat, ": the checkpoint has a tensor '",
+                   entry.first, "' that ", type, " state does not use");
+  }
+
+  // Pass 2: apply.
+  auto& param_state = optimizer.state();
+  for (size_t g = 0; g < param_groups.size(); ++g) {
+    static_cast<Options&>(param_groups[g].options()) = new_options[g];
+    for (size_t i = 0; i < param_groups[g].params().size(); ++i) {
+      const torch::Tensor& param = param_groups[g].params()[i];
+      const auto key = state_key(param_state, param);
+      param_state.erase(key);
+      auto entry = params.find(position(g, i));
+      if (entry == params.end()) continue;
+      auto restored = std::make_unique<ParamState>();
+      if constexpr (HasStep<ParamState>::value) restored->step(entry->at("step").get<int64_t>());
+      for_each_buffer(*restored, new_options[g], [&](const char* name, torch::Tensor& buffer, bool) {
+        auto found = state.tensors.find(position(g, i) + "." + name);
+        if (found == state.tensors.end()) return;
+        torch::NoGradGuard no_grad;
+        buffer = found->second.to(param.options(), /*non_blocking=*/false, /*copy=*/true).detach();
+      });
+      param_state[key] = std::move(restored);
+    }
+  }
+}
+
+}  // namespace
+
+State save_optimizer_state(const torch::optim::Optimizer& optimizer) {
+  State state;
+  with_codec(optimizer, [&](auto codec, const char* type) {
+    state = save_typed<decltype(codec)>(optimizer, type);
+  });
+  return state;
+}
+
+void load_optimizer_state(torch::optim::Optimizer& optimizer, const State& state,
+                          const std::vector<ParamGroupInfo>* groups) {
+  try {
+    with_codec(optimizer, [&](auto codec, const char* type) {
+      load_typed<decltype(codec)>(optimizer, state, type, groups);
+    });
+  } catch (const json::exception& error) {
+    // Only pass 1 reads JSON, so nothing has changed yet.
+    LOCKSTEP_FAIL(kWhat, ": malformed checkpoint entry: ", error.what());
+  }
+}
+
+}  // namespace lockstep
