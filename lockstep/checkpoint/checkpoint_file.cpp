@@ -1,0 +1,352 @@
+#include "lockstep/checkpoint/checkpoint_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "lockstep/checkpoint/atomic_file.h"
+#include "lockstep/core/error.h"
+
+namespace lockstep {
+namespace {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "checkpoint files are little-endian");
+
+constexpr uint64_t kMaxHeaderBytes = 256ull << 20;
+const char* const kFormat = "lockstep";
+const char* const kValuesKey = "lockstep.values";
+const char* const kValuesCrcKey = "lockstep.values_crc32";
+const char* const kTensorCrcKey = "lockstep.tensor_crc32";
+const char* const kIndexCrcKey = "lockstep.index_crc32";
+
+struct DtypeName {
+  c10::ScalarType type;
+  const char* name;
+};
+const DtypeName kDtypes[] = {
+    {torch::kBool, "BOOL"},    {torch::kUInt8, "U8"},   {torch::kInt8, "I8"},    {torch::kInt16, "I16"},
+    {torch::kInt32, "I32"},    {torch::kInt64, "I64"},  {torch::kFloat16, "F16"}, {torch::kBFloat16, "BF16"},
+    {torch::kFloat32, "F32"},  {torch::kFloat64, "F64"},
+};
+
+std::string dtype_name(c10::ScalarType type, const std::string& tensor) {
+  for (const auto& entry : kDtypes) {
+    if (entry.type == type) return entry.name;
+  }
+  LOCKSTEP_FAIL("tensor '", tensor, "' has dtype ", c10::toString(type), ", which checkpoint files cannot hold");
+}
+
+std::optional<c10::ScalarType> parse_dtype(const std::string& name) {
+  for (const auto& entry : kDtypes) {
+    if (name == entry.name) return entry.type;
+  }
+  return std::nullopt;
+}
+
+uint32_t crc32_of(const void* data, size_t size, uint32_t crc = 0) {
+  const auto* bytes = static_cast<const Bytef*>(data);
+  uLong value = crc == 0 ? ::crc32(0L, Z_NULL, 0) : crc;
+  while (size > 0) {
+    uInt chunk = static_cast<uInt>(std::min<size_t>(size, 1u << 30));
+    value = ::crc32(value, bytes, chunk);
+    bytes += chunk;
+    size -= chunk;
+  }
+  return static_cast<uint32_t>(value);
+}
+
+std::string hex32(uint32_t value) {
+  char buffer[9];
+  std::snprintf(buffer, sizeof(buffer), "%08x", value);
+  return buffer;
+}
+
+struct Entry {
+  std::string name;
+  c10::ScalarType dtype = torch::kFloat32;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0;
+  uint64_t end = 0;
+};
+
+// A canonical text of the tensor index, so a changed shape or offset that
+// still parses is caught by its checksum.
+std::string index_text(const std::vector<Entry>& entries) {
+  std::ostringstream text;
+  for (const auto& entry : entries) {
+    text << entry.name << '|' << dtype_name(entry.dtype, entry.name) << '|';
+    for (int64_t d : entry.shape) text << d << ',';
+    text << '|' << entry.begin << '|' << entry.end << '\n';
+  }
+  return text.str();
+}
+
+void write_tensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
+                   std::map<std::string, std::string> metadata, bool with_checksums) {
+  std::vector<Entry> entries;
+  std::vector<torch::Tensor> data;
+  nlohmann::json header = nlohmann::json::object();
+  nlohmann::json tensor_crcs = nlohmann::json::object();
+  uint64_t offset = 0;
+  for (const auto& item : tensors) {
+    LOCKSTEP_CHECK(item.first != "__metadata__", "a tensor cannot be named __metadata__");
+    LOCKSTEP_CHECK(item.second.defined(), "cannot save tensor '", item.first, "': it is undefined");
+    torch::Tensor cpu = item.second.detach().to(torch::kCPU).contiguous();
+    Entry entry;
+    entry.name = item.first;
+    entry.dtype = cpu.scalar_type();
+    entry.shape = cpu.sizes().vec();
+    entry.begin = offset;
+    entry.end = offset + static_cast<uint64_t>(cpu.numel()) * cpu.element_size();
+    offset = entry.end;
+    header[entry.name] = {{"dtype", dtype_name(entry.dtype, entry.name)},
+                          {"shape", entry.shape},
+                          {"data_offsets", {entry.begin, entry.end}}};
+    if (with_checksums) tensor_crcs[entry.name] = hex32(crc32_of(cpu.data_ptr(), entry.end - entry.begin));
+    entries.push_back(std::move(entry));
+    data.push_back(std::move(cpu));
+  }
+  if (with_checksums) {
+    metadata[kTensorCrcKey] = tensor_crcs.dump();
+    metadata[kIndexCrcKey] = hex32(crc32_of(index_text(entries).data(), index_text(entries).size()));
+  }
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::string header_text = header.dump();
+  // safetensors pads the header with spaces so the data starts 8-byte aligned.
+  while ((header_text.size() % 8) != 0) header_text.push_back(' ');
+  uint64_t header_size = header_text.size();
+
+  AtomicFileWriter out(path);
+  out.write(&header_size, sizeof(header_size));
+  out.write(header_text);
+  for (const auto& tensor : data) out.write(tensor.data_ptr(), static_cast<size_t>(tensor.numel()) * tensor.element_size());
+  out.commit();
+}
+
+class FileReader {
+ public:
+  explicit FileReader(const std::string& path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    LOCKSTEP_CHECK(fd_ >= 0, "cannot open checkpoint ", path, ": ", std::strerror(errno));
+    struct stat info {};
+    LOCKSTEP_CHECK(::fstat(fd_, &info) == 0, "cannot stat ", path, ": ", std::strerror(errno));
+    size_ = static_cast<uint64_t>(info.st_size);
+  }
+  ~FileReader() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  uint64_t size() const { return size_; }
+  void read_at(uint64_t offset, void* out, uint64_t length) const {
+    auto* bytes = static_cast<char*>(out);
+    while (length > 0) {
+      ssize_t n = ::pread(fd_, bytes, std::min<uint64_t>(length, 1ull << 30), static_cast<off_t>(offset));
+      if (n < 0 && errno == EINTR) continue;
+      LOCKSTEP_CHECK(n > 0, path_, ": truncated or unreadable at byte ", offset, n < 0 ? std::string(": ") + std::strerror(errno) : "");
+      bytes += n;
+      offset += static_cast<uint64_t>(n);
+      length -= static_cast<uint64_t>(n);
+    }
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+};
+
+struct ParsedFile {
+  std::vector<Entry> entries;
+  std::map<std::string, std::string> metadata;
+  uint64_t data_start = 0;
+};
+
+ParsedFile parse_header(const FileReader& file, const std::string& path) {
+  LOCKSTEP_CHECK(file.size() >= 8, path, ": not a checkpoint (", file.size(), " bytes; a header needs 8)");
+  uint64_t header_size = 0;
+  file.read_at(0, &header_size, 8);
+  LOCKSTEP_CHECK(header_size <= kMaxHeaderBytes && header_size <= file.size() - 8, path,
+                 ": corrupt or truncated: the header claims ", header_size, " bytes but the file holds ",
+                 file.size(), " bytes in all");
+  std::string text(header_size, '\0');
+  file.read_at(8, text.data(), header_size);
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(text);
+  } catch (const std::exception& error) {
+    LOCKSTEP_FAIL(path, ": corrupt header (not valid JSON: ", error.what(), ")");
+  }
+  LOCKSTEP_CHECK(header.is_object(), path, ": corrupt header (not a JSON object)");
+  ParsedFile parsed;
+  parsed.data_start = 8 + header_size;
+  const uint64_t data_size = file.size() - parsed.data_start;
+  for (const auto& item : header.items()) {
+    if (item.key() == "__metadata__") {
+      LOCKSTEP_CHECK(item.value().is_object(), path, ": corrupt header (__metadata__ is not an object)");
+      for (const auto& meta : item.value().items()) {
+        LOCKSTEP_CHECK(meta.value().is_string(), path, ": corrupt header (metadata '", meta.key(), "' is not a string)");
+        parsed.metadata[meta.key()] = meta.value().get<std::string>();
+      }
+      continue;
+    }
+    const auto& value = item.value();
+    const std::string& name = item.key();
+    LOCKSTEP_CHECK(value.is_object() && value.contains("dtype") && value.contains("shape") &&
+                       value.contains("data_offsets") && value["dtype"].is_string() && value["shape"].is_array() &&
+                       value["data_offsets"].is_array() && value["data_offsets"].size() == 2,
+                   path, ": corrupt header entry for tensor '", name, "'");
+    Entry entry;
+    entry.name = name;
+    auto dtype = parse_dtype(value["dtype"].get<std::string>());
+    LOCKSTEP_CHECK(dtype.has_value(), path, ": tensor '", name, "' has unknown dtype '",
+                   value["dtype"].get<std::string>(), "'");
+    entry.dtype = *dtype;
+    uint64_t numel = 1;
+    for (const auto& dim : value["shape"]) {
+      LOCKSTEP_CHECK(dim.is_number_unsigned() || (dim.is_number_integer() && dim.get<int64_t>() >= 0), path,
+                     ": tensor '", name, "' has an invalid shape");
+      uint64_t d = dim.get<uint64_t>();
+      LOCKSTEP_CHECK(d == 0 || numel <= std::numeric_limits<uint64_t>::max() / d / 8, path, ": tensor '", name,
+                     "' has an impossible shape");
+      numel *= d;
+      entry.shape.push_back(static_cast<int64_t>(d));
+    }
+    for (const auto& bound : value["data_offsets"]) {
+      LOCKSTEP_CHECK(bound.is_number_unsigned() || (bound.is_number_integer() && bound.get<int64_t>() >= 0), path,
+                     ": tensor '", name, "' has invalid data offsets");
+    }
+    entry.begin = value["data_offsets"][0].get<uint64_t>();
+    entry.end = value["data_offsets"][1].get<uint64_t>();
+    LOCKSTEP_CHECK(entry.begin <= entry.end && entry.end <= data_size, path, ": corrupt or truncated: tensor '", name,
+                   "' spans bytes [", entry.begin, ", ", entry.end, ") but the data section holds ", data_size);
+    LOCKSTEP_CHECK(entry.end - entry.begin == numel * c10::elementSize(entry.dtype), path, ": tensor '", name,
+                   "': shape and dtype need ", numel * c10::elementSize(entry.dtype), " bytes but its offsets give ",
+                   entry.end - entry.begin);
+    parsed.entries.push_back(std::move(entry));
+  }
+  std::vector<const Entry*> by_offset;
+  for (const auto& entry : parsed.entries) by_offset.push_back(&entry);
+  std::sort(by_offset.begin(), by_offset.end(), [](const Entry* a, const Entry* b) { return a->begin < b->begin; });
+  uint64_t expected = 0;
+  for (const Entry* entry : by_offset) {
+    LOCKSTEP_CHECK(entry->begin == expected, path, ": corrupt header: tensor '", entry->name,
+                   "' does not start where the previous one ends (overlap or gap at byte ", expected, ")");
+    expected = entry->end;
+  }
+  LOCKSTEP_CHECK(expected == data_size, path, ": ", expected < data_size ? "unexpected trailing bytes" : "truncated",
+                 ": the tensors cover ", expected, " bytes, the data section holds ", data_size);
+  return parsed;
+}
+
+torch::Tensor read_tensor(const FileReader& file, const ParsedFile& parsed, const Entry& entry) {
+  torch::Tensor tensor = torch::empty(entry.shape, torch::TensorOptions().dtype(entry.dtype));
+  if (entry.end > entry.begin) file.read_at(parsed.data_start + entry.begin, tensor.data_ptr(), entry.end - entry.begin);
+  return tensor;
+}
+
+struct Checksums {
+  nlohmann::json tensors;
+  std::string index;
+  std::string values;
+};
+
+Checksums checksums_of(const ParsedFile& parsed, const std::string& path) {
+  auto get = [&](const char* key) -> const std::string& {
+    auto found = parsed.metadata.find(key);
+    LOCKSTEP_CHECK(found != parsed.metadata.end(), path, ": not a lockstep checkpoint (no '", key,
+                   "' in its metadata; a plain safetensors file is read with read_safetensors_file)");
+    return found->second;
+  };
+  auto format = parsed.metadata.find("format");
+  LOCKSTEP_CHECK(format != parsed.metadata.end() && format->second == kFormat, path,
+                 ": not a lockstep checkpoint (its metadata 'format' is ",
+                 format == parsed.metadata.end() ? std::string("missing") : "'" + format->second + "'", ")");
+  Checksums sums;
+  try {
+    sums.tensors = nlohmann::json::parse(get(kTensorCrcKey));
+  } catch (const nlohmann::json::exception&) {
+    LOCKSTEP_FAIL(path, ": corrupt header (tensor checksums unreadable)");
+  }
+  sums.index = get(kIndexCrcKey);
+  sums.values = get(kValuesCrcKey);
+  get(kValuesKey);
+  std::vector<Entry> sorted = parsed.entries;
+  std::sort(sorted.begin(), sorted.end(), [](const Entry& a, const Entry& b) { return a.name < b.name; });
+  std::string index = index_text(sorted);
+  LOCKSTEP_CHECK(hex32(crc32_of(index.data(), index.size())) == sums.index, path,
+                 ": corrupt header: the tensor index does not match its checksum");
+  const std::string& values = parsed.metadata.at(kValuesKey);
+  LOCKSTEP_CHECK(hex32(crc32_of(values.data(), values.size())) == sums.values, path,
+                 ": corrupt header: the saved values do not match their checksum");
+  return sums;
+}
+
+void check_tensor(const Checksums& sums, const Entry& entry, const torch::Tensor& tensor, const std::string& path) {
+  LOCKSTEP_CHECK(sums.tensors.contains(entry.name) && sums.tensors[entry.name].is_string(), path,
+                 ": no checksum for tensor '", entry.name, "'");
+  uint32_t actual = crc32_of(tensor.data_ptr(), entry.end - entry.begin);
+  LOCKSTEP_CHECK(hex32(actual) == sums.tensors[entry.name].get<std::string>(), path, ": tensor '", entry.name,
+                 "' is corrupt (checksum mismatch)");
+}
+
+}  // namespace
+
+void write_checkpoint_file(const std::string& path, const State& state) {
+  std::string values = state.values.dump();
+  std::map<std::string, std::string> metadata{{"format", kFormat},
+                                              {kValuesKey, values},
+                                              {kValuesCrcKey, hex32(crc32_of(values.data(), values.size()))}};
+  write_tensors(path, state.tensors, std::move(metadata), /*with_checksums=*/true);
+}
+
+State read_checkpoint_file(const std::string& path) {
+  FileReader file(path);
+  ParsedFile parsed = parse_header(file, path);
+  Checksums sums = checksums_of(parsed, path);
+  State state;
+  try {
+    state.values = nlohmann::json::parse(parsed.metadata.at(kValuesKey));
+  } catch (const nlohmann::json::exception& error) {
+    LOCKSTEP_FAIL(path, ": corrupt values (", error.what(), ")");
+  }
+  for (const auto& entry : parsed.entries) {
+    torch::Tensor tensor = read_tensor(file, parsed, entry);
+    check_tensor(sums, entry, tensor, path);
+    state.tensors[entry.name] = std::move(tensor);
+  }
+  return state;
+}
+
+std::string verify_checkpoint_file(const std::string& path) {
+  try {
+    FileReader file(path);
+    ParsedFile parsed = parse_header(file, path);
+    Checksums sums = checksums_of(parsed, path);
+    for (const auto& entry : parsed.entries) check_tensor(sums, entry, read_tensor(file, parsed, entry), path);
+    return "";
+  } catch (const std::exception& error) {
+    return error.what();
+  }
+}
+
+void write_safetensors_file(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
+                            const std::map<std::string, std::string>& metadata) {
+  write_tensors(path, tensors, metadata, /*with_checksums=*/false);
+}
+
+SafetensorsContent read_safetensors_file(const std::string& path) {
+  FileReader file(path);
+  ParsedFile parsed = parse_header(file, path);
+  SafetensorsContent content;
+  content.metadata = parsed.metadata;
+  for (const auto& entry : parsed.entries) content.tensors[entry.name] = read_tensor(file, parsed, entry);
+  return content;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,42 @@
+// Checkpoint files: a State on disk, in the safetensors layout.
+//
+// The file is an ordinary safetensors file (8-byte little-endian header
+// length, a JSON header, then the raw tensor bytes), so any safetensors
+// reader -- Python's, Rust's, numpy by hand -- can open it. The header's
+// __metadata__ carries lockstep's JSON values and CRC-32 checksums of every
+// tensor, of the tensor index and of the values, so a flipped byte anywhere
+// is detected on load and named.
+//
+//   lockstep::write_checkpoint_file("work_dirs/run/model_0000999.ckpt", state);   // atomic
+//   lockstep::State loaded = lockstep::read_checkpoint_file("work_dirs/run/model_0000999.ckpt");
+//
+//   // Plain weights for other tools (no lockstep metadata, names as given):
+//   lockstep::write_safetensors_file("model.safetensors", tensors, {{"format", "pt"}});
+#pragma once
+
+#include <map>
+#include <string>
+
+#include <torch/types.h>
+
+#include "lockstep/core/state.h"
+
+namespace lockstep {
+
+// Writes atomically (see AtomicFileWriter). Tensors are saved from the CPU, contiguous.
+void write_checkpoint_file(const std::string& path, const State& state);
+// Reads and verifies every checksum; errors name the file and the fault.
+State read_checkpoint_file(const std::string& path);
+// Verifies a checkpoint without keeping it in memory; returns "" if good,
+// otherwise the reason it is not.
+std::string verify_checkpoint_file(const std::string& path);
+
+void write_safetensors_file(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
+                            const std::map<std::string, std::string>& metadata = {});
+struct SafetensorsContent {
+  std::map<std::string, torch::Tensor> tensors;
+  std::map<std::string, std::string> metadata;
+};
+SafetensorsContent read_safetensors_file(const std::string& path);
+
+}  // namespace lockstep

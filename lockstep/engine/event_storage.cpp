@@ -1,0 +1,164 @@
+#include "lockstep/engine/event_storage.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "lockstep/core/error.h"
+
+namespace lockstep {
+
+void HistoryBuffer::update(double value, int64_t iteration) {
+  if (data_.size() == max_length_) data_.erase(data_.begin());
+  data_.emplace_back(value, iteration);
+  global_sum_ += value;
+  global_count_ += 1;
+}
+
+double HistoryBuffer::latest() const {
+  LOCKSTEP_CHECK(!data_.empty(), "HistoryBuffer::latest on an empty history");
+  return data_.back().first;
+}
+
+double HistoryBuffer::median(size_t window) const {
+  LOCKSTEP_CHECK(!data_.empty(), "HistoryBuffer::median on an empty history");
+  size_t count = std::min(window, data_.size());
+  std::vector<double> tail;
+  tail.reserve(count);
+  for (size_t i = data_.size() - count; i < data_.size(); ++i) tail.push_back(data_[i].first);
+  // numpy.median semantics: the mean of the two middle values for an even count.
+  std::sort(tail.begin(), tail.end());
+  size_t mid = count / 2;
+  return count % 2 == 1 ? tail[mid] : (tail[mid - 1] + tail[mid]) / 2.0;
+}
+
+double HistoryBuffer::avg(size_t window) const {
+  LOCKSTEP_CHECK(!data_.empty(), "HistoryBuffer::avg on an empty history");
+  size_t count = std::min(window, data_.size());
+  double sum = 0;
+  for (size_t i = data_.size() - count; i < data_.size(); ++i) sum += data_[i].first;
+  return sum / static_cast<double>(count);
+}
+
+double HistoryBuffer::global_avg() const {
+  LOCKSTEP_CHECK(global_count_ > 0, "HistoryBuffer::global_avg on an empty history");
+  return global_sum_ / static_cast<double>(global_count_);
+}
+
+void EventStorage::put_scalar(const std::string& name, double value, bool smoothing_hint, int64_t iteration) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::string full_name = prefix_ + name;
+  const int64_t at = iteration < 0 ? iter_ : iteration;
+  history_[full_name].update(value, at);
+  latest_[full_name] = ScalarEvent{value, at};
+  auto existing = smoothing_hints_.find(full_name);
+  if (existing == smoothing_hints_.end()) {
+    smoothing_hints_[full_name] = smoothing_hint;
+  } else {
+    LOCKSTEP_CHECK(existing->second == smoothing_hint, "scalar '", full_name,
+                   "' was put with a different smoothing hint before");
+  }
+}
+
+void EventStorage::put_scalars(const std::map<std::string, double>& values, bool smoothing_hint,
+                               int64_t iteration) {
+  for (const auto& entry : values) put_scalar(entry.first, entry.second, smoothing_hint, iteration);
+}
+
+void EventStorage::put_image(const std::string& name, const torch::Tensor& image) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  images_.push_back(ImageEvent{prefix_ + name, image.detach().cpu(), iter_});
+}
+
+void EventStorage::put_histogram(const std::string& name, const torch::Tensor& values) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  histograms_.push_back(
+      HistogramEvent{prefix_ + name, values.detach().to(torch::kCPU, torch::kDouble).flatten().clone(), iter_});
+}
+
+bool EventStorage::has(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return history_.count(name) > 0;
+}
+
+HistoryBuffer EventStorage::history(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = history_.find(name);
+  if (found == history_.end()) {
+    std::string known;
+    for (const auto& entry : history_) known += (known.empty() ? "" : ", ") + entry.first;
+    LOCKSTEP_FAIL("no scalar named '", name, "' in the event storage; it holds: ", known.empty() ? "(none)" : known);
+  }
+  return found->second;
+}
+
+std::map<std::string, HistoryBuffer> EventStorage::histories() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return history_;
+}
+
+std::map<std::string, ScalarEvent> EventStorage::latest() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return latest_;
+}
+
+std::map<std::string, ScalarEvent> EventStorage::latest_with_smoothing_hint(size_t window) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::map<std::string, ScalarEvent> result;
+  for (const auto& entry : latest_) {
+    const bool smooth = smoothing_hints_.at(entry.first);
+    double value = smooth ? history_.at(entry.first).median(window) : entry.second.value;
+    result[entry.first] = ScalarEvent{value, entry.second.iteration};
+  }
+  return result;
+}
+
+bool EventStorage::smoothing_hint(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = smoothing_hints_.find(name);
+  return found != smoothing_hints_.end() && found->second;
+}
+
+std::vector<ImageEvent> EventStorage::images() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return images_;
+}
+
+std::vector<HistogramEvent> EventStorage::histograms() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return histograms_;
+}
+
+void EventStorage::clear_images() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  images_.clear();
+}
+
+void EventStorage::clear_histograms() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  histograms_.clear();
+}
+
+int64_t EventStorage::iter() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return iter_;
+}
+
+void EventStorage::set_iter(int64_t iteration) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  iter_ = iteration;
+}
+
+EventStorage::NameScope EventStorage::name_scope(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string previous = prefix_;
+  prefix_ = prefix_ + name + "/";
+  return NameScope(this, previous);
+}
+
+EventStorage::NameScope::~NameScope() {
+  if (storage_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(storage_->mutex_);
+  storage_->prefix_ = previous_;
+}
+
+}  // namespace lockstep

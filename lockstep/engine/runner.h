@@ -1,0 +1,81 @@
+// Runner: a whole training run built from one config.
+//
+// mmengine's Runner, on lockstep's pieces: it reads the config, sets up the
+// work directory, seeds, the strategy (single device, DDP, FSDP), model, data,
+// optim wrapper, schedulers, evaluator and hooks, then trains with resume.
+//
+//   auto config = lockstep::Config::load_file("examples/fashion_mnist/cnn.yaml");
+//   lockstep::Runner runner(config, lockstep::RunnerOptions().work_dir("work_dirs/demo").resume(true));
+//   runner.train();
+//   auto metrics = runner.test();   // {"accuracy/top1": 0.91}
+//
+// Config sections read here: work_dir, randomness {seed, deterministic,
+// diff_rank_seed}, env {num_threads}, strategy, model, train_dataloader,
+// val_dataloader, test_dataloader, val_evaluator, test_evaluator, train_cfg
+// {max_iters | max_epochs, val_interval, by_epoch}, optim_wrapper,
+// param_scheduler, trainer {zero_grad_before_forward, gather_metric_period,
+// async_write_metrics}, default_hooks, custom_hooks, load_from, resume.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "lockstep/config/config.h"
+#include "lockstep/engine/trainer.h"
+
+namespace lockstep {
+
+class Checkpointer;
+class DataLoader;
+class Evaluator;
+class Strategy;
+
+struct RunnerOptions {
+  // Overrides `work_dir` of the config when set.
+  TORCH_ARG(std::string, work_dir) = "";
+  // Resume from <work_dir>/last_checkpoint (or the newest good checkpoint).
+  TORCH_ARG(bool, resume) = false;
+  // Weights to start from (overrides `load_from`).
+  TORCH_ARG(std::string, load_from) = "";
+};
+
+class Runner {
+ public:
+  Runner(Config config, RunnerOptions options = RunnerOptions());
+  ~Runner();
+
+  // Trains to the end; returns the last validation metrics (empty without a val set).
+  std::map<std::string, double> train();
+  // One pass over the val / test set with the current weights.
+  std::map<std::string, double> val();
+  std::map<std::string, double> test();
+
+  const Config& config() const { return config_; }
+  const std::string& work_dir() const { return work_dir_; }
+  Strategy& strategy() const { return *strategy_; }
+  Trainer& trainer() const;
+  uint64_t seed() const { return seed_; }
+
+ private:
+  void setup_environment();
+  void build_for_training();
+  std::map<std::string, double> evaluate(const std::string& split);
+  std::vector<std::shared_ptr<Hook>> build_hooks(int64_t iters_per_epoch, int64_t max_iters);
+  State extra_checkpoint_state() const;
+
+  Config config_;
+  RunnerOptions options_;
+  std::string work_dir_;
+  uint64_t seed_ = 0;
+  int64_t max_iters_ = 0;
+  std::shared_ptr<Strategy> strategy_;
+  std::shared_ptr<DataLoader> train_loader_;
+  std::map<std::string, std::shared_ptr<DataLoader>> eval_loaders_;
+  std::map<std::string, std::shared_ptr<Evaluator>> evaluators_;
+  std::shared_ptr<Checkpointer> checkpointer_;
+  std::unique_ptr<Trainer> trainer_;
+  std::map<std::string, double> last_val_metrics_;
+};
+
+}  // namespace lockstep

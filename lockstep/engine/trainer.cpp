@@ -1,0 +1,275 @@
+#include "lockstep/engine/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <set>
+#include <sstream>
+
+#include "lockstep/core/error.h"
+#include "lockstep/core/logging.h"
+#include "lockstep/core/rng.h"
+#include "lockstep/data/data_loader.h"
+#include "lockstep/model/model.h"
+
+namespace lockstep {
+
+Trainer& Hook::trainer() const {
+  LOCKSTEP_CHECK(trainer_ != nullptr, "hook '", name_, "' is not registered with a trainer");
+  return *trainer_;
+}
+
+// Runs tasks one at a time, in submission order, on a background thread.
+// The first exception a task raises is kept and rethrown by rethrow_error().
+class Trainer::OrderedWorker {
+ public:
+  OrderedWorker() : thread_([this] { loop(); }) {}
+  ~OrderedWorker() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+
+  void submit(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      tasks_.push_back(std::move(task));
+    }
+    wake_.notify_all();
+  }
+
+  // Waits until every submitted task has run.
+  void drain() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    idle_.wait(lock, [this] { return tasks_.empty() && !busy_; });
+  }
+
+  void rethrow_error() {
+    std::exception_ptr error;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      std::swap(error, error_);
+    }
+    if (error) std::rethrow_exception(error);
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      wake_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;  // stopping and nothing left
+      auto task = std::move(tasks_.front());
+      tasks_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      try {
+        task();
+      } catch (...) {
+        std::lock_guard<std::mutex> error_lock(mutex_);
+        if (!error_) error_ = std::current_exception();
+      }
+      lock.lock();
+      busy_ = false;
+      if (tasks_.empty()) idle_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable idle_;
+  std::deque<std::function<void()>> tasks_;
+  std::exception_ptr error_;
+  bool busy_ = false;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+Trainer::Trainer(std::shared_ptr<Model> model, std::shared_ptr<DataLoader> data_loader,
+                 std::shared_ptr<OptimWrapperBase> optim_wrapper, TrainerOptions options)
+    : model_(std::move(model)),
+      data_loader_(std::move(data_loader)),
+      optim_wrapper_(std::move(optim_wrapper)),
+      options_(options) {
+  LOCKSTEP_CHECK(model_ != nullptr, "Trainer needs a model");
+  LOCKSTEP_CHECK(data_loader_ != nullptr, "Trainer needs a data loader");
+  LOCKSTEP_CHECK(optim_wrapper_ != nullptr, "Trainer needs an optim wrapper");
+  LOCKSTEP_CHECK(options_.gather_metric_period() >= 1, "gather_metric_period must be at least 1, got ",
+                 options_.gather_metric_period());
+  gather_metrics_ = [](const LogVars& local) { return std::vector<LogVars>{local}; };
+  if (options_.async_write_metrics()) metrics_worker_ = std::make_unique<OrderedWorker>();
+  optim_wrapper_->set_after_backward([this] { after_backward(); });
+}
+
+Trainer::~Trainer() {
+  // Drop the callback that points back at this trainer.
+  if (optim_wrapper_) optim_wrapper_->set_after_backward(nullptr);
+}
+
+void Trainer::register_hooks(const std::vector<std::shared_ptr<Hook>>& hooks) {
+  for (const auto& hook : hooks) {
+    if (!hook) continue;
+    LOCKSTEP_CHECK(hook->trainer_ == nullptr || hook->trainer_ == this, "hook '", hook->name(),
+                   "' is already registered with another trainer");
+    hook->trainer_ = this;
+    hooks_.push_back(hook);
+  }
+}
+
+void Trainer::train(int64_t start_iter, int64_t max_iter) {
+  LOCKSTEP_CHECK(start_iter >= 0 && start_iter <= max_iter, "train(start_iter=", start_iter,
+                 ", max_iter=", max_iter, "): need 0 <= start_iter <= max_iter");
+  logger().info("Starting training from iteration {}", start_iter);
+  iter_ = start_iter_ = start_iter;
+  max_iter_ = max_iter;
+  storage_.set_iter(start_iter);
+  optim_wrapper_->initialize_count_status(start_iter, max_iter);
+  try {
+    before_train();
+    for (iter_ = start_iter; iter_ < max_iter; ++iter_) {
+      before_step();
+      run_step();
+      after_step();
+    }
+    // iter_ == max_iter now: hooks tell a finished run from a failed one by it.
+  } catch (...) {
+    logger().error("Exception during training at iteration {}", iter_);
+    try {
+      after_train();
+    } catch (const std::exception& secondary) {
+      logger().error("after_train also failed: {}", short_torch_message(secondary));
+    }
+    throw;
+  }
+  after_train();
+}
+
+void Trainer::run_step() {
+  LOCKSTEP_CHECK(model_->is_training(), "the model is in eval mode at iteration ", iter_,
+                 ": a hook switched it with eval() and did not switch it back with train()");
+  auto start = std::chrono::steady_clock::now();
+  Batch batch = data_loader_->next();
+  double data_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (options_.zero_grad_before_forward()) optim_wrapper_->zero_grad();
+  LogVars log_vars = optim_wrapper_->run_train_step(*model_, batch);
+  for (const auto& metric : optim_wrapper_->last_update_metrics()) log_vars[metric.first] = metric.second;
+  write_metrics(log_vars, data_time, iter_);
+}
+
+void Trainer::write_metrics(const LogVars& log_vars, double data_time, int64_t iteration) {
+  if ((iteration + 1) % options_.gather_metric_period() != 0) return;
+  if (metrics_worker_) {
+    metrics_worker_->rethrow_error();
+    metrics_worker_->submit([this, log_vars, data_time, iteration] { record_metrics(log_vars, data_time, iteration); });
+  } else {
+    record_metrics(log_vars, data_time, iteration);
+  }
+}
+
+void Trainer::record_metrics(const LogVars& log_vars, double data_time, int64_t iteration) {
+  LogVars local = log_vars;
+  local["data_time"] = data_time;
+  storage_.put_scalar("rank_data_time", data_time, true, iteration);
+  std::vector<LogVars> all = gather_metrics_(local);
+  // The slowest rank's data time is what every rank waits for; the rest are averaged.
+  double max_data_time = 0;
+  LogVars mean;
+  for (const auto& rank_metrics : all) {
+    for (const auto& metric : rank_metrics) {
+      if (metric.first == "data_time") {
+        max_data_time = std::max(max_data_time, metric.second);
+      } else {
+        mean[metric.first] += metric.second / static_cast<double>(all.size());
+      }
+    }
+  }
+  auto total = mean.find("loss");
+  if (total != mean.end() && !std::isfinite(total->second)) {
+    std::ostringstream losses;
+    for (const auto& metric : mean) losses << (losses.tellp() > 0 ? ", " : "") << metric.first << ": " << metric.second;
+    LOCKSTEP_FAIL("Loss became infinite or NaN at iteration=", iteration, "!\nloss_dict = {", losses.str(), "}");
+  }
+  storage_.put_scalar("data_time", max_data_time, true, iteration);
+  storage_.put_scalars(mean, true, iteration);
+}
+
+void Trainer::flush_metrics() {
+  if (!metrics_worker_) return;
+  metrics_worker_->drain();
+  metrics_worker_->rethrow_error();
+}
+
+void Trainer::before_train() {
+  for (auto& hook : hooks_) hook->before_train();
+}
+
+void Trainer::after_train() {
+  storage_.set_iter(iter_);
+  // Metrics still in flight belong to the run: record them before writers close.
+  std::exception_ptr metrics_error;
+  try {
+    flush_metrics();
+  } catch (...) {
+    metrics_error = std::current_exception();
+  }
+  for (auto& hook : hooks_) hook->after_train();
+  if (metrics_error) std::rethrow_exception(metrics_error);
+}
+
+void Trainer::before_step() {
+  // Hooks can see the iteration they are about to run through the storage.
+  storage_.set_iter(iter_);
+  for (auto& hook : hooks_) hook->before_step();
+}
+
+void Trainer::after_backward() {
+  for (auto& hook : hooks_) hook->after_backward();
+}
+
+void Trainer::after_step() {
+  for (auto& hook : hooks_) hook->after_step();
+}
+
+void Trainer::reset_data_loader(const std::function<std::shared_ptr<DataLoader>()>& build) {
+  data_loader_.reset();
+  data_loader_ = build();
+  LOCKSTEP_CHECK(data_loader_ != nullptr, "reset_data_loader: the builder returned no data loader");
+}
+
+State Trainer::state() const {
+  State state;
+  state.values["iteration"] = iter_;
+  State hooks;
+  for (const auto& hook : hooks_) {
+    if (hook->stateful()) hooks.put(hook->name(), hook->state());
+  }
+  state.put("hooks", std::move(hooks));
+  state.put("data_loader", data_loader_->state());
+  state.put("rng", capture_rng_state());
+  return state;
+}
+
+void Trainer::load_state(const State& state) {
+  LOCKSTEP_CHECK(state.values.contains("iteration"), "the trainer state in the checkpoint has no iteration");
+  iter_ = state.values.at("iteration").get<int64_t>();
+  State hooks = state.get("hooks");
+  std::set<std::string> claimed;
+  for (auto& hook : hooks_) {
+    if (!hook->stateful() || !hooks.contains(hook->name())) continue;
+    hook->load_state(hooks.get(hook->name()));
+    claimed.insert(hook->name());
+  }
+  if (hooks.values.is_object()) {
+    for (const auto& entry : hooks.values.items()) {
+      if (claimed.count(entry.key()) == 0) {
+        logger().warn("Cannot find a hook named '{}' to load its state from the checkpoint", entry.key());
+      }
+    }
+  }
+  if (state.contains("data_loader")) data_loader_->load_state(state.get("data_loader"));
+  if (state.contains("rng")) restore_rng_state(state.get("rng"));
+}
+
+}  // namespace lockstep

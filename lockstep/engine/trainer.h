@@ -1,0 +1,117 @@
+// Trainer: the training loop, its hooks and its metrics.
+//
+// detectron2's TrainerBase + SimpleTrainer, driving an mmengine-style model
+// step: each iteration takes the next batch (timing the wait as data_time),
+// lets the model run its train_step with the optim wrapper, and writes the
+// step's metrics into the EventStorage (gathered across ranks every
+// gather_metric_period iterations).
+//
+//   lockstep::Trainer trainer(model, loader, optim_wrapper,
+//                             lockstep::TrainerOptions().gather_metric_period(1));
+//   trainer.register_hooks({timer, lr_hook, checkpointer, writer});
+//   trainer.train(/*start_iter=*/0, /*max_iter=*/1000);
+//   // trainer.iter() == 1000 here; after_train ran even if a step threw.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "lockstep/core/state.h"
+#include "lockstep/engine/event_storage.h"
+#include "lockstep/engine/hook.h"
+#include "lockstep/optim/optim_wrapper.h"
+
+namespace lockstep {
+
+class DataLoader;
+class Model;
+
+struct TrainerOptions {
+  // Zero gradients before the forward pass as well (the optim wrapper always
+  // zeroes them after an update).
+  TORCH_ARG(bool, zero_grad_before_forward) = false;
+  // Gather and record step metrics every N iterations.
+  TORCH_ARG(int64_t, gather_metric_period) = 1;
+  // Record metrics on one ordered background thread, off the step's path.
+  TORCH_ARG(bool, async_write_metrics) = false;
+};
+
+// Gathers one rank's step metrics from every rank, in rank order, on every
+// rank (so all ranks reach the same verdict on a non-finite loss).
+using MetricsGatherer = std::function<std::vector<LogVars>(const LogVars& local)>;
+
+class Trainer {
+ public:
+  Trainer(std::shared_ptr<Model> model, std::shared_ptr<DataLoader> data_loader,
+          std::shared_ptr<OptimWrapperBase> optim_wrapper, TrainerOptions options = TrainerOptions());
+  virtual ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Appends hooks (null entries are skipped) and attaches them to this trainer.
+  void register_hooks(const std::vector<std::shared_ptr<Hook>>& hooks);
+  const std::vector<std::shared_ptr<Hook>>& hooks() const { return hooks_; }
+
+  // Runs iterations [start_iter, max_iter). after_train always runs; on
+  // success iter() == max_iter afterwards.
+  void train(int64_t start_iter, int64_t max_iter);
+  virtual void run_step();
+
+  int64_t iter() const { return iter_; }
+  int64_t start_iter() const { return start_iter_; }
+  int64_t max_iter() const { return max_iter_; }
+  EventStorage& storage() { return storage_; }
+  Model& model() const { return *model_; }
+  std::shared_ptr<Model> model_ptr() const { return model_; }
+  DataLoader& data_loader() const { return *data_loader_; }
+  OptimWrapperBase& optim_wrapper() const { return *optim_wrapper_; }
+  const TrainerOptions& options() const { return options_; }
+
+  // Replaces the data loader (detectron2's reset_data_loader); the old one is
+  // destroyed first so its workers stop before new ones start.
+  void reset_data_loader(const std::function<std::shared_ptr<DataLoader>()>& build);
+
+  // {iteration, hooks: {name: state}, data_loader, rng}
+  State state() const;
+  // Restores what state() saved; warns about hook states no hook claims.
+  void load_state(const State& state);
+
+  void set_metrics_gatherer(MetricsGatherer gatherer) { gather_metrics_ = std::move(gatherer); }
+  // Records one step's metrics (see class comment). Public for custom run_step overrides.
+  void write_metrics(const LogVars& log_vars, double data_time, int64_t iteration);
+  // Waits for metrics queued by async_write_metrics and rethrows their error, if any.
+  void flush_metrics();
+
+ protected:
+  void before_train();
+  void after_train();
+  void before_step();
+  void after_backward();
+  void after_step();
+
+ private:
+  class OrderedWorker;
+  void record_metrics(const LogVars& log_vars, double data_time, int64_t iteration);
+
+  std::shared_ptr<Model> model_;
+  std::shared_ptr<DataLoader> data_loader_;
+  std::shared_ptr<OptimWrapperBase> optim_wrapper_;
+  TrainerOptions options_;
+  std::vector<std::shared_ptr<Hook>> hooks_;
+  EventStorage storage_;
+  MetricsGatherer gather_metrics_;
+  std::unique_ptr<OrderedWorker> metrics_worker_;
+  int64_t iter_ = 0;
+  int64_t start_iter_ = 0;
+  int64_t max_iter_ = 0;
+};
+
+}  // namespace lockstep

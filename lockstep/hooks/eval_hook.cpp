@@ -1,0 +1,49 @@
+#include "lockstep/hooks/eval_hook.h"
+
+#include <cmath>
+
+#include "lockstep/core/error.h"
+#include "lockstep/core/logging.h"
+#include "lockstep/engine/trainer.h"
+#include "lockstep/model/model.h"
+
+namespace lockstep {
+
+EvalHook::EvalHook(int64_t period, EvalFunction evaluate, std::function<void()> barrier)
+    : Hook("EvalHook"), period_(period), evaluate_(std::move(evaluate)), barrier_(std::move(barrier)) {
+  LOCKSTEP_CHECK(evaluate_ != nullptr, "EvalHook needs an evaluation function");
+}
+
+void EvalHook::run_evaluation() {
+  Model& model = trainer().model();
+  const bool was_training = model.is_training();
+  model.eval();
+  std::map<std::string, double> results;
+  try {
+    results = evaluate_();
+  } catch (...) {
+    if (was_training) model.train();
+    throw;
+  }
+  if (was_training) model.train();
+  for (const auto& [name, value] : results) {
+    trainer().storage().put_scalar(name, value, /*smoothing_hint=*/false);
+  }
+  last_evaluated_ = trainer().iter();
+  if (barrier_) barrier_();
+}
+
+void EvalHook::after_step() {
+  const int64_t next = trainer().iter() + 1;
+  // The final evaluation belongs to after_train, which knows whether the run completed.
+  if (period_ > 0 && next % period_ == 0 && next != trainer().max_iter()) run_evaluation();
+}
+
+void EvalHook::after_train() {
+  // iter() == max_iter only when every iteration ran.
+  // The final results are recorded at iteration max_iter, one past the last
+  // step, so writers that publish "scalars newer than the last write" see them.
+  if (trainer().iter() >= trainer().max_iter() && last_evaluated_ != trainer().iter()) run_evaluation();
+}
+
+}  // namespace lockstep

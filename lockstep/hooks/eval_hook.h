@@ -1,0 +1,34 @@
+// EvalHook: runs evaluation every `period` iterations and once more after a
+// run that completed (not after one that failed), writing the metrics into
+// the storage. detectron2's EvalHook semantics, including a barrier after each
+// evaluation so ranks leave it together.
+//
+//   auto eval = std::make_shared<lockstep::EvalHook>(/*period=*/938, [&] { return runner.validate(); });
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include "lockstep/engine/hook.h"
+
+namespace lockstep {
+
+class EvalHook : public Hook {
+ public:
+  using EvalFunction = std::function<std::map<std::string, double>()>;
+  // `barrier` is called after each evaluation (no-op on one process).
+  EvalHook(int64_t period, EvalFunction evaluate, std::function<void()> barrier = nullptr);
+  void after_step() override;
+  void after_train() override;
+  int64_t period() const { return period_; }
+
+ private:
+  void run_evaluation();
+  int64_t period_;
+  EvalFunction evaluate_;
+  std::function<void()> barrier_;
+  int64_t last_evaluated_ = -1;
+};
+
+}  // namespace lockstep

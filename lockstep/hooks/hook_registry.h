@@ -1,0 +1,38 @@
+// The registry of hooks that configs can name, and what their factories get.
+//
+// Configs list hooks under `custom_hooks` (and `default_hooks` overrides):
+//   custom_hooks:
+//     - {type: MyHook, period: 100}
+// A factory receives its config and a HookContext with the run's pieces:
+//
+//   LOCKSTEP_REGISTER(lockstep::hook_registry(), "MyHook",
+//       [](const lockstep::Config& cfg, const lockstep::HookContext& ctx) {
+//         return std::make_shared<MyHook>(cfg.get<int64_t>("period", 100));
+//       });
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "lockstep/config/registry.h"
+#include "lockstep/engine/hook.h"
+
+namespace lockstep {
+
+class Checkpointer;
+class Strategy;
+
+struct HookContext {
+  std::shared_ptr<Strategy> strategy;
+  std::shared_ptr<Checkpointer> checkpointer;
+  std::string work_dir;
+  int64_t iters_per_epoch = 1;
+  int64_t max_iters = 0;
+  // Runs a validation pass and returns its metrics (empty when no val set).
+  std::function<std::map<std::string, double>()> evaluate;
+};
+
+Registry<Hook, const HookContext&>& hook_registry();
+
+}  // namespace lockstep

@@ -1,0 +1,51 @@
+#include "lockstep/model/data_preprocessor.h"
+
+#include <torch/torch.h>
+
+#include "lockstep/core/error.h"
+
+namespace lockstep {
+
+Batch DataPreprocessor::operator()(const Batch& batch, bool /*training*/) const {
+  return batch.to(device_, /*non_blocking=*/device_.is_cuda());
+}
+
+ImgDataPreprocessor::ImgDataPreprocessor(std::vector<double> mean, std::vector<double> std, std::string key)
+    : key_(std::move(key)), mean_(std::move(mean)), std_(std::move(std)) {
+  LOCKSTEP_CHECK(mean_.size() == std_.size(), "ImgDataPreprocessor: mean has ", mean_.size(),
+                 " channels but std has ", std_.size());
+  for (double s : std_) LOCKSTEP_CHECK(s > 0, "ImgDataPreprocessor: std must be positive, got ", s);
+}
+
+Batch ImgDataPreprocessor::operator()(const Batch& batch, bool training) const {
+  Batch moved = DataPreprocessor::operator()(batch, training);
+  torch::Tensor image = moved.at(key_).to(torch::kFloat);
+  if (!mean_.empty()) {
+    LOCKSTEP_CHECK(image.dim() >= 2 && image.size(1) == static_cast<int64_t>(mean_.size()),
+                   "ImgDataPreprocessor: '", key_, "' has shape ", image.sizes(), " but mean/std give ",
+                   mean_.size(), " channels");
+    std::vector<int64_t> shape(image.dim(), 1);
+    shape[1] = static_cast<int64_t>(mean_.size());
+    auto options = torch::TensorOptions().dtype(torch::kFloat).device(image.device());
+    torch::Tensor mean = torch::tensor(std::vector<float>(mean_.begin(), mean_.end()), options).view(shape);
+    torch::Tensor std = torch::tensor(std::vector<float>(std_.begin(), std_.end()), options).view(shape);
+    image = (image - mean) / std;
+  }
+  moved.set(key_, image);
+  return moved;
+}
+
+Registry<DataPreprocessor>& data_preprocessor_registry() {
+  static Registry<DataPreprocessor> registry("data preprocessor");
+  return registry;
+}
+
+LOCKSTEP_REGISTER(data_preprocessor_registry(), "BaseDataPreprocessor",
+                  [](const Config&) { return std::make_shared<DataPreprocessor>(); });
+LOCKSTEP_REGISTER(data_preprocessor_registry(), "ImgDataPreprocessor", [](const Config& config) {
+  return std::make_shared<ImgDataPreprocessor>(config.get<std::vector<double>>("mean", {}),
+                                               config.get<std::vector<double>>("std", {}),
+                                               config.get<std::string>("key", "image"));
+});
+
+}  // namespace lockstep

@@ -1,0 +1,50 @@
+// DataPreprocessor: turns a batch from the data loader into model input.
+//
+// It moves tensors to the model's device and, for images, converts to float and
+// normalises per channel (mmengine's ImgDataPreprocessor). Models own one and
+// call it at the start of their steps:
+//
+//   auto data = data_preprocessor()(batch, /*training=*/true);
+//
+// Config (under `model:`):
+//   data_preprocessor: {type: ImgDataPreprocessor, mean: [72.94], std: [90.02], key: image}
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "lockstep/config/registry.h"
+#include "lockstep/model/batch.h"
+
+namespace lockstep {
+
+class DataPreprocessor {
+ public:
+  virtual ~DataPreprocessor() = default;
+  // Moves every tensor to device(); subclasses add their own transforms.
+  virtual Batch operator()(const Batch& batch, bool training) const;
+  void set_device(const torch::Device& device) { device_ = device; }
+  const torch::Device& device() const { return device_; }
+
+ private:
+  torch::Device device_ = torch::kCPU;
+};
+
+// Normalises `key` to float: (x - mean[c]) / std[c] per channel (dimension 1).
+class ImgDataPreprocessor : public DataPreprocessor {
+ public:
+  ImgDataPreprocessor(std::vector<double> mean, std::vector<double> std, std::string key = "image");
+  Batch operator()(const Batch& batch, bool training) const override;
+
+ private:
+  std::string key_;
+  std::vector<double> mean_;
+  std::vector<double> std_;
+};
+
+Registry<DataPreprocessor>& data_preprocessor_registry();
+
+}  // namespace lockstep

@@ -1,0 +1,83 @@
+#include "lockstep/model/model.h"
+
+#include "lockstep/core/error.h"
+
+namespace lockstep {
+
+ParsedLosses parse_losses(const LossDict& losses) {
+  ParsedLosses parsed;
+  std::vector<torch::Tensor> terms;
+  for (const auto& item : losses) {
+    const torch::Tensor& value = item.value();
+    LOCKSTEP_CHECK(value.defined(), "loss entry '", item.key(), "' is an undefined tensor");
+    torch::Tensor mean = value.numel() == 1 ? value.reshape({}) : value.mean();
+    if (item.key().find("loss") != std::string::npos) terms.push_back(mean);
+    parsed.log_vars[item.key()] = mean.detach().item<double>();
+  }
+  LOCKSTEP_CHECK(!terms.empty(), "the model's loss() returned no entry whose name contains 'loss' (got ",
+                 losses.size(), " entries); parse_losses sums exactly those");
+  parsed.loss = terms.size() == 1 ? terms.front() : torch::stack(terms).sum();
+  parsed.log_vars["loss"] = parsed.loss.detach().item<double>();
+  return parsed;
+}
+
+Model::Model() : data_preprocessor_(std::make_shared<DataPreprocessor>()) {}
+Model::~Model() = default;
+
+LogVars Model::train_step(const Batch& batch, OptimWrapper& optim_wrapper) {
+  ParsedLosses parsed;
+  {
+    auto context = optim_wrapper.optim_context();
+    Batch data = data_preprocessor()(batch, /*training=*/true);
+    parsed = parse_losses(loss(data));
+  }
+  optim_wrapper.update_params(parsed.loss);
+  return parsed.log_vars;
+}
+
+LogVars Model::train_step(const Batch& /*batch*/, OptimWrapperDict& optim_wrappers) {
+  std::string names;
+  for (const auto& name : optim_wrappers.names()) names += (names.empty() ? "" : ", ") + name;
+  LOCKSTEP_FAIL("this model is trained with several optimizers (", names,
+                ") and must override train_step(const Batch&, OptimWrapperDict&) to say in which order "
+                "its networks are updated");
+}
+
+Batch Model::val_step(const Batch& batch) {
+  torch::NoGradGuard no_grad;
+  return predict(data_preprocessor()(batch, /*training=*/false));
+}
+
+Batch Model::test_step(const Batch& batch) { return val_step(batch); }
+
+void Model::set_data_preprocessor(std::shared_ptr<DataPreprocessor> preprocessor) {
+  LOCKSTEP_CHECK(preprocessor != nullptr, "set_data_preprocessor(nullptr)");
+  preprocessor->set_device(data_preprocessor_->device());
+  data_preprocessor_ = std::move(preprocessor);
+}
+
+void Model::move_to(const torch::Device& device) {
+  to(device);
+  data_preprocessor_->set_device(device);
+}
+
+Registry<Model>& model_registry() {
+  static Registry<Model> registry("model");
+  return registry;
+}
+
+std::shared_ptr<Model> build_model(const Config& config) {
+  LOCKSTEP_CHECK(config.is_map(), config.where(), ": model must be a map with a 'type' key");
+  // The preprocessor is configured inside the model section but built here,
+  // so every model gets it without reading it itself.
+  Config preprocessor_config = config.child("data_preprocessor");
+  std::shared_ptr<DataPreprocessor> preprocessor;
+  if (!preprocessor_config.is_null()) {
+    preprocessor = data_preprocessor_registry().build(preprocessor_config);
+  }
+  auto model = model_registry().build(config);
+  if (preprocessor) model->set_data_preprocessor(preprocessor);
+  return model;
+}
+
+}  // namespace lockstep

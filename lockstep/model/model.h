@@ -1,0 +1,87 @@
+// Model: the contract between a network and the trainer.
+//
+// A model is a torch::nn::Module that knows how to compute its losses and its
+// predictions from a Batch. The default train_step runs the data
+// preprocessor, `loss()` under the optim wrapper's context, sums the losses
+// (parse_losses) and calls update_params; override it for anything else
+// (several optimizers, several backward passes).
+//
+//   class Net : public lockstep::Model {
+//    public:
+//     Net() { fc = register_module("fc", torch::nn::Linear(784, 10)); }
+//     lockstep::LossDict loss(const lockstep::Batch& data) override {
+//       auto logits = fc(data.at("image").flatten(1));
+//       lockstep::LossDict losses;
+//       losses.insert("loss_cls", torch::cross_entropy_loss(logits, data.at("label")));
+//       return losses;
+//     }
+//     lockstep::Batch predict(const lockstep::Batch& data) override {
+//       return {{"logits", fc(data.at("image").flatten(1))}};
+//     }
+//     torch::nn::Linear fc{nullptr};
+//   };
+//   LOCKSTEP_REGISTER(lockstep::model_registry(), "Net",
+//                     [](const lockstep::Config&) { return std::make_shared<Net>(); });
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include <torch/torch.h>
+
+#include "lockstep/config/registry.h"
+#include "lockstep/model/batch.h"
+#include "lockstep/model/data_preprocessor.h"
+#include "lockstep/optim/optim_wrapper.h"
+
+namespace lockstep {
+
+// Named loss terms (and any other scalar tensors to log), in insertion order.
+using LossDict = torch::OrderedDict<std::string, torch::Tensor>;
+
+struct ParsedLosses {
+  torch::Tensor loss;  // the sum of every entry whose name contains "loss"
+  LogVars log_vars;    // every entry's mean, plus "loss"
+};
+
+// mmengine's parse_losses: entries whose key contains "loss" are summed into
+// the total; every entry is logged by its mean value.
+ParsedLosses parse_losses(const LossDict& losses);
+
+class Model : public torch::nn::Module {
+ public:
+  Model();
+  ~Model() override;
+
+  // Forward in "loss" mode: named losses for a preprocessed batch.
+  virtual LossDict loss(const Batch& data) = 0;
+  // Forward in "predict" mode: named outputs for a preprocessed batch.
+  virtual Batch predict(const Batch& data) = 0;
+
+  // One training step with one optimizer.
+  virtual LogVars train_step(const Batch& batch, OptimWrapper& optim_wrapper);
+  // One training step with several named optimizers (multi-network models).
+  // The default explains that the model must override it.
+  virtual LogVars train_step(const Batch& batch, OptimWrapperDict& optim_wrappers);
+  // Predictions for evaluation (no gradients, data preprocessed in eval mode).
+  virtual Batch val_step(const Batch& batch);
+  virtual Batch test_step(const Batch& batch);
+
+  DataPreprocessor& data_preprocessor() const { return *data_preprocessor_; }
+  void set_data_preprocessor(std::shared_ptr<DataPreprocessor> preprocessor);
+  // Moves the module and tells the preprocessor where data must go.
+  void move_to(const torch::Device& device);
+  torch::Device device() const { return data_preprocessor_->device(); }
+
+ private:
+  std::shared_ptr<DataPreprocessor> data_preprocessor_;
+};
+
+Registry<Model>& model_registry();
+
+// Builds `model:` from config, including its `data_preprocessor` entry.
+std::shared_ptr<Model> build_model(const Config& config);
+
+}  // namespace lockstep

@@ -1,0 +1,58 @@
+#include "lockstep/model/model.h"
+
+#include <gtest/gtest.h>
+
+#include "lockstep/core/error.h"
+#include "lockstep/model/data_preprocessor.h"
+
+namespace lockstep {
+namespace {
+
+TEST(ParseLossesTest, SumsLossKeysAndLogsEverything) {
+  LossDict losses;
+  losses.insert("loss_cls", torch::tensor(1.5, torch::requires_grad()));
+  losses.insert("loss_box", torch::tensor({1.0, 3.0}, torch::requires_grad()));  // mean 2
+  losses.insert("accuracy", torch::tensor(0.25));
+  ParsedLosses parsed = parse_losses(losses);
+  EXPECT_DOUBLE_EQ(parsed.loss.item<double>(), 3.5);
+  EXPECT_TRUE(parsed.loss.requires_grad());
+  EXPECT_EQ(parsed.log_vars, (LogVars{{"loss_cls", 1.5}, {"loss_box", 2.0}, {"accuracy", 0.25}, {"loss", 3.5}}));
+}
+
+TEST(ParseLossesTest, NoLossEntryIsAnError) {
+  LossDict losses;
+  losses.insert("accuracy", torch::tensor(0.25));
+  EXPECT_THROW(parse_losses(losses), Error);
+}
+
+TEST(DataPreprocessorTest, NormalisesPerChannelAsFloat) {
+  ImgDataPreprocessor preprocessor({10, 20}, {2, 4});
+  Batch batch{{"image", torch::tensor({12, 28}, torch::kUInt8).view({1, 2, 1, 1})}, {"label", torch::tensor({1})}};
+  Batch out = preprocessor(batch, true);
+  EXPECT_EQ(out.at("image").scalar_type(), torch::kFloat);
+  EXPECT_FLOAT_EQ(out.at("image")[0][0][0][0].item<float>(), 1.0f);
+  EXPECT_FLOAT_EQ(out.at("image")[0][1][0][0].item<float>(), 2.0f);
+  EXPECT_TRUE(torch::equal(out.at("label"), batch.at("label")));
+  EXPECT_THROW(ImgDataPreprocessor({1}, {0}), Error);
+  ImgDataPreprocessor three({1, 2, 3}, {1, 1, 1});
+  EXPECT_THROW(three(batch, true), Error);
+}
+
+TEST(BatchTest, NamedAccessSliceAndConcat) {
+  Batch batch{{"x", torch::arange(6).view({3, 2})}, {"y", torch::arange(3)}};
+  EXPECT_EQ(batch.size(), 3);
+  EXPECT_EQ(batch.names(), (std::vector<std::string>{"x", "y"}));
+  Batch part = batch.slice(1, 2);
+  EXPECT_TRUE(torch::equal(part.at("y"), torch::tensor({1, 2})));
+  Batch joined = Batch::concat({batch.slice(0, 1), part});
+  EXPECT_TRUE(torch::equal(joined.at("x"), batch.at("x")));
+  try {
+    batch.at("z");
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("x, y"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -1,0 +1,44 @@
+// GradientSync: the seam through which DDP and FSDP synchronise gradients.
+//
+// The OptimWrapper owns the training step's control flow (forward context,
+// backward, accumulation, clipping, step); a parallel wrapper attaches itself
+// to it and is told, at each point, what is about to happen. No wrapper copies
+// the model's train_step: the model stays the author of its step.
+//
+//   class MyDataParallel : public lockstep::GradientSync { ... };
+//   optim_wrapper.set_gradient_sync(my_ddp);   // done by the strategy
+//
+// Call order inside one micro-step of `update_params(loss)`:
+//   begin_forward(sync)      -- from optim_context(), before the forward pass
+//   begin_backward(loss, sync)
+//   loss.backward()          -- autograd hooks fire, buckets launch
+//   end_backward(sync)       -- all reductions finished, .grad holds the result
+// `sync` is false on accumulation micro-steps that must not communicate.
+#pragma once
+
+#include <torch/types.h>
+
+namespace lockstep {
+
+class GradientSync {
+ public:
+  virtual ~GradientSync() = default;
+
+  // A forward pass is about to run. `sync`: whether this micro-step's
+  // gradients will be reduced. Called only when the model runs under
+  // OptimWrapper::optim_context().
+  virtual void begin_forward(bool sync) = 0;
+  // loss.backward() is about to run (unused-parameter search starts from `loss`).
+  virtual void begin_backward(const torch::Tensor& loss, bool sync) = 0;
+  // loss.backward() has returned.
+  virtual void end_backward(bool sync) = 0;
+  // Reduces the local sum of |g|^norm_type over this process's gradients into
+  // the global sum (FSDP shards gradients; DDP's are already identical on every
+  // rank and return `local` unchanged).
+  virtual double reduce_grad_norm_power(double local, double norm_type) { return local; }
+  // Whether .grad tensors alias communication buffers (then zero_grad must
+  // zero them in place instead of dropping them).
+  virtual bool grads_are_views() const { return false; }
+};
+
+}  // namespace lockstep

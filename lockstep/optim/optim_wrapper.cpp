@@ -1,0 +1,282 @@
+#include "lockstep/optim/optim_wrapper.h"
+
+#include <cmath>
+
+#include "lockstep/core/error.h"
+#include "lockstep/model/model.h"
+#include "lockstep/optim/optimizer_state.h"
+#include "lockstep/optim/param_groups.h"
+
+namespace lockstep {
+
+OptimWrapper::OptimWrapper(std::shared_ptr<torch::optim::Optimizer> optimizer, OptimWrapperOptions options)
+    : optimizer_(std::move(optimizer)), options_(options) {
+  LOCKSTEP_CHECK(optimizer_ != nullptr, "OptimWrapper needs an optimizer");
+  LOCKSTEP_CHECK(options_.accumulative_counts() >= 1, "accumulative_counts must be at least 1, got ",
+                 options_.accumulative_counts());
+  const auto& clip = options_.clip_grad();
+  if (clip.kind == ClipGradOptions::Kind::kNorm) {
+    LOCKSTEP_CHECK(clip.max_norm > 0, "clip_grad.max_norm must be positive, got ", clip.max_norm);
+  } else if (clip.kind == ClipGradOptions::Kind::kValue) {
+    LOCKSTEP_CHECK(clip.clip_value > 0, "clip_grad.clip_value must be positive, got ", clip.clip_value);
+  }
+}
+
+OptimWrapper::~OptimWrapper() = default;
+
+OptimWrapper::Context::Context(std::function<void()> on_exit) : on_exit_(std::move(on_exit)) {}
+OptimWrapper::Context::Context(Context&& other) noexcept : on_exit_(std::move(other.on_exit_)) {
+  other.on_exit_ = nullptr;
+}
+OptimWrapper::Context::~Context() {
+  if (on_exit_) on_exit_();
+}
+
+OptimWrapper::Context OptimWrapper::optim_context() {
+  LOCKSTEP_CHECK(!forward_context_open_, "optim_context() entered twice: close the first context "
+                 "(it must cover exactly one forward pass) before opening another");
+  if (gradient_sync_) gradient_sync_->begin_forward(should_sync());
+  std::function<void()> leave_autocast = enter_forward_context();
+  forward_context_open_ = true;
+  return Context([this, leave_autocast]() {
+    forward_context_open_ = false;
+    if (leave_autocast) leave_autocast();
+  });
+}
+
+bool OptimWrapper::sync_for_current_step() const { return should_sync(); }
+
+void OptimWrapper::initialize_count_status(int64_t start_iter, int64_t max_iters) {
+  const int64_t accumulation = options_.accumulative_counts();
+  inner_count_ = start_iter;
+  max_counts_ = max_iters;
+  if (start_iter % accumulation != 0) {
+    // Resuming inside an accumulation window: gradients of the window's first
+    // micro-steps were not saved, so the first update sees fewer micro-batches.
+    // mmengine warns about the same thing.
+  }
+  if (max_iters >= 0) {
+    remainder_counts_ = max_iters % accumulation;
+    divisible_counts_ = max_iters - remainder_counts_;
+  }
+}
+
+torch::Tensor OptimWrapper::scale_loss(const torch::Tensor& loss) const {
+  const int64_t accumulation = options_.accumulative_counts();
+  int64_t factor = 1;
+  if (accumulation == 1) {
+    factor = 1;
+  } else if (max_counts_ < 0) {
+    factor = accumulation;
+  } else if (inner_count_ < divisible_counts_) {
+    factor = accumulation;
+  } else {
+    factor = remainder_counts_;  // the last, shorter window
+  }
+  return factor == 1 ? loss : loss / static_cast<double>(factor);
+}
+
+bool OptimWrapper::should_update() const {
+  return inner_count_ % options_.accumulative_counts() == 0 || inner_count_ == max_counts_;
+}
+
+bool OptimWrapper::should_sync() const {
+  return (inner_count_ + 1) % options_.accumulative_counts() == 0 || inner_count_ + 1 == max_counts_;
+}
+
+void OptimWrapper::backward(const torch::Tensor& loss) {
+  LOCKSTEP_CHECK(loss.defined() && loss.numel() == 1, "update_params needs a scalar loss, got a tensor of shape ",
+                 loss.defined() ? loss.sizes() : c10::IntArrayRef{});
+  LOCKSTEP_CHECK(loss.requires_grad(), "the loss does not require grad: no parameter took part in computing it "
+                 "(was the forward run under torch::NoGradGuard, or are all parameters frozen?)");
+  const bool sync = sync_for_current_step();
+  torch::Tensor to_differentiate = scale_for_backward(loss);
+  if (gradient_sync_) gradient_sync_->begin_backward(to_differentiate, sync);
+  to_differentiate.backward();
+  if (gradient_sync_) gradient_sync_->end_backward(sync);
+  inner_count_ += 1;
+  if (after_backward_) after_backward_();
+}
+
+void OptimWrapper::update_params(const torch::Tensor& loss) {
+  backward(scale_loss(loss));
+  if (should_update()) {
+    step();
+    zero_grad();
+  }
+}
+
+std::vector<torch::Tensor> OptimWrapper::parameters() const {
+  std::vector<torch::Tensor> params;
+  for (const auto& group : optimizer_->param_groups()) {
+    for (const auto& p : group.params()) params.push_back(p);
+  }
+  return params;
+}
+
+void OptimWrapper::clip_gradients() {
+  const auto& clip = options_.clip_grad();
+  if (clip.kind == ClipGradOptions::Kind::kNone) return;
+  std::vector<torch::Tensor> grads;
+  for (auto& p : parameters()) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  if (clip.kind == ClipGradOptions::Kind::kValue) {
+    for (auto& g : grads) g.clamp_(-clip.clip_value, clip.clip_value);
+    return;
+  }
+  // Norm clipping as torch.nn.utils.clip_grad_norm_, except that the local
+  // sum of powers goes through the GradientSync so sharded gradients (FSDP)
+  // contribute to one global norm.
+  double total = 0;
+  const bool infinity_norm = std::isinf(clip.norm_type);
+  if (!grads.empty()) {
+    std::vector<torch::Tensor> norms;
+    norms.reserve(grads.size());
+    for (const auto& g : grads) norms.push_back(g.detach().norm(clip.norm_type).to(torch::kDouble));
+    torch::Tensor stacked = torch::stack(norms);
+    total = infinity_norm ? stacked.max().item<double>() : stacked.pow(clip.norm_type).sum().item<double>();
+  }
+  if (gradient_sync_) {
+    total = infinity_norm ? gradient_sync_->reduce_grad_norm_power(total, INFINITY)
+                          : gradient_sync_->reduce_grad_norm_power(total, clip.norm_type);
+  }
+  const double norm = infinity_norm ? total : std::pow(total, 1.0 / clip.norm_type);
+  last_metrics_["grad_norm"] = norm;
+  const double coefficient = clip.max_norm / (norm + 1e-6);
+  if (coefficient < 1.0) {
+    for (auto& g : grads) g.mul_(coefficient);
+  }
+}
+
+bool OptimWrapper::optimizer_step() {
+  optimizer_->step();
+  return true;
+}
+
+void OptimWrapper::step() {
+  unscale_gradients();
+  clip_gradients();
+  optimizer_step();
+}
+
+void OptimWrapper::zero_grad() {
+  const bool in_place = gradient_sync_ && gradient_sync_->grads_are_views();
+  for (auto& p : parameters()) {
+    auto& grad = p.mutable_grad();
+    if (!grad.defined()) continue;
+    if (in_place) {
+      grad.detach_();
+      grad.zero_();
+    } else {
+      grad.reset();
+    }
+  }
+}
+
+size_t OptimWrapper::main_group() const {
+  size_t best = 0;
+  int64_t best_count = -1;
+  const auto& groups = optimizer_->param_groups();
+  for (size_t i = 0; i < groups.size(); ++i) {
+    int64_t count = 0;
+    for (const auto& p : groups[i].params()) count += p.numel();
+    if (count > best_count) {
+      best_count = count;
+      best = i;
+    }
+  }
+  return best;
+}
+
+std::map<std::string, double> OptimWrapper::learning_rates() const {
+  return {{"", get_group_option(optimizer_->param_groups().at(main_group()), "lr")}};
+}
+
+LogVars OptimWrapper::run_train_step(Model& model, const Batch& batch) { return model.train_step(batch, *this); }
+
+State OptimWrapper::state() const {
+  State state;
+  state.put("optimizer", save_optimizer_state(*optimizer_));
+  save_extra_state(state);
+  return state;
+}
+
+void OptimWrapper::load_state(const State& state) {
+  LOCKSTEP_CHECK(state.contains("optimizer"), "the checkpoint holds no optimizer state");
+  load_optimizer_state(*optimizer_, state.get("optimizer"));
+  load_extra_state(state);
+}
+
+// ---- OptimWrapperDict ------------------------------------------------------
+
+void OptimWrapperDict::add(const std::string& name, std::shared_ptr<OptimWrapper> wrapper) {
+  LOCKSTEP_CHECK(!name.empty(), "an OptimWrapperDict entry needs a name");
+  LOCKSTEP_CHECK(wrappers_.count(name) == 0, "OptimWrapperDict already holds '", name, "'");
+  wrappers_.emplace(name, std::move(wrapper));
+}
+
+OptimWrapper& OptimWrapperDict::operator[](const std::string& name) const {
+  auto found = wrappers_.find(name);
+  if (found == wrappers_.end()) {
+    std::string known;
+    for (const auto& entry : wrappers_) known += (known.empty() ? "" : ", ") + entry.first;
+    LOCKSTEP_FAIL("no optim wrapper named '", name, "'; the dict holds: ", known);
+  }
+  return *found->second;
+}
+
+std::vector<std::string> OptimWrapperDict::names() const {
+  std::vector<std::string> result;
+  for (const auto& entry : wrappers_) result.push_back(entry.first);
+  return result;
+}
+
+LogVars OptimWrapperDict::run_train_step(Model& model, const Batch& batch) { return model.train_step(batch, *this); }
+
+void OptimWrapperDict::zero_grad() {
+  for (auto& entry : wrappers_) entry.second->zero_grad();
+}
+
+void OptimWrapperDict::initialize_count_status(int64_t start_iter, int64_t max_iters) {
+  for (auto& entry : wrappers_) entry.second->initialize_count_status(start_iter, max_iters);
+}
+
+std::map<std::string, double> OptimWrapperDict::learning_rates() const {
+  std::map<std::string, double> result;
+  for (const auto& entry : wrappers_) result[entry.first] = entry.second->learning_rates().at("");
+  return result;
+}
+
+LogVars OptimWrapperDict::last_update_metrics() const {
+  LogVars result;
+  for (const auto& entry : wrappers_) {
+    for (const auto& metric : entry.second->last_update_metrics()) result[entry.first + "/" + metric.first] = metric.second;
+  }
+  return result;
+}
+
+void OptimWrapperDict::set_after_backward(std::function<void()> callback) {
+  for (auto& entry : wrappers_) entry.second->set_after_backward(callback);
+}
+
+State OptimWrapperDict::state() const {
+  State state;
+  for (const auto& entry : wrappers_) state.put(entry.first, entry.second->state());
+  return state;
+}
+
+void OptimWrapperDict::load_state(const State& state) {
+  for (auto& entry : wrappers_) {
+    LOCKSTEP_CHECK(state.contains(entry.first), "the checkpoint holds no optimizer state for '", entry.first, "'");
+    entry.second->load_state(state.get(entry.first));
+  }
+}
+
+std::vector<std::pair<std::string, OptimWrapper*>> OptimWrapperDict::wrappers() {
+  std::vector<std::pair<std::string, OptimWrapper*>> result;
+  for (auto& entry : wrappers_) result.emplace_back(entry.first, entry.second.get());
+  return result;
+}
+
+}  // namespace lockstep

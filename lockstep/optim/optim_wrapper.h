@@ -1,0 +1,186 @@
+// OptimWrapper: one optimizer plus everything around its step.
+//
+// mmengine's OptimWrapper semantics: gradient accumulation
+// (`accumulative_counts`, with the last, shorter window scaled by its real
+// length), gradient clipping by norm or value (the norm is logged as
+// "grad_norm"), zero_grad after each update. A model's train_step uses it as:
+//
+//   lockstep::LogVars MyModel::train_step(const Batch& batch, OptimWrapper& optim) {
+//     torch::Tensor loss;
+//     {
+//       auto context = optim.optim_context();   // no_sync / autocast decisions
+//       loss = compute_my_loss(data_preprocessor()(batch, true));
+//     }
+//     optim.update_params(loss);                 // backward, maybe step + zero_grad
+//     return {{"loss", loss.item<double>()}};
+//   }
+//
+// Parallel strategies attach a GradientSync (DDP, FSDP); mixed precision
+// subclasses it (AmpOptimWrapper). OptimWrapperDict holds several named
+// wrappers for models with several optimizers (GANs).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "lockstep/core/state.h"
+#include "lockstep/optim/gradient_sync.h"
+
+namespace lockstep {
+
+class Batch;
+class Model;
+class OptimWrapper;
+class OptimWrapperDict;
+using LogVars = std::map<std::string, double>;
+
+struct ClipGradOptions {
+  enum class Kind { kNone, kNorm, kValue };
+  Kind kind = Kind::kNone;
+  double max_norm = 0;     // kNorm
+  double norm_type = 2.0;  // kNorm; use INFINITY for the max norm
+  double clip_value = 0;   // kValue
+};
+
+struct OptimWrapperOptions {
+  TORCH_ARG(int64_t, accumulative_counts) = 1;
+  TORCH_ARG(ClipGradOptions, clip_grad) = {};
+};
+
+// What the trainer needs from "the optimization" of a model, whether it has one
+// optimizer or several. Deliberately small: both implementations honour all of it.
+class OptimWrapperBase {
+ public:
+  virtual ~OptimWrapperBase() = default;
+  // Double dispatch: calls the model's train_step overload for this kind.
+  virtual LogVars run_train_step(Model& model, const Batch& batch) = 0;
+  virtual void zero_grad() = 0;
+  // Prepares accumulation counting for a run of iterations [start, max).
+  virtual void initialize_count_status(int64_t start_iter, int64_t max_iters) = 0;
+  // "lr" of the main param group, by wrapper name ("" for a single wrapper).
+  virtual std::map<std::string, double> learning_rates() const = 0;
+  // Metrics of the last update (grad_norm, loss_scale), prefixed by name for dicts.
+  virtual LogVars last_update_metrics() const = 0;
+  // Called after every backward, before the optimizer step (trainer hooks).
+  virtual void set_after_backward(std::function<void()> callback) = 0;
+  virtual State state() const = 0;
+  virtual void load_state(const State& state) = 0;
+  // The wrappers inside, by name ("" for a single wrapper).
+  virtual std::vector<std::pair<std::string, OptimWrapper*>> wrappers() = 0;
+};
+
+class OptimWrapper : public OptimWrapperBase {
+ public:
+  explicit OptimWrapper(std::shared_ptr<torch::optim::Optimizer> optimizer,
+                        OptimWrapperOptions options = OptimWrapperOptions());
+  ~OptimWrapper() override;
+
+  // Guard for the forward pass of one micro-step: tells the attached
+  // GradientSync whether this micro-step synchronises, and (in subclasses)
+  // enables autocast. Keep it alive exactly around the forward pass.
+  class Context {
+   public:
+    Context(Context&&) noexcept;
+    Context(const Context&) = delete;
+    Context& operator=(const Context&) = delete;
+    ~Context();
+
+   private:
+    friend class OptimWrapper;
+    explicit Context(std::function<void()> on_exit);
+    std::function<void()> on_exit_;
+  };
+  [[nodiscard]] Context optim_context();
+
+  // loss / accumulation factor -> backward -> (step + zero_grad when the
+  // accumulation window closes). `loss` must be a scalar.
+  void update_params(const torch::Tensor& loss);
+  // The building blocks of update_params, for models that need finer control.
+  torch::Tensor scale_loss(const torch::Tensor& loss) const;
+  void backward(const torch::Tensor& loss);
+  void step();
+  void zero_grad() override;
+
+  bool should_update() const;
+  bool should_sync() const;
+  int64_t inner_count() const { return inner_count_; }
+  void initialize_count_status(int64_t start_iter, int64_t max_iters) override;
+
+  torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  const torch::optim::Optimizer& optimizer() const { return *optimizer_; }
+  std::shared_ptr<torch::optim::Optimizer> optimizer_ptr() const { return optimizer_; }
+  const OptimWrapperOptions& options() const { return options_; }
+  // The param group whose lr is reported (the one with the most elements).
+  size_t main_group() const;
+  std::vector<torch::Tensor> parameters() const;
+
+  void set_gradient_sync(std::shared_ptr<GradientSync> sync) { gradient_sync_ = std::move(sync); }
+  GradientSync* gradient_sync() const { return gradient_sync_.get(); }
+  void set_after_backward(std::function<void()> callback) override { after_backward_ = std::move(callback); }
+
+  LogVars run_train_step(Model& model, const Batch& batch) override;
+  std::map<std::string, double> learning_rates() const override;
+  LogVars last_update_metrics() const override { return last_metrics_; }
+  State state() const override;
+  void load_state(const State& state) override;
+  std::vector<std::pair<std::string, OptimWrapper*>> wrappers() override { return {{"", this}}; }
+
+ protected:
+  // Mixed-precision seams (AmpOptimWrapper overrides them).
+  virtual std::function<void()> enter_forward_context() { return nullptr; }
+  virtual torch::Tensor scale_for_backward(const torch::Tensor& loss) { return loss; }
+  virtual void unscale_gradients() {}
+  // Steps the optimizer; returns false if the step was skipped.
+  virtual bool optimizer_step();
+  virtual void save_extra_state(State& state) const {}
+  virtual void load_extra_state(const State& state) {}
+  LogVars last_metrics_;
+
+ private:
+  void clip_gradients();
+  bool sync_for_current_step() const;
+
+  std::shared_ptr<torch::optim::Optimizer> optimizer_;
+  OptimWrapperOptions options_;
+  std::shared_ptr<GradientSync> gradient_sync_;
+  std::function<void()> after_backward_;
+  int64_t inner_count_ = 0;
+  int64_t max_counts_ = -1;
+  int64_t divisible_counts_ = 0;
+  int64_t remainder_counts_ = 0;
+  bool forward_context_open_ = false;
+};
+
+// Several named OptimWrappers, for models that update several networks in
+// turns (a GAN's generator and discriminator). A container, not an optimizer:
+// the model picks the wrapper it needs by name.
+class OptimWrapperDict : public OptimWrapperBase {
+ public:
+  OptimWrapperDict() = default;
+  void add(const std::string& name, std::shared_ptr<OptimWrapper> wrapper);
+  OptimWrapper& operator[](const std::string& name) const;
+  bool contains(const std::string& name) const { return wrappers_.count(name) > 0; }
+  std::vector<std::string> names() const;
+
+  LogVars run_train_step(Model& model, const Batch& batch) override;
+  void zero_grad() override;
+  void initialize_count_status(int64_t start_iter, int64_t max_iters) override;
+  std::map<std::string, double> learning_rates() const override;
+  LogVars last_update_metrics() const override;
+  void set_after_backward(std::function<void()> callback) override;
+  State state() const override;
+  void load_state(const State& state) override;
+  std::vector<std::pair<std::string, OptimWrapper*>> wrappers() override;
+
+ private:
+  std::map<std::string, std::shared_ptr<OptimWrapper>> wrappers_;
+};
+
+}  // namespace lockstep

@@ -1,0 +1,234 @@
+#include "lockstep/optim/optim_wrapper.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "lockstep/core/error.h"
+#include "lockstep/model/model.h"
+
+namespace lockstep {
+namespace {
+
+struct TinyNet : Model {
+  TinyNet() {
+    torch::manual_seed(0);
+    fc1 = register_module("fc1", torch::nn::Linear(6, 8));
+    fc2 = register_module("fc2", torch::nn::Linear(8, 3));
+  }
+  LossDict loss(const Batch& data) override {
+    LossDict losses;
+    losses.insert("loss", torch::nn::functional::cross_entropy(fc2(torch::tanh(fc1(data.at("x")))), data.at("y")));
+    return losses;
+  }
+  Batch predict(const Batch& data) override { return {{"logits", fc2(torch::tanh(fc1(data.at("x"))))}}; }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+
+Batch make_data(int64_t n) {
+  torch::manual_seed(1);
+  return Batch{{"x", torch::randn({n, 6})}, {"y", torch::randint(0, 3, {n}, torch::kLong)}};
+}
+
+std::vector<torch::Tensor> grads_of(torch::nn::Module& module) {
+  std::vector<torch::Tensor> grads;
+  for (auto& p : module.parameters()) grads.push_back(p.grad().clone());
+  return grads;
+}
+
+TEST(OptimWrapperTest, FourMicroBatchesOf16EqualOneBatchOf64) {
+  Batch data = make_data(64);
+  auto reference_net = std::make_shared<TinyNet>();
+  auto accumulated_net = std::make_shared<TinyNet>();
+
+  OptimWrapper reference(std::make_shared<torch::optim::SGD>(reference_net->parameters(), torch::optim::SGDOptions(0.1)));
+  std::vector<torch::Tensor> reference_grads;
+  reference.set_after_backward([&] { reference_grads = grads_of(*reference_net); });
+  reference.initialize_count_status(0, 1);
+  reference_net->train_step(data, reference);
+
+  OptimWrapper accumulating(std::make_shared<torch::optim::SGD>(accumulated_net->parameters(), torch::optim::SGDOptions(0.1)),
+                            OptimWrapperOptions().accumulative_counts(4));
+  std::vector<torch::Tensor> accumulated_grads;
+  accumulating.set_after_backward([&] { accumulated_grads = grads_of(*accumulated_net); });
+  accumulating.initialize_count_status(0, 4);
+  for (int64_t i = 0; i < 4; ++i) {
+    accumulated_net->train_step(data.slice(i * 16, 16), accumulating);
+  }
+  ASSERT_EQ(reference_grads.size(), accumulated_grads.size());
+  for (size_t i = 0; i < reference_grads.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(reference_grads[i], accumulated_grads[i], 1e-5, 1e-6)) << "grad " << i;
+  }
+  auto a = reference_net->parameters();
+  auto b = accumulated_net->parameters();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-5, 1e-6)) << "param " << i;
+}
+
+TEST(OptimWrapperTest, LastShorterWindowIsScaledByItsRealLength) {
+  auto net = std::make_shared<TinyNet>();
+  OptimWrapper wrapper(std::make_shared<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(0.1)),
+                       OptimWrapperOptions().accumulative_counts(4));
+  wrapper.initialize_count_status(0, 6);  // windows: [0, 4) and the short [4, 6)
+  std::vector<double> factors;
+  std::vector<bool> updates, syncs;
+  Batch data = make_data(8);
+  for (int i = 0; i < 6; ++i) {
+    factors.push_back(1.0 / wrapper.scale_loss(torch::ones({})).item<double>());
+    syncs.push_back(wrapper.should_sync());
+    net->train_step(data, wrapper);
+    updates.push_back(wrapper.should_update());
+  }
+  EXPECT_EQ(factors, (std::vector<double>{4, 4, 4, 4, 2, 2}));
+  EXPECT_EQ(syncs, (std::vector<bool>{false, false, false, true, false, true}));
+  EXPECT_EQ(updates, (std::vector<bool>{false, false, false, true, false, true}));
+}
+
+TEST(OptimWrapperTest, ClipByNormMatchesLibtorchAndLogsTheNorm) {
+  Batch data = make_data(32);
+  auto net = std::make_shared<TinyNet>();
+  auto reference_net = std::make_shared<TinyNet>();
+  ClipGradOptions clip;
+  clip.kind = ClipGradOptions::Kind::kNorm;
+  clip.max_norm = 0.05;
+  OptimWrapper wrapper(std::make_shared<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(1.0)),
+                       OptimWrapperOptions().clip_grad(clip));
+  wrapper.initialize_count_status(0, 1);
+  net->train_step(data, wrapper);
+
+  auto parsed = parse_losses(reference_net->loss(data));
+  parsed.loss.backward();
+  double norm = torch::nn::utils::clip_grad_norm_(reference_net->parameters(), 0.05);
+  torch::optim::SGD sgd(reference_net->parameters(), torch::optim::SGDOptions(1.0));
+  sgd.step();
+  EXPECT_NEAR(wrapper.last_update_metrics().at("grad_norm"), norm, 1e-6 * norm);
+  EXPECT_GT(norm, 0.05) << "the test must actually clip";
+  auto a = net->parameters();
+  auto b = reference_net->parameters();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-6, 1e-7)) << i;
+}
+
+TEST(OptimWrapperTest, ClipByValueClampsEveryGradient) {
+  auto net = std::make_shared<TinyNet>();
+  ClipGradOptions clip;
+  clip.kind = ClipGradOptions::Kind::kValue;
+  clip.clip_value = 1e-3;
+  OptimWrapper wrapper(std::make_shared<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(1.0)),
+                       OptimWrapperOptions().clip_grad(clip));
+  std::vector<torch::Tensor> before;
+  for (auto& p : net->parameters()) before.push_back(p.detach().clone());
+  wrapper.initialize_count_status(0, 1);
+  net->train_step(make_data(16), wrapper);
+  auto after = net->parameters();
+  for (size_t i = 0; i < after.size(); ++i) {
+    // With lr 1 the update is minus the clipped gradient.
+    EXPECT_LE((after[i] - before[i]).abs().max().item<double>(), 1e-3 + 1e-9);
+  }
+}
+
+struct RecordingSync : GradientSync {
+  std::vector<std::string> calls;
+  void begin_forward(bool sync) override { calls.push_back(sync ? "forward+sync" : "forward"); }
+  void begin_backward(const torch::Tensor& loss, bool sync) override {
+    EXPECT_TRUE(loss.requires_grad());
+    calls.push_back(sync ? "backward+sync" : "backward");
+  }
+  void end_backward(bool sync) override { calls.push_back(sync ? "end+sync" : "end"); }
+};
+
+TEST(OptimWrapperTest, GradientSyncSeesNoSyncMicroStepsAndTheSyncedOne) {
+  auto net = std::make_shared<TinyNet>();
+  OptimWrapper wrapper(std::make_shared<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(0.1)),
+                       OptimWrapperOptions().accumulative_counts(2));
+  auto sync = std::make_shared<RecordingSync>();
+  wrapper.set_gradient_sync(sync);
+  wrapper.initialize_count_status(0, 4);
+  Batch data = make_data(4);
+  for (int i = 0; i < 2; ++i) net->train_step(data, wrapper);
+  EXPECT_EQ(sync->calls, (std::vector<std::string>{"forward", "backward", "end", "forward+sync", "backward+sync", "end+sync"}));
+}
+
+TEST(OptimWrapperTest, ZeroGradDropsGradientsUnlessTheyAreBucketViews) {
+  auto net = std::make_shared<TinyNet>();
+  OptimWrapper wrapper(std::make_shared<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(0.1)));
+  parse_losses(net->loss(make_data(4))).loss.backward();
+  wrapper.zero_grad();
+  for (auto& p : net->parameters()) EXPECT_FALSE(p.grad().defined());
+
+  struct ViewSync : RecordingSync {
+    bool grads_are_views() const override { return true; }
+  };
+  wrapper.set_gradient_sync(std::make_shared<ViewSync>());
+  parse_losses(net->loss(make_data(4))).loss.backward();
+  std::vector<void*> storage;
+  for (auto& p : net->parameters()) storage.push_back(p.grad().data_ptr());
+  wrapper.zero_grad();
+  auto params = net->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    ASSERT_TRUE(params[i].grad().defined());
+    EXPECT_EQ(params[i].grad().data_ptr(), storage[i]) << "a bucket view must be zeroed in place";
+    EXPECT_EQ(params[i].grad().abs().sum().item<double>(), 0.0);
+  }
+}
+
+TEST(OptimWrapperTest, ContextCannotBeNestedAndLossMustBeScalar) {
+  auto net = std::make_shared<TinyNet>();
+  OptimWrapper wrapper(std::make_shared<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(0.1)));
+  {
+    auto context = wrapper.optim_context();
+    EXPECT_THROW(wrapper.optim_context(), Error);
+  }
+  auto again = wrapper.optim_context();  // the first one closed
+  EXPECT_THROW(wrapper.update_params(torch::ones({2}, torch::requires_grad())), Error);
+  EXPECT_THROW(wrapper.update_params(torch::ones({})), Error);  // does not require grad
+}
+
+TEST(OptimWrapperTest, StateRoundTripContinuesIdentically) {
+  Batch data = make_data(16);
+  auto make = [](std::shared_ptr<TinyNet> net) {
+    return std::make_shared<OptimWrapper>(std::make_shared<torch::optim::SGD>(
+        net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9)));
+  };
+  auto net_a = std::make_shared<TinyNet>();
+  auto wrapper_a = make(net_a);
+  wrapper_a->initialize_count_status(0, 6);
+  for (int i = 0; i < 3; ++i) net_a->train_step(data, *wrapper_a);
+  State saved = wrapper_a->state();
+
+  auto net_b = std::make_shared<TinyNet>();
+  {
+    torch::NoGradGuard no_grad;
+    auto pa = net_a->parameters();
+    auto pb = net_b->parameters();
+    for (size_t i = 0; i < pa.size(); ++i) pb[i].copy_(pa[i]);
+  }
+  auto wrapper_b = make(net_b);
+  wrapper_b->load_state(saved);
+  wrapper_b->initialize_count_status(3, 6);
+  for (int i = 0; i < 3; ++i) {
+    net_a->train_step(data, *wrapper_a);
+    net_b->train_step(data, *wrapper_b);
+  }
+  auto pa = net_a->parameters();
+  auto pb = net_b->parameters();
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(torch::equal(pa[i], pb[i])) << i;
+}
+
+TEST(OptimWrapperDictTest, HoldsNamedWrappersAndReportsEachLr) {
+  auto g = std::make_shared<TinyNet>();
+  auto d = std::make_shared<TinyNet>();
+  OptimWrapperDict dict;
+  dict.add("generator", std::make_shared<OptimWrapper>(std::make_shared<torch::optim::SGD>(g->parameters(), torch::optim::SGDOptions(0.2))));
+  dict.add("discriminator", std::make_shared<OptimWrapper>(std::make_shared<torch::optim::SGD>(d->parameters(), torch::optim::SGDOptions(0.3))));
+  EXPECT_EQ(dict.learning_rates(), (std::map<std::string, double>{{"discriminator", 0.3}, {"generator", 0.2}}));
+  EXPECT_THROW(dict["critic"], Error);
+  EXPECT_THROW(dict.add("generator", nullptr), Error);
+  // A single-optimizer model asked to train with several optimizers says what to implement.
+  try {
+    dict.run_train_step(*g, make_data(2));
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("OptimWrapperDict&"), std::string::npos) << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -1,0 +1,125 @@
+// Strategy: how one model is placed on devices and processes.
+//
+// A strategy owns the model once prepared (moved to its device, wrapped by
+// DDP or FSDP when distributed), its optim wrapper and its parameter
+// schedulers, and it knows how to save and load them: a single device saves
+// everything it holds, DDP saves on rank 0 and loads everywhere, FSDP gathers
+// or shards. mmengine's BaseStrategy semantics.
+//
+//   auto strategy = lockstep::build_strategy(cfg.child("strategy"));
+//   strategy->prepare(model, cfg.at("optim_wrapper"), cfg.child("param_scheduler"),
+//                     lockstep::SchedulerContext{iters_per_epoch, max_iters});
+//   strategy->save_checkpoint("work_dirs/run/model_final.ckpt", extra);
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "lockstep/config/registry.h"
+#include "lockstep/core/state.h"
+#include "lockstep/engine/trainer.h"
+#include "lockstep/optim/optim_wrapper.h"
+#include "lockstep/optim/param_scheduler.h"
+
+namespace lockstep {
+
+class Model;
+
+struct CheckpointOptions {
+  TORCH_ARG(bool, save_optimizer) = true;
+  TORCH_ARG(bool, save_param_scheduler) = true;
+};
+
+// What a state-dict load found, for reports and strict loading.
+struct LoadReport {
+  std::vector<std::string> missing;      // in the model, not in the file
+  std::vector<std::string> unexpected;   // in the file, not in the model
+  std::vector<std::string> mismatched;   // "name: checkpoint [a, b] vs model [c, d]"
+  bool clean() const { return missing.empty() && unexpected.empty() && mismatched.empty(); }
+  // detectron2-style text, keys grouped by common prefix.
+  std::string describe(const std::string& source) const;
+};
+
+// Schedulers of each optim wrapper, by wrapper name ("" for a single wrapper).
+using SchedulerMap = std::map<std::string, std::vector<std::shared_ptr<ParamScheduler>>>;
+
+class Strategy {
+ public:
+  virtual ~Strategy();
+
+  // Places (and for parallel strategies wraps) the model, then builds the
+  // optim wrapper from `optim_wrapper_config` and the schedulers from
+  // `scheduler_config` (a list, or a map of lists by optim wrapper name).
+  virtual void prepare(std::shared_ptr<Model> model, const Config& optim_wrapper_config,
+                       const Config& scheduler_config, const SchedulerContext& context);
+
+  std::shared_ptr<Model> model() const { return model_; }
+  std::shared_ptr<OptimWrapperBase> optim_wrapper() const { return optim_wrapper_; }
+  const SchedulerMap& schedulers() const { return schedulers_; }
+
+  virtual int rank() const { return 0; }
+  virtual int world_size() const { return 1; }
+  bool is_main_process() const { return rank() == 0; }
+  virtual torch::Device device() const { return device_; }
+  virtual std::string name() const = 0;
+  // Waits for every rank (no-op on one process).
+  virtual void barrier() {}
+  // How the trainer gathers step metrics across ranks.
+  virtual MetricsGatherer metrics_gatherer();
+  // Rank 0's value, on every rank (seeds drawn at random must agree).
+  virtual uint64_t broadcast_seed(uint64_t seed) { return seed; }
+  // Gathers evaluation records from every rank into dataset order (see Evaluator).
+  virtual std::vector<nlohmann::json> collect_results(const std::vector<nlohmann::json>& local, int64_t dataset_size);
+
+  // The full model state (parameters and buffers) as CPU tensors by name.
+  virtual std::map<std::string, torch::Tensor> model_state_dict();
+  // Loads weights by name ("module." prefixes are stripped); strict turns any
+  // missing, unexpected or mis-shaped key into an error that lists them.
+  virtual LoadReport load_model_state_dict(const std::map<std::string, torch::Tensor>& weights, bool strict,
+                                           const std::string& source);
+
+  // Writes {model, optimizer, schedulers} plus `extra` (trainer state, meta).
+  virtual void save_checkpoint(const std::string& path, State extra, const CheckpointOptions& options);
+  // Reads a checkpoint, loads the model (and optimizer/schedulers when asked)
+  // and returns the whole file's State so the caller can read its extras.
+  virtual State load_checkpoint(const std::string& path, bool load_optimizer, bool load_schedulers,
+                                bool strict = true);
+
+ protected:
+  // Subclasses decide placement and wrapping.
+  virtual void place_model(Model& model) = 0;
+  // Called after the optim wrapper exists (DDP/FSDP attach their GradientSync).
+  virtual void attach_optim_wrapper(OptimWrapperBase& optim_wrapper) {}
+  // Builds an optim wrapper for `model` (FSDP overrides: it optimizes shards).
+  virtual std::shared_ptr<OptimWrapperBase> build_optim_wrapper_for(const Config& config, Model& model);
+  State checkpoint_state(State extra, const CheckpointOptions& options);
+  void load_optim_and_schedulers(const State& state, bool load_optimizer, bool load_schedulers,
+                                 const std::string& path);
+
+  torch::Device device_ = torch::kCPU;
+  std::shared_ptr<Model> model_;
+  std::shared_ptr<OptimWrapperBase> optim_wrapper_;
+  SchedulerMap schedulers_;
+};
+
+// Everything on one device in one process.
+class SingleDeviceStrategy : public Strategy {
+ public:
+  explicit SingleDeviceStrategy(torch::Device device = torch::kCPU);
+  std::string name() const override { return "SingleDeviceStrategy"; }
+
+ protected:
+  void place_model(Model& model) override;
+};
+
+Registry<Strategy>& strategy_registry();
+// Builds `strategy:` (null: SingleDeviceStrategy on CPU, or CUDA when `device: cuda`).
+std::shared_ptr<Strategy> build_strategy(const Config& config);
+// "cpu", "cuda", "cuda:1", "auto" (CUDA when available).
+torch::Device parse_device(const std::string& text, const std::string& where);
+
+}  // namespace lockstep
