@@ -1,0 +1,123 @@
+// DataLoader: an endless, resumable stream of batches, built by worker threads.
+//
+// The loader cuts the sampler's indices into batches and numbers them by
+// (epoch, batch_in_epoch). next() walks that numbering forever, crossing epoch
+// boundaries, so an epoch-based and an iteration-based trainer use it alike.
+// The stream is a pure function of the sampler, the dataset and the options:
+// worker count, timing and interruptions never change it, which is what makes
+// seek() (resume from a checkpoint) return exactly the batches an
+// uninterrupted run would have seen.
+//
+//   auto loader = lockstep::DataLoader(dataset, sampler,
+//                                      lockstep::DataLoaderOptions().batch_size(64).num_workers(2));
+//   for (int64_t i = 0; i < 1000; ++i) train_step(loader.next());
+//   state.put("loader", loader.state());          // {epoch, batch_in_epoch}
+//   ...
+//   loader.load_state(state.get("loader"));        // next() continues where it was
+//
+//   // One finite pass for evaluation, leaving next()'s position alone:
+//   val_loader.for_each_batch(/*epoch=*/0, [&](const lockstep::Batch& batch) { evaluate(batch); });
+//
+//   // From an mmengine-style section:
+//   //   {batch_size: 64, num_workers: 2, drop_last: false, sampler: {type: DefaultSampler, shuffle: true},
+//   //    dataset: {type: FashionMNIST, split: train}}
+//   auto train = lockstep::build_data_loader(cfg.at("train_dataloader"), {rank, world_size, seed});
+//
+// Workers are threads (C++ has no GIL). With num_workers = 0 batches are built
+// inside next(). With N workers, up to prefetch * N batches are built ahead
+// into a bounded queue and handed out in stream order. A dataset exception is
+// thrown by the next() that would have returned that batch, prefixed with
+// "data loader: epoch E, batch B"; the stream then goes on with batch B + 1.
+// next() and seek() belong to one thread; for_each_batch may run beside them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include <torch/arg.h>
+
+#include "lockstep/config/config.h"
+#include "lockstep/core/state.h"
+#include "lockstep/data/dataset.h"
+#include "lockstep/data/sampler.h"
+
+namespace lockstep {
+
+namespace detail {
+class BatchPipeline;
+}
+
+struct DataLoaderOptions {
+  TORCH_ARG(int64_t, batch_size) = 1;
+  // Threads that build batches; 0 builds them inside next().
+  TORCH_ARG(int, num_workers) = 0;
+  // Batches built ahead per worker (torch's prefetch_factor).
+  TORCH_ARG(int, prefetch) = 2;
+  // Drop each epoch's last, short batch (finite samplers only; batches of an
+  // infinite sampler straddle epochs and are always full).
+  TORCH_ARG(bool, drop_last) = false;
+  // Base of the per-batch augmentation seeds; see batch_seed().
+  TORCH_ARG(uint64_t, seed) = 0;
+};
+
+// The seed the dataset receives for batch (epoch, batch_in_epoch): a splitmix64
+// mix of the three, so it depends on the position only, not on the worker.
+uint64_t batch_seed(uint64_t seed, int64_t epoch, int64_t batch_in_epoch);
+
+class DataLoader {
+ public:
+  DataLoader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Sampler> sampler,
+             DataLoaderOptions options = {});
+  ~DataLoader();  // stops and joins the workers, even mid-epoch
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  // len(loader) on this rank: ceil(num_samples / batch_size), or the floor with
+  // drop_last. For an infinite sampler, num_samples / batch_size (at least 1):
+  // it only numbers the stream in epochs.
+  int64_t batches_per_epoch() const { return batches_per_epoch_; }
+
+  // The batch at (epoch(), batch_in_epoch()); then moves one on, also when it
+  // throws (the faulty batch is skipped).
+  Batch next();
+  int64_t epoch() const;
+  int64_t batch_in_epoch() const;
+
+  // The stream continues from (epoch, batch_in_epoch); 0 <= batch_in_epoch < batches_per_epoch().
+  void seek(int64_t epoch, int64_t batch_in_epoch);
+  // Back to (0, 0), like detectron2's reset_data_loader.
+  void reset() { seek(0, 0); }
+
+  // One finite pass over `epoch` (the last batch short unless drop_last), with
+  // the same batches, seeds and workers as next() would use, without moving
+  // next()'s position. For an infinite sampler: one pass over the sampler's
+  // epoch `epoch`. An exception from `visit` stops the pass and propagates.
+  void for_each_batch(int64_t epoch, const std::function<void(const Batch&)>& visit) const;
+
+  // {epoch, batch_in_epoch, batches_per_epoch}; load_state() refuses a state
+  // saved with a different batches_per_epoch, since the same position would
+  // then name different data.
+  State state() const;
+  void load_state(const State& state);
+
+  const Dataset& dataset() const { return *dataset_; }
+  const Sampler& sampler() const { return *sampler_; }
+  const DataLoaderOptions& options() const { return options_; }
+
+ private:
+  std::shared_ptr<const Dataset> dataset_;
+  std::shared_ptr<const Sampler> sampler_;
+  DataLoaderOptions options_;
+  int64_t batches_per_epoch_ = 0;
+  int64_t position_ = 0;  // global number of the batch next() returns: epoch * batches_per_epoch + batch
+  std::unique_ptr<detail::BatchPipeline> pipeline_;  // started by next() at position_; dropped by seek()
+};
+
+// Builds a loader from an mmengine-style section: batch_size (required, > 0),
+// num_workers (0), prefetch_factor (2), drop_last (false), sampler and dataset
+// ({type: ...} maps). The per-batch augmentation seeds derive from ctx.seed and
+// ctx.rank, so ranks do not draw identical augmentations.
+std::unique_ptr<DataLoader> build_data_loader(const Config& cfg, const SamplerContext& ctx);
+
+}  // namespace lockstep

@@ -1,0 +1,386 @@
+#include "lockstep/data/data_loader.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <atomic>
+#include <chrono>
+#include <set>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+namespace lockstep {
+namespace {
+
+using ::testing::HasSubstr;
+using Indices = std::vector<int64_t>;
+
+// x[i] = i, so a batch's x is exactly the indices it was built from.
+std::shared_ptr<TensorDataset> arange_dataset(int64_t n) {
+  return std::make_shared<TensorDataset>(
+      Batch{{"x", torch::arange(n)}, {"y", torch::arange(n).to(torch::kFloat).mul(0.5)}});
+}
+
+// Random "augmentation" drawn from the batch seed, plus the seed itself.
+class AugmentingDataset : public Dataset {
+ public:
+  explicit AugmentingDataset(int64_t n) : inner_(arange_dataset(n)) {}
+  int64_t size() const override { return inner_->size(); }
+  Batch get_batch(const Indices& indices, uint64_t seed) const override {
+    Batch batch = inner_->get_batch(indices, seed);
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+    const auto n = static_cast<int64_t>(indices.size());
+    batch.set("noise", torch::rand({n}, generator));
+    batch.set("seed", torch::full({n}, static_cast<int64_t>(seed), torch::kLong));
+    return batch;
+  }
+
+ private:
+  std::shared_ptr<TensorDataset> inner_;
+};
+
+// Fails on any batch that holds example `bad`; counts calls.
+class FailingDataset : public Dataset {
+ public:
+  FailingDataset(int64_t n, int64_t bad) : inner_(arange_dataset(n)), bad_(bad) {}
+  int64_t size() const override { return inner_->size(); }
+  Batch get_batch(const Indices& indices, uint64_t seed) const override {
+    ++calls;
+    if (std::find(indices.begin(), indices.end(), bad_) != indices.end()) {
+      throw std::runtime_error("bad example " + std::to_string(bad_));
+    }
+    return inner_->get_batch(indices, seed);
+  }
+  mutable std::atomic<int> calls{0};
+
+ private:
+  std::shared_ptr<TensorDataset> inner_;
+  int64_t bad_;
+};
+
+Indices to_indices(const torch::Tensor& t) {
+  torch::Tensor c = t.to(torch::kLong).contiguous();
+  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+}
+
+Indices slice(const Indices& v, int64_t begin, int64_t end) { return {v.begin() + begin, v.begin() + end}; }
+
+std::vector<Batch> take(DataLoader& loader, int count) {
+  std::vector<Batch> batches;
+  for (int i = 0; i < count; ++i) batches.push_back(loader.next());
+  return batches;
+}
+
+::testing::AssertionResult same(const Batch& a, const Batch& b) {
+  if (a.names() != b.names()) return ::testing::AssertionFailure() << "different tensor names";
+  for (const auto& name : a.names()) {
+    if (!torch::equal(a.at(name), b.at(name))) {
+      return ::testing::AssertionFailure() << "tensor '" << name << "' differs: " << a.at(name) << " vs "
+                                           << b.at(name);
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+std::string error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  ADD_FAILURE() << "no lockstep::Error was thrown";
+  return "";
+}
+
+TEST(DataLoader, BatchesCutTheSamplerOrderAndCrossEpochs) {
+  auto sampler = std::make_shared<DefaultSampler>(10, true, 3);
+  DataLoader loader(arange_dataset(10), sampler, DataLoaderOptions().batch_size(4));
+  EXPECT_EQ(loader.batches_per_epoch(), 3);  // 4 + 4 + 2
+  for (int k = 0; k < 8; ++k) {
+    const int64_t epoch = k / 3, b = k % 3;
+    EXPECT_EQ(loader.epoch(), epoch);
+    EXPECT_EQ(loader.batch_in_epoch(), b);
+    const Indices order = sampler->epoch_indices(epoch);
+    EXPECT_EQ(to_indices(loader.next().at("x")), slice(order, 4 * b, std::min<int64_t>(4 * b + 4, 10)))
+        << "batch " << k;
+  }
+  EXPECT_EQ(loader.epoch(), 2);
+  EXPECT_EQ(loader.batch_in_epoch(), 2);
+}
+
+TEST(DataLoader, DropLastDropsTheShortBatch) {
+  auto sampler = std::make_shared<DefaultSampler>(10, true, 3);
+  DataLoader loader(arange_dataset(10), sampler, DataLoaderOptions().batch_size(4).drop_last(true));
+  EXPECT_EQ(loader.batches_per_epoch(), 2);
+  auto batches = take(loader, 4);
+  EXPECT_EQ(to_indices(batches[1].at("x")), slice(sampler->epoch_indices(0), 4, 8));
+  // The third batch is already epoch 1: entries 8 and 9 of epoch 0 are skipped.
+  EXPECT_EQ(to_indices(batches[2].at("x")), slice(sampler->epoch_indices(1), 0, 4));
+  for (const auto& batch : batches) EXPECT_EQ(batch.size(), 4);
+}
+
+TEST(DataLoader, InfiniteSamplerBatchesStraddleEpochs) {
+  auto sampler = std::make_shared<InfiniteSampler>(10, true, 8);
+  DataLoader loader(arange_dataset(10), sampler, DataLoaderOptions().batch_size(4));
+  EXPECT_EQ(loader.batches_per_epoch(), 2);  // 10 / 4: only numbers the stream
+  Indices stream;
+  for (int64_t e = 0; e < 3; ++e) {
+    const Indices epoch = sampler->epoch_indices(e);
+    stream.insert(stream.end(), epoch.begin(), epoch.end());
+  }
+  for (int k = 0; k < 7; ++k) {
+    EXPECT_EQ(loader.epoch(), k / 2);
+    Batch batch = loader.next();
+    EXPECT_EQ(to_indices(batch.at("x")), slice(stream, 4 * k, 4 * k + 4)) << "batch " << k;
+  }
+}
+
+TEST(DataLoader, SameBatchesForAnyWorkerCount) {
+  auto dataset = std::make_shared<AugmentingDataset>(37);
+  auto sampler = std::make_shared<DefaultSampler>(37, true, 1);
+  auto run = [&](int workers) {
+    DataLoader loader(dataset, sampler, DataLoaderOptions().batch_size(5).num_workers(workers).seed(99));
+    return take(loader, 25);  // 8 batches per epoch: crosses three epoch boundaries
+  };
+  const auto inline_batches = run(0);
+  for (int workers : {1, 3}) {
+    const auto batches = run(workers);
+    for (size_t k = 0; k < batches.size(); ++k) EXPECT_TRUE(same(batches[k], inline_batches[k])) << "batch " << k;
+  }
+  // The reference itself: x follows the sampler, seeds follow the position.
+  EXPECT_EQ(to_indices(inline_batches[9].at("x")), slice(sampler->epoch_indices(1), 5, 10));
+  EXPECT_EQ(to_indices(inline_batches[15].at("x")), slice(sampler->epoch_indices(1), 35, 37));
+  EXPECT_EQ(inline_batches[9].at("seed")[0].item<int64_t>(), static_cast<int64_t>(batch_seed(99, 1, 1)));
+}
+
+TEST(DataLoader, BatchSeedsDependOnPositionOnly) {
+  std::set<uint64_t> seeds;
+  for (uint64_t base : {0, 1})
+    for (int64_t e = 0; e < 10; ++e)
+      for (int64_t b = 0; b < 10; ++b) seeds.insert(batch_seed(base, e, b));
+  EXPECT_EQ(seeds.size(), 200u);
+  EXPECT_EQ(batch_seed(5, 2, 3), batch_seed(5, 2, 3));
+  EXPECT_NE(batch_seed(5, 2, 3), batch_seed(5, 3, 2));
+}
+
+TEST(DataLoader, SeekGivesWhatAnUninterruptedRunGives) {
+  auto dataset = std::make_shared<AugmentingDataset>(23);
+  auto sampler = std::make_shared<DefaultSampler>(23, true, 4);
+  const auto options = DataLoaderOptions().batch_size(4).num_workers(2).seed(7);
+  DataLoader reference(dataset, sampler, options);
+  const auto expected = take(reference, 15);  // 6 batches per epoch
+  DataLoader loader(dataset, sampler, options);
+  take(loader, 3);  // with work in flight
+  for (int k : {13, 6, 0, 11, 5}) {
+    loader.seek(k / 6, k % 6);
+    EXPECT_EQ(loader.epoch(), k / 6);
+    EXPECT_EQ(loader.batch_in_epoch(), k % 6);
+    EXPECT_TRUE(same(loader.next(), expected[k])) << "seek to batch " << k;
+    EXPECT_TRUE(same(loader.next(), expected[k + 1])) << "after seek to batch " << k;
+  }
+  loader.reset();
+  EXPECT_EQ(loader.epoch(), 0);
+  EXPECT_TRUE(same(loader.next(), expected[0]));
+  EXPECT_THAT(error_of([&] { loader.seek(1, 6); }), HasSubstr("cannot seek to batch 6 of epoch 1"));
+  EXPECT_THROW(loader.seek(-1, 0), Error);
+}
+
+TEST(DataLoader, StateRoundTripResumesTheStream) {
+  auto dataset = std::make_shared<AugmentingDataset>(23);
+  auto sampler = std::make_shared<InfiniteSampler>(23, true, 4);
+  const auto options = DataLoaderOptions().batch_size(4).seed(7);
+  DataLoader reference(dataset, sampler, options);
+  const auto expected = take(reference, 12);
+  State saved;
+  {
+    DataLoader first(dataset, sampler, DataLoaderOptions(options).num_workers(2));
+    take(first, 7);
+    saved = first.state();
+    EXPECT_EQ(saved.values["epoch"], 1);  // 5 batches per epoch
+    EXPECT_EQ(saved.values["batch_in_epoch"], 2);
+  }
+  DataLoader resumed(dataset, sampler, options);
+  resumed.load_state(saved);
+  for (int k = 7; k < 12; ++k) EXPECT_TRUE(same(resumed.next(), expected[k])) << "batch " << k;
+
+  DataLoader other_batch(dataset, sampler, DataLoaderOptions().batch_size(5));
+  EXPECT_THAT(error_of([&] { other_batch.load_state(saved); }), HasSubstr("saved with 5 batches per epoch"));
+  EXPECT_THAT(error_of([&] { resumed.load_state(State()); }), HasSubstr("missing integer 'epoch'"));
+}
+
+TEST(DataLoader, ForEachBatchIsOneEpochAndLeavesNextAlone) {
+  auto dataset = std::make_shared<AugmentingDataset>(10);
+  auto sampler = std::make_shared<DefaultSampler>(10, true, 2);
+  for (int workers : {0, 3}) {
+    const auto options = DataLoaderOptions().batch_size(4).num_workers(workers).seed(1);
+    DataLoader reference(dataset, sampler, options);
+    const auto expected = take(reference, 6);
+    DataLoader loader(dataset, sampler, options);
+    take(loader, 2);
+    std::vector<Batch> pass;
+    loader.for_each_batch(1, [&](const Batch& batch) { pass.push_back(batch); });
+    ASSERT_EQ(pass.size(), 3u);
+    for (int b = 0; b < 3; ++b) EXPECT_TRUE(same(pass[b], expected[3 + b])) << "epoch 1 batch " << b;
+    EXPECT_EQ(loader.epoch(), 0);
+    EXPECT_EQ(loader.batch_in_epoch(), 2);
+    EXPECT_TRUE(same(loader.next(), expected[2]));
+  }
+}
+
+TEST(DataLoader, ForEachBatchOnUnevenEvaluationShards) {
+  // 10 examples over 3 ranks without padding: rank 2 gets 3 = one batch of 2 and one of 1.
+  auto sampler = std::make_shared<DefaultSampler>(10, false, 0, 2, 3, /*round_up=*/false);
+  DataLoader loader(arange_dataset(10), sampler, DataLoaderOptions().batch_size(2).num_workers(2));
+  std::vector<Indices> seen;
+  loader.for_each_batch(0, [&](const Batch& batch) { seen.push_back(to_indices(batch.at("x"))); });
+  EXPECT_EQ(seen, (std::vector<Indices>{{2, 5}, {8}}));
+
+  // A rank with nothing to evaluate visits nothing (and must not hang).
+  auto empty = std::make_shared<DefaultSampler>(2, false, 0, 2, 3, false);
+  DataLoader idle(arange_dataset(2), empty, DataLoaderOptions().batch_size(2).num_workers(2));
+  int visits = 0;
+  idle.for_each_batch(0, [&](const Batch&) { ++visits; });
+  EXPECT_EQ(visits, 0);
+  EXPECT_THAT(error_of([&] { idle.next(); }), HasSubstr("0 samples per epoch"));
+}
+
+TEST(DataLoader, ForEachBatchPropagatesTheVisitorsException) {
+  DataLoader loader(arange_dataset(40), std::make_shared<SequentialSampler>(40),
+                    DataLoaderOptions().batch_size(2).num_workers(3));
+  int visits = 0;
+  EXPECT_THROW(loader.for_each_batch(0,
+                                     [&](const Batch&) {
+                                       if (++visits == 2) throw Error("stop here");
+                                     }),
+               Error);
+  EXPECT_EQ(visits, 2);
+}
+
+TEST(DataLoader, WorkerExceptionReachesTheCallerWithItsPosition) {
+  for (int workers : {0, 1, 3}) {
+    auto dataset = std::make_shared<FailingDataset>(20, 7);
+    DataLoader loader(dataset, std::make_shared<SequentialSampler>(20),
+                      DataLoaderOptions().batch_size(4).num_workers(workers));
+    EXPECT_EQ(to_indices(loader.next().at("x")), (Indices{0, 1, 2, 3}));
+    EXPECT_EQ(error_of([&] { loader.next(); }), "data loader: epoch 0, batch 1: bad example 7")
+        << workers << " workers";
+    // The stream goes on after the faulty batch.
+    EXPECT_EQ(loader.batch_in_epoch(), 2);
+    EXPECT_EQ(to_indices(loader.next().at("x")), (Indices{8, 9, 10, 11}));
+  }
+}
+
+TEST(DataLoader, OutOfRangeIndicesNameThePosition) {
+  // The sampler believes in 12 examples, the dataset has 10.
+  DataLoader loader(arange_dataset(10), std::make_shared<SequentialSampler>(12),
+                    DataLoaderOptions().batch_size(4).num_workers(2));
+  take(loader, 2);
+  const std::string message = error_of([&] { loader.next(); });
+  EXPECT_THAT(message, HasSubstr("epoch 0, batch 2"));
+  EXPECT_THAT(message, HasSubstr("index 10 (position 2 of the batch) is out of range for a dataset of 10"));
+}
+
+TEST(DataLoader, DestructorStopsWorkersWhenEveryBatchFails) {
+  auto dataset = std::make_shared<FailingDataset>(8, 0);
+  auto always = std::make_shared<DefaultSampler>(8, false, 0);
+  {
+    // batch_size 8 = the whole dataset: every batch holds example 0 and fails, so the queue fills with errors.
+    DataLoader loader(dataset, always, DataLoaderOptions().batch_size(8).num_workers(3).prefetch(1));
+    EXPECT_THROW(loader.next(), Error);
+    EXPECT_THROW(loader.next(), Error);
+  }  // must return
+  EXPECT_GE(dataset->calls.load(), 2);
+}
+
+// Counts calls and takes a little while, so workers are busy when the loader goes.
+class SlowDataset : public Dataset {
+ public:
+  int64_t size() const override { return 1000; }
+  Batch get_batch(const Indices& indices, uint64_t) const override {
+    ++calls;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return Batch{{"x", torch::tensor(indices)}};
+  }
+  mutable std::atomic<int> calls{0};
+};
+
+TEST(DataLoader, DestructorMidEpochJoinsWorkersAndPrefetchIsBounded) {
+  auto dataset = std::make_shared<SlowDataset>();
+  {
+    DataLoader loader(dataset, std::make_shared<SequentialSampler>(1000),
+                      DataLoaderOptions().batch_size(2).num_workers(3).prefetch(2));
+    loader.next();
+    // Let the workers fill the queue: 1 delivered + 3 workers x 2 ahead.
+    while (dataset->calls.load() < 7) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ(dataset->calls.load(), 7) << "workers built more batches than the prefetch bound";
+  }
+  const int after = dataset->calls.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(dataset->calls.load(), after) << "a worker outlived the loader";
+}
+
+TEST(DataLoader, DestructorRightAfterConstructionAndMidStream) {
+  auto dataset = std::make_shared<SlowDataset>();
+  for (int consumed : {0, 1, 5}) {
+    DataLoader loader(dataset, std::make_shared<DefaultSampler>(1000, true, 0),
+                      DataLoaderOptions().batch_size(16).num_workers(4));
+    take(loader, consumed);
+  }
+  SUCCEED();  // reaching here means every destructor returned
+}
+
+TEST(DataLoader, BadOptions) {
+  auto data = arange_dataset(4);
+  auto sampler = std::make_shared<SequentialSampler>(4);
+  EXPECT_THAT(error_of([&] { DataLoader(data, sampler, DataLoaderOptions().batch_size(0)); }),
+              HasSubstr("batch_size must be positive, got 0"));
+  EXPECT_THROW(DataLoader(data, sampler, DataLoaderOptions().num_workers(-1)), Error);
+  EXPECT_THROW(DataLoader(data, sampler, DataLoaderOptions().prefetch(0)), Error);
+  EXPECT_THROW(DataLoader(nullptr, sampler), Error);
+  DataLoader short_loader(data, sampler, DataLoaderOptions().batch_size(8).drop_last(true));
+  EXPECT_EQ(short_loader.batches_per_epoch(), 0);
+  EXPECT_THAT(error_of([&] { short_loader.next(); }), HasSubstr("fewer than batch_size 8 with drop_last"));
+}
+
+TEST(BuildDataLoader, FromAnMmengineStyleSection) {
+  const std::string yaml =
+      "batch_size: 64\n"
+      "num_workers: 2\n"
+      "drop_last: false\n"
+      "sampler: {type: DefaultSampler, shuffle: false}\n"
+      "dataset: {type: FashionMNIST, split: test}\n";
+  SamplerContext ctx;
+  auto loader = build_data_loader(Config::parse(yaml, "loader.yaml"), ctx);
+  EXPECT_EQ(loader->dataset().size(), 10000);
+  EXPECT_EQ(loader->batches_per_epoch(), 157);  // ceil(10000 / 64)
+  Batch first = loader->next();
+  EXPECT_EQ(first.at("image").sizes(), (std::vector<int64_t>{64, 1, 28, 28}));
+  EXPECT_EQ(slice(to_indices(first.at("label")), 0, 12), (Indices{9, 2, 1, 1, 6, 1, 4, 6, 5, 7, 4, 5}));
+
+  // Two ranks split the shuffled data; the sampler's seed overrides the run's.
+  ctx.rank = 1;
+  ctx.world_size = 2;
+  ctx.seed = 17;
+  auto shard = build_data_loader(
+      Config::parse("{batch_size: 10, sampler: {type: DefaultSampler, seed: 5}, dataset: {type: FashionMNIST, "
+                    "split: test}}"),
+      ctx);
+  EXPECT_EQ(shard->sampler().num_samples(), 5000);
+  EXPECT_EQ(shard->sampler().epoch_indices(1), DefaultSampler(10000, true, 5, 1, 2).epoch_indices(1));
+}
+
+TEST(BuildDataLoader, ErrorsNameTheKey) {
+  const std::string rest = "sampler: {type: SequentialSampler}\ndataset: {type: FashionMNIST, split: test}\n";
+  const std::string zero = error_of([&] { build_data_loader(Config::parse("batch_size: 0\n" + rest, "l.yaml"), {}); });
+  EXPECT_THAT(zero, HasSubstr("l.yaml:1"));
+  EXPECT_THAT(zero, HasSubstr("batch_size must be positive, got 0"));
+  const std::string typo = error_of(
+      [&] { build_data_loader(Config::parse("batch_size: 8\nnum_wrokers: 2\n" + rest, "l.yaml"), {}); });
+  EXPECT_THAT(typo, HasSubstr("num_wrokers"));
+  EXPECT_THAT(error_of([&] { build_data_loader(Config::parse(rest, "l.yaml"), {}); }), HasSubstr("batch_size"));
+}
+
+}  // namespace
+}  // namespace lockstep
