@@ -110,15 +110,21 @@ std::optional<double> access_any(const optim::OptimizerOptions& options, const s
   }
 }
 
-// The optimizer a group's options belong to, for messages.
-std::string options_type_name(const optim::OptimizerOptions& options) {
+// The optimizer that options of this type belong to; "" for types lockstep
+// does not know.
+std::string known_type_name(const optim::OptimizerOptions& options) {
   if (dynamic_cast<const optim::SGDOptions*>(&options)) return "SGD";
   if (dynamic_cast<const optim::AdamOptions*>(&options)) return "Adam";
   if (dynamic_cast<const optim::AdamWOptions*>(&options)) return "AdamW";
   if (dynamic_cast<const optim::RMSpropOptions*>(&options)) return "RMSprop";
   if (dynamic_cast<const optim::AdagradOptions*>(&options)) return "Adagrad";
   if (dynamic_cast<const optim::LBFGSOptions*>(&options)) return "LBFGS";
-  return "the optimizer with options " + c10::demangle(typeid(options).name());
+  return "";
+}
+
+std::string options_type_name(const optim::OptimizerOptions& options) {
+  std::string name = known_type_name(options);
+  return name.empty() ? "the optimizer with options " + c10::demangle(typeid(options).name()) : name;
 }
 
 const optim::OptimizerOptions& representative_options(const optim::Optimizer& optimizer) {
@@ -157,13 +163,9 @@ const optim::OptimizerParamGroup& checked_group(const optim::Optimizer& optimize
 }  // namespace
 
 std::string optimizer_type_name(const torch::optim::Optimizer& optimizer) {
-  if (dynamic_cast<const optim::SGD*>(&optimizer)) return "SGD";
-  if (dynamic_cast<const optim::Adam*>(&optimizer)) return "Adam";
-  if (dynamic_cast<const optim::AdamW*>(&optimizer)) return "AdamW";
-  if (dynamic_cast<const optim::RMSprop*>(&optimizer)) return "RMSprop";
-  if (dynamic_cast<const optim::Adagrad*>(&optimizer)) return "Adagrad";
-  if (dynamic_cast<const optim::LBFGS*>(&optimizer)) return "LBFGS";
-  return c10::demangle(typeid(optimizer).name());
+  // Every libtorch optimizer keeps its defaults in its own options type.
+  std::string name = known_type_name(optimizer.defaults());
+  return name.empty() ? c10::demangle(typeid(optimizer).name()) : name;
 }
 
 bool has_group_option(const torch::optim::Optimizer& optimizer, const std::string& option) {
