@@ -15,7 +15,7 @@
 //   // On LBFGS: throws "LBFGS has no option 'momentum' (its options: lr)".
 //
 // ParamGroupInfo names the parameters of each group, for messages and logs
-// (build_optimizer() fills it; see optimizer_builder.h).
+// (build_optimizer_with_groups() fills it; see optimizer_builder.h).
 #pragma once
 
 #include <cstddef>
