@@ -1,0 +1,58 @@
+#include "apps/lockstep/run_command.h"
+
+#include <iostream>
+#include <memory>
+
+#include "lockstep/core/error.h"
+
+namespace lockstep {
+
+int run_command_main(const LaunchOptions& options) {
+  try {
+    return launch(options);
+  } catch (const std::exception& error) {
+    std::string message = error.what();
+    if (message.rfind("lockstep run:", 0) != 0) message = "lockstep run: " + message;
+    std::cerr << message << std::endl;
+    return 1;
+  }
+}
+
+CLI::App* add_run_command(CLI::App& app) {
+  auto options = std::make_shared<LaunchOptions>();
+  auto* run = app.add_subcommand("run", "Launch N workers of a program with torchrun's environment "
+                                        "(lockstep run --nproc-per-node N [options] -- CMD ARGS...)");
+  run->add_option_function<int>("--nproc-per-node,--nproc_per_node", [options](int n) { options->nproc_per_node(n); },
+                                "Workers on this machine")->default_str("1");
+  run->add_option_function<int>("--nnodes", [options](int n) { options->nnodes(n); }, "Machines in the job")
+      ->default_str("1");
+  run->add_option_function<int>("--node-rank,--node_rank", [options](int n) { options->node_rank(n); },
+                                "This machine's index")->default_str("0");
+  run->add_option_function<std::string>("--master-addr,--master_addr",
+                                        [options](const std::string& a) { options->master_addr(a); },
+                                        "Host of node 0 (runs the rendezvous store)")->default_str("127.0.0.1");
+  run->add_option_function<int>("--master-port,--master_port", [options](int p) { options->master_port(p); },
+                                "Port of the rendezvous store on node 0")->default_str("29500");
+  run->add_flag_function("--standalone", [options](int64_t n) { options->standalone(n > 0); },
+                         "One machine: loopback and a free port");
+  run->add_option_function<int>("--max-restarts,--max_restarts", [options](int n) { options->max_restarts(n); },
+                                "Restart all workers up to K times after a failure")->default_str("0");
+  run->add_option_function<double>("--monitor-interval,--monitor_interval",
+                                   [options](double s) { options->monitor_interval(s); },
+                                   "Seconds between worker state checks")->default_str("0.1");
+  run->add_option_function<std::string>("--run-id,--run_id", [options](const std::string& id) { options->run_id(id); },
+                                        "TORCHELASTIC_RUN_ID for the workers (default: random)");
+  run->add_flag_function("--no-prefix", [options](int64_t n) { options->prefix_output(n == 0); },
+                         "Do not prefix worker output lines with [rank<R>]:");
+  // CLI11 hands everything after "--" to the positional, options included.
+  auto command = std::make_shared<std::vector<std::string>>();
+  run->add_option("command", *command, "The program and its arguments, after --")->required();
+  run->callback([options, command]() {
+    options->command(*command);
+    int code = run_command_main(*options);
+    if (code != 0) throw CLI::RuntimeError(code);
+  });
+  return run;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,365 @@
+// Worker supervision for lockstep::launch (see launcher.h).
+#include "lockstep/launch/launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <random>
+
+#include "lockstep/compat/c10d.h"
+#include "lockstep/core/error.h"
+#include "lockstep/launch/line_prefixer.h"
+
+namespace lockstep {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int g_signal_pipe[2] = {-1, -1};
+
+void on_signal(int signal_number) {
+  int saved = errno;
+  unsigned char byte = static_cast<unsigned char>(signal_number);
+  ssize_t ignored = write(g_signal_pipe[1], &byte, 1);
+  (void)ignored;
+  errno = saved;
+}
+
+void write_all(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // a closed terminal or pipe: the output is lost, the job goes on
+    done += static_cast<size_t>(n);
+  }
+}
+
+void say(const std::string& message) { write_all(STDERR_FILENO, "lockstep run: " + message + "\n"); }
+
+int decode_status(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+std::string describe_exit(int code) {
+  if (code > 128) return str_cat("was killed by signal ", code - 128, " (", strsignal(code - 128), ")");
+  return str_cat("exited with code ", code);
+}
+
+std::string random_run_id() {
+  std::random_device device;
+  char buffer[17];
+  std::snprintf(buffer, sizeof(buffer), "%08x%08x", device(), device());
+  return buffer;
+}
+
+// Installs the launcher's signal handlers for its lifetime and restores the
+// previous ones afterwards.
+class SignalScope {
+ public:
+  SignalScope() {
+    LOCKSTEP_CHECK(pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) == 0, "lockstep run: pipe: ", std::strerror(errno));
+    struct sigaction action {};
+    action.sa_handler = on_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    for (int s : kForwarded) sigaction(s, &action, &saved_[index(s)]);
+    sigaction(SIGCHLD, &action, &saved_chld_);
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &ignore, &saved_pipe_);
+  }
+  ~SignalScope() {
+    for (int s : kForwarded) sigaction(s, &saved_[index(s)], nullptr);
+    sigaction(SIGCHLD, &saved_chld_, nullptr);
+    sigaction(SIGPIPE, &saved_pipe_, nullptr);
+    close(g_signal_pipe[0]);
+    close(g_signal_pipe[1]);
+    g_signal_pipe[0] = g_signal_pipe[1] = -1;
+  }
+  static constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP};
+
+ private:
+  static size_t index(int s) { return s == SIGINT ? 0 : s == SIGTERM ? 1 : 2; }
+  struct sigaction saved_[3] {};
+  struct sigaction saved_chld_ {};
+  struct sigaction saved_pipe_ {};
+};
+
+struct Worker {
+  int local_rank = 0;
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int exit_code = 0;
+  int fds[2] = {-1, -1};  // stdout, stderr read ends
+  std::unique_ptr<LinePrefixer> prefixers[2];
+};
+
+class Supervisor {
+ public:
+  Supervisor(const LaunchOptions& options, int master_port, std::string run_id)
+      : options_(options), master_port_(master_port), run_id_(std::move(run_id)), base_env_(current_environment()) {}
+
+  int run() {
+    const int nproc = options_.nproc_per_node();
+    if (nproc > 1 && (base_env_.count("OMP_NUM_THREADS") == 0 || base_env_["OMP_NUM_THREADS"].empty())) {
+      say("setting OMP_NUM_THREADS=1 for each worker (set it yourself to tune)");
+    }
+    int restart = 0;
+    while (true) {
+      start_workers(restart);
+      int code = supervise();
+      if (signal_ != 0) return 128 + signal_;
+      if (code == 0) return 0;
+      if (restart >= options_.max_restarts()) {
+        if (options_.max_restarts() > 0) say(str_cat("no restarts left (", options_.max_restarts(), " used)"));
+        return code;
+      }
+      ++restart;
+      say(str_cat("restarting all workers (restart ", restart, " of ", options_.max_restarts(), ")"));
+    }
+  }
+
+ private:
+  void start_workers(int restart) {
+    workers_.clear();
+    workers_.resize(static_cast<size_t>(options_.nproc_per_node()));
+    const int node_rank = options_.standalone() ? 0 : options_.node_rank();
+    for (int local = 0; local < options_.nproc_per_node(); ++local) {
+      Worker& w = workers_[static_cast<size_t>(local)];
+      w.local_rank = local;
+      w.rank = node_rank * options_.nproc_per_node() + local;
+      auto env = build_worker_env(options_, local, restart, master_port_, run_id_, base_env_);
+      spawn(w, env);
+    }
+  }
+
+  void spawn(Worker& w, const Environment& env) {
+    int out[2], err[2];
+    LOCKSTEP_CHECK(pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0, "lockstep run: pipe: ",
+                   std::strerror(errno));
+    // Everything the child needs is built before fork: after it, only
+    // async-signal-safe calls (the launcher has threads: the store server).
+    std::vector<std::string> env_lines;
+    for (const auto& [key, value] : env) env_lines.push_back(key + "=" + value);
+    std::vector<char*> envp, argv;
+    for (auto& line : env_lines) envp.push_back(line.data());
+    envp.push_back(nullptr);
+    std::vector<std::string> command = options_.command();
+    for (auto& arg : command) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    std::string exec_error = "lockstep run: cannot execute '" + command[0] + "': ";
+
+    pid_t pid = fork();
+    LOCKSTEP_CHECK(pid >= 0, "lockstep run: fork: ", std::strerror(errno));
+    if (pid == 0) {
+      setpgid(0, 0);
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
+      struct sigaction default_action {};
+      default_action.sa_handler = SIG_DFL;
+      for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) sigaction(s, &default_action, nullptr);
+      dup2(out[1], STDOUT_FILENO);
+      dup2(err[1], STDERR_FILENO);
+#ifdef SYS_close_range
+      syscall(SYS_close_range, 3U, ~0U, 0U);
+#endif
+      execvpe(argv[0], argv.data(), envp.data());
+      const char* reason = std::strerror(errno);
+      ssize_t ignored = write(STDERR_FILENO, exec_error.data(), exec_error.size());
+      ignored = write(STDERR_FILENO, reason, std::strlen(reason));
+      ignored = write(STDERR_FILENO, "\n", 1);
+      (void)ignored;
+      _exit(127);
+    }
+    setpgid(pid, pid);  // also in the parent, so that killpg works whoever runs first
+    close(out[1]);
+    close(err[1]);
+    w.pid = pid;
+    w.running = true;
+    w.fds[0] = out[0];
+    w.fds[1] = err[0];
+    for (int stream = 0; stream < 2; ++stream) {
+      fcntl(w.fds[stream], F_SETFL, O_NONBLOCK);
+      int target = stream == 0 ? STDOUT_FILENO : STDERR_FILENO;
+      std::string prefix = options_.prefix_output() ? str_cat("[rank", w.rank, "]: ") : "";
+      w.prefixers[stream] = std::make_unique<LinePrefixer>(prefix, [target](const std::string& line) {
+        write_all(target, line);
+      });
+    }
+  }
+
+  // Runs until every worker has ended; returns 0 or the first failure's code.
+  int supervise() {
+    int failure_code = 0;
+    bool stopping = false;
+    Clock::time_point kill_at{};
+    Clock::time_point drain_until{};
+    bool all_ended_seen = false;
+    const auto interval = std::chrono::milliseconds(static_cast<long long>(options_.monitor_interval() * 1000));
+    while (true) {
+      std::vector<pollfd> fds{{g_signal_pipe[0], POLLIN, 0}};
+      for (auto& w : workers_) {
+        for (int fd : w.fds) {
+          if (fd >= 0) fds.push_back({fd, POLLIN, 0});
+        }
+      }
+      poll(fds.data(), fds.size(), static_cast<int>(std::max<long long>(interval.count(), 1)));
+      handle_signals(stopping, kill_at);
+      drain_output();
+      for (auto& w : workers_) {
+        if (!w.running) continue;
+        int status = 0;
+        if (waitpid(w.pid, &status, WNOHANG) != w.pid) continue;
+        w.running = false;
+        w.exit_code = decode_status(status);
+        kill(-w.pid, SIGKILL);  // whatever the worker left in its process group
+        if (w.exit_code != 0 && failure_code == 0 && !stopping) {
+          failure_code = w.exit_code;
+          say(str_cat("worker rank ", w.rank, " (pid ", w.pid, ") ", describe_exit(w.exit_code),
+                      "; stopping all workers"));
+          stopping = true;
+          kill_at = Clock::now() + grace();
+          signal_all(SIGTERM);
+        } else if (w.exit_code != 0 && failure_code == 0 && signal_ != 0) {
+          failure_code = w.exit_code;
+        }
+      }
+      if (stopping && Clock::now() >= kill_at) signal_all(SIGKILL);
+      bool any_running = false;
+      for (auto& w : workers_) any_running |= w.running;
+      if (!any_running) {
+        if (!all_ended_seen) {
+          all_ended_seen = true;
+          // Output still in the pipes gets a moment; an escaped grandchild
+          // holding a pipe open does not get to keep the launcher alive.
+          drain_until = Clock::now() + std::chrono::seconds(1);
+        }
+        if (!any_open() || Clock::now() >= drain_until) {
+          close_all();
+          return failure_code;
+        }
+      }
+    }
+  }
+
+  std::chrono::milliseconds grace() const {
+    return std::chrono::milliseconds(static_cast<long long>(options_.kill_grace() * 1000));
+  }
+
+  void handle_signals(bool& stopping, Clock::time_point& kill_at) {
+    unsigned char byte;
+    while (read(g_signal_pipe[0], &byte, 1) == 1) {
+      int s = byte;
+      if (s == SIGCHLD) continue;
+      if (signal_ == 0) {
+        signal_ = s;
+        say(str_cat("received ", strsignal(s), "; forwarding it to the workers"));
+      }
+      signal_all(s);
+      if (!stopping) {
+        stopping = true;
+        kill_at = Clock::now() + grace();
+      }
+    }
+  }
+
+  void signal_all(int s) {
+    for (auto& w : workers_) {
+      if (w.running) kill(-w.pid, s);
+    }
+  }
+
+  void drain_output() {
+    char buffer[65536];
+    for (auto& w : workers_) {
+      for (int stream = 0; stream < 2; ++stream) {
+        int& fd = w.fds[stream];
+        while (fd >= 0) {
+          ssize_t n = read(fd, buffer, sizeof(buffer));
+          if (n > 0) {
+            w.prefixers[stream]->feed(buffer, static_cast<size_t>(n));
+          } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+            w.prefixers[stream]->flush();
+            close(fd);
+            fd = -1;
+          } else {
+            break;
+          }
+        }
+      }
+    }
+  }
+
+  bool any_open() const {
+    for (const auto& w : workers_) {
+      if (w.fds[0] >= 0 || w.fds[1] >= 0) return true;
+    }
+    return false;
+  }
+
+  void close_all() {
+    for (auto& w : workers_) {
+      for (int stream = 0; stream < 2; ++stream) {
+        if (w.fds[stream] >= 0) {
+          w.prefixers[stream]->flush();
+          close(w.fds[stream]);
+          w.fds[stream] = -1;
+        }
+      }
+    }
+  }
+
+  const LaunchOptions& options_;
+  int master_port_;
+  std::string run_id_;
+  Environment base_env_;
+  std::vector<Worker> workers_;
+  int signal_ = 0;
+};
+
+}  // namespace
+
+int launch(const LaunchOptions& options) {
+  validate_launch_options(options);
+  const bool hosts_store = options.standalone() || options.node_rank() == 0;
+  std::string host = options.standalone() ? "127.0.0.1" : options.master_addr();
+  int port = options.standalone() ? 0 : options.master_port();
+  // Node 0 hosts the job's store for the whole run (restarts included), as
+  // torchrun's agent does; in standalone mode the OS picks a free port.
+  c10::intrusive_ptr<compat::C10dStore> store;
+  if (hosts_store) {
+    compat::TcpStoreSpec spec;
+    spec.host = host;
+    spec.port = port;
+    spec.is_server = true;
+    spec.num_workers = options.nproc_per_node() * (options.standalone() ? 1 : options.nnodes());
+    try {
+      auto [server, bound] = compat::make_tcp_store(spec);
+      store = server;
+      port = bound;
+    } catch (const std::exception& error) {
+      LOCKSTEP_FAIL("lockstep run: cannot host the rendezvous store on port ", port, ": ", short_torch_message(error),
+                    " (is another job using it? choose another --master-port)");
+    }
+  }
+  std::string run_id = options.run_id().empty() ? random_run_id() : options.run_id();
+  SignalScope signals;
+  Supervisor supervisor(options, port, run_id);
+  return supervisor.run();
+}
+
+}  // namespace lockstep

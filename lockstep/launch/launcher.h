@@ -1,0 +1,67 @@
+// The `lockstep run` launcher as a library: start N copies of a command on
+// this machine with torchrun's worker environment, supervise them, and stop
+// or restart all of them together.
+//
+//   int code = lockstep::launch(lockstep::LaunchOptions()
+//                                   .nproc_per_node(2)
+//                                   .standalone(true)
+//                                   .command({"./train", "cfg.yaml"}));
+//
+// What it does, like torchrun --no-python:
+//   - each worker gets LOCAL_RANK, RANK, GROUP_RANK, ROLE_RANK, LOCAL_WORLD_SIZE,
+//     WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT,
+//     TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID and OMP_NUM_THREADS=1
+//     (when unset and N > 1);
+//   - node 0's launcher hosts the rendezvous TCPStore (the "agent store":
+//     TORCHELASTIC_USE_AGENT_STORE=True, workers connect as clients under
+//     "/worker/attempt_<restart>"); --standalone lets the OS pick its port;
+//   - every line a worker prints is prefixed with "[rank<R>]: ";
+//   - SIGINT/SIGTERM are forwarded to the workers;
+//   - when a worker fails, the others get SIGTERM, then SIGKILL after
+//     kill_grace seconds; with restarts left every worker starts again with
+//     TORCHELASTIC_RESTART_COUNT + 1, otherwise launch() returns the failed
+//     worker's exit code (128 + signal for a signal);
+//   - each worker runs in its own process group, which is killed when the
+//     worker ends, so nothing it spawned is left behind.
+#pragma once
+
+#include <torch/arg.h>
+
+#include <string>
+#include <vector>
+
+#include "lockstep/dist/env.h"
+
+namespace lockstep {
+
+struct LaunchOptions {
+  TORCH_ARG(int, nproc_per_node) = 1;
+  TORCH_ARG(int, nnodes) = 1;
+  TORCH_ARG(int, node_rank) = 0;
+  TORCH_ARG(std::string, master_addr) = "127.0.0.1";
+  TORCH_ARG(int, master_port) = 29500;
+  // One machine, loopback, a free port: master_addr/port/nnodes are ignored.
+  TORCH_ARG(bool, standalone) = false;
+  TORCH_ARG(int, max_restarts) = 0;
+  // How often (seconds) worker states are checked when nothing else happens.
+  TORCH_ARG(double, monitor_interval) = 0.1;
+  // Seconds between SIGTERM and SIGKILL when stopping workers.
+  TORCH_ARG(double, kill_grace) = 3.0;
+  TORCH_ARG(std::string, run_id) = "";
+  // Prefix each output line with "[rank<R>]: ".
+  TORCH_ARG(bool, prefix_output) = true;
+  TORCH_ARG(std::vector<std::string>, command);
+};
+
+// The environment of worker `local_rank`: `base` plus torchrun's variables.
+// `master_port` is the port actually used (chosen in standalone mode).
+Environment build_worker_env(const LaunchOptions& options, int local_rank, int restart_count, int master_port,
+                             const std::string& run_id, const Environment& base);
+
+// Checks options (ranges, a command to run); throws lockstep::Error.
+void validate_launch_options(const LaunchOptions& options);
+
+// Runs the job to completion and returns the exit code for the launcher.
+int launch(const LaunchOptions& options);
+
+}  // namespace lockstep

@@ -1,0 +1,96 @@
+#include "lockstep/launch/launcher.h"
+
+#include <gtest/gtest.h>
+
+#include "lockstep/core/error.h"
+#include "lockstep/launch/line_prefixer.h"
+
+namespace lockstep {
+namespace {
+
+template <typename F>
+std::string error_of(F&& body) {
+  try {
+    body();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "<no error>";
+}
+
+TEST(WorkerEnv, MatchesTorchrunForEachWorker) {
+  auto options = LaunchOptions().nproc_per_node(4).nnodes(3).node_rank(2).master_addr("head").max_restarts(5);
+  Environment base{{"PATH", "/bin"}, {"RANK", "99"}};
+  auto env = build_worker_env(options, /*local_rank=*/1, /*restart_count=*/2, /*master_port=*/1234, "run9", base);
+  EXPECT_EQ(env["PATH"], "/bin");
+  EXPECT_EQ(env["LOCAL_RANK"], "1");
+  EXPECT_EQ(env["RANK"], "9");  // node 2 * 4 + 1, overriding the launcher's own RANK
+  EXPECT_EQ(env["GROUP_RANK"], "2");
+  EXPECT_EQ(env["ROLE_RANK"], "9");
+  EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "4");
+  EXPECT_EQ(env["WORLD_SIZE"], "12");
+  EXPECT_EQ(env["GROUP_WORLD_SIZE"], "3");
+  EXPECT_EQ(env["MASTER_ADDR"], "head");
+  EXPECT_EQ(env["MASTER_PORT"], "1234");
+  EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "2");
+  EXPECT_EQ(env["TORCHELASTIC_MAX_RESTARTS"], "5");
+  EXPECT_EQ(env["TORCHELASTIC_RUN_ID"], "run9");
+  EXPECT_EQ(env["TORCHELASTIC_USE_AGENT_STORE"], "True");
+  EXPECT_EQ(env["OMP_NUM_THREADS"], "1");
+}
+
+TEST(WorkerEnv, StandaloneIsOneLoopbackNode) {
+  auto options = LaunchOptions().nproc_per_node(2).nnodes(5).node_rank(3).master_addr("elsewhere").standalone(true);
+  auto env = build_worker_env(options, 1, 0, 4321, "r", {});
+  EXPECT_EQ(env["RANK"], "1");
+  EXPECT_EQ(env["WORLD_SIZE"], "2");
+  EXPECT_EQ(env["GROUP_RANK"], "0");
+  EXPECT_EQ(env["MASTER_ADDR"], "127.0.0.1");
+}
+
+TEST(WorkerEnv, OmpThreadsOnlyWhenUnsetAndShared) {
+  auto two = LaunchOptions().nproc_per_node(2);
+  EXPECT_EQ(build_worker_env(two, 0, 0, 1, "r", {{"OMP_NUM_THREADS", "4"}})["OMP_NUM_THREADS"], "4");
+  EXPECT_EQ(build_worker_env(LaunchOptions().nproc_per_node(1), 0, 0, 1, "r", {}).count("OMP_NUM_THREADS"), 0u);
+}
+
+TEST(LaunchOptionsCheck, NamesTheBadOption) {
+  EXPECT_NE(error_of([] { validate_launch_options(LaunchOptions()); }).find("no command given"), std::string::npos);
+  auto with_command = [] { return LaunchOptions().command({"true"}); };
+  EXPECT_NE(error_of([&] { validate_launch_options(with_command().nproc_per_node(0)); }).find("--nproc-per-node"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { validate_launch_options(with_command().nnodes(2).node_rank(2)); }).find("--node-rank 2"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { validate_launch_options(with_command().master_port(0)); }).find("--master-port 0"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { validate_launch_options(with_command().max_restarts(-1)); }).find("--max-restarts"),
+            std::string::npos);
+  EXPECT_EQ(error_of([&] { validate_launch_options(with_command().standalone(true).master_port(0)); }), "<no error>");
+}
+
+TEST(LinePrefixer, PrefixesWholeLinesAcrossChunks) {
+  std::vector<std::string> lines;
+  LinePrefixer prefixer("[rank3]: ", [&](const std::string& line) { lines.push_back(line); });
+  std::string text = "alpha\nbe";
+  prefixer.feed(text.data(), text.size());
+  EXPECT_EQ(lines, (std::vector<std::string>{"[rank3]: alpha\n"}));
+  text = "ta\n\ngam";
+  prefixer.feed(text.data(), text.size());
+  prefixer.flush();
+  prefixer.flush();
+  EXPECT_EQ(lines, (std::vector<std::string>{"[rank3]: alpha\n", "[rank3]: beta\n", "[rank3]: \n", "[rank3]: gam\n"}));
+}
+
+TEST(LinePrefixer, SplitsEndlessLines) {
+  std::vector<std::string> lines;
+  LinePrefixer prefixer("> ", [&](const std::string& line) { lines.push_back(line); });
+  std::string chunk(40 * 1024, 'x');
+  prefixer.feed(chunk.data(), chunk.size());
+  EXPECT_TRUE(lines.empty());
+  prefixer.feed(chunk.data(), chunk.size());
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].size(), 2 + 80 * 1024 + 1);
+}
+
+}  // namespace
+}  // namespace lockstep

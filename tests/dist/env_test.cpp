@@ -1,0 +1,192 @@
+// Unit tests of the launcher-environment readers and the SLURM parsers (no
+// processes, no network). They live in tests/dist because lockstep/dist's own
+// *_test.cpp binary would share the name test_dist with this folder's.
+#include <gtest/gtest.h>
+
+#include "lockstep/core/error.h"
+#include "lockstep/dist/env.h"
+
+namespace lockstep {
+namespace {
+
+template <typename F>
+std::string error_of(F&& body) {
+  try {
+    body();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "<no error>";
+}
+
+using Hosts = std::vector<std::string>;
+
+TEST(SlurmNodelist, ExpandsRangesListsAndPlainHosts) {
+  EXPECT_EQ(expand_slurm_nodelist("node[01-03,07],gpu5"), (Hosts{"node01", "node02", "node03", "node07", "gpu5"}));
+  EXPECT_EQ(expand_slurm_nodelist("gpu5"), (Hosts{"gpu5"}));
+  EXPECT_EQ(expand_slurm_nodelist("a,b,c"), (Hosts{"a", "b", "c"}));
+  EXPECT_EQ(expand_slurm_nodelist("n[7]"), (Hosts{"n7"}));
+}
+
+TEST(SlurmNodelist, PaddingFollowsTheFirstBound) {
+  EXPECT_EQ(expand_slurm_nodelist("n[8-11]"), (Hosts{"n8", "n9", "n10", "n11"}));
+  EXPECT_EQ(expand_slurm_nodelist("n[008-010]"), (Hosts{"n008", "n009", "n010"}));
+  EXPECT_EQ(expand_slurm_nodelist("n[09-10]"), (Hosts{"n09", "n10"}));
+}
+
+TEST(SlurmNodelist, SeveralBracketGroupsExpandAsAProduct) {
+  EXPECT_EQ(expand_slurm_nodelist("rack[1-2]-node[01-02]"),
+            (Hosts{"rack1-node01", "rack1-node02", "rack2-node01", "rack2-node02"}));
+  EXPECT_EQ(expand_slurm_nodelist("r[1,3]n[5-6].ib,login"),
+            (Hosts{"r1n5.ib", "r1n6.ib", "r3n5.ib", "r3n6.ib", "login"}));
+}
+
+TEST(SlurmNodelist, RejectsMalformedLists) {
+  EXPECT_NE(error_of([] { expand_slurm_nodelist("node[01-03"); }).find("unclosed"), std::string::npos);
+  EXPECT_NE(error_of([] { expand_slurm_nodelist("node01-03]"); }).find("node01-03]"), std::string::npos);
+  EXPECT_NE(error_of([] { expand_slurm_nodelist("node[03-01]"); }).find("backwards"), std::string::npos);
+  EXPECT_NE(error_of([] { expand_slurm_nodelist("node[a-b]"); }).find("'a-b'"), std::string::npos);
+  EXPECT_NE(error_of([] { expand_slurm_nodelist("n[[1]]"); }).find("nested"), std::string::npos);
+  EXPECT_NE(error_of([] { expand_slurm_nodelist(""); }).find("empty"), std::string::npos);
+  EXPECT_NE(error_of([] { expand_slurm_nodelist("a,,b"); }).find("empty host"), std::string::npos);
+}
+
+TEST(SlurmTasksPerNode, ExpandsRepeats) {
+  EXPECT_EQ(expand_slurm_tasks_per_node("2(x3),1"), (std::vector<int>{2, 2, 2, 1}));
+  EXPECT_EQ(expand_slurm_tasks_per_node("4"), (std::vector<int>{4}));
+  EXPECT_NE(error_of([] { expand_slurm_tasks_per_node("2(x"); }).find("N(xM)"), std::string::npos);
+}
+
+Environment torchrun_env() {
+  return {{"RANK", "3"},           {"WORLD_SIZE", "4"},         {"LOCAL_RANK", "1"},
+          {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", "1"},       {"MASTER_ADDR", "10.1.2.3"},
+          {"MASTER_PORT", "29400"}, {"TORCHELASTIC_RUN_ID", "x"}};
+}
+
+TEST(DetectDistEnv, ReadsTorchrunVariables) {
+  auto env = detect_dist_env("pytorch", torchrun_env());
+  EXPECT_EQ(env.launcher, "pytorch");
+  EXPECT_EQ(env.rank, 3);
+  EXPECT_EQ(env.world_size, 4);
+  EXPECT_EQ(env.local_rank, 1);
+  EXPECT_EQ(env.local_world_size, 2);
+  EXPECT_EQ(env.node_rank, 1);
+  EXPECT_EQ(env.master_addr, "10.1.2.3");
+  EXPECT_EQ(env.master_port, 29400);
+  EXPECT_FALSE(env.use_agent_store);
+  EXPECT_EQ(env.restart_count, 0);
+}
+
+TEST(DetectDistEnv, AgentStoreNeedsTheRestartCount) {
+  auto vars = torchrun_env();
+  vars["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  EXPECT_NE(error_of([&] { detect_dist_env("pytorch", vars); }).find("TORCHELASTIC_RESTART_COUNT is not set"),
+            std::string::npos);
+  vars["TORCHELASTIC_RESTART_COUNT"] = "2";
+  auto env = detect_dist_env("pytorch", vars);
+  EXPECT_TRUE(env.use_agent_store);
+  EXPECT_EQ(env.restart_count, 2);
+  vars["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  EXPECT_FALSE(detect_dist_env("pytorch", vars).use_agent_store);
+}
+
+TEST(DetectDistEnv, TorchrunErrorsNameTheVariable) {
+  auto vars = torchrun_env();
+  vars.erase("RANK");
+  EXPECT_NE(error_of([&] { detect_dist_env("pytorch", vars); }).find("environment variable RANK is not set"),
+            std::string::npos);
+  vars = torchrun_env();
+  vars["WORLD_SIZE"] = "four";
+  EXPECT_NE(error_of([&] { detect_dist_env("pytorch", vars); }).find("WORLD_SIZE='four' is not an integer"),
+            std::string::npos);
+  vars = torchrun_env();
+  vars["RANK"] = "4";
+  EXPECT_NE(error_of([&] { detect_dist_env("pytorch", vars); }).find("rank 4 is not in [0, 4)"), std::string::npos);
+  vars = torchrun_env();
+  vars["MASTER_PORT"] = "70000";
+  EXPECT_NE(error_of([&] { detect_dist_env("pytorch", vars); }).find("MASTER_PORT=70000"), std::string::npos);
+  vars = torchrun_env();
+  vars.erase("MASTER_ADDR");
+  EXPECT_NE(error_of([&] { detect_dist_env("pytorch", vars); }).find("MASTER_ADDR"), std::string::npos);
+  vars = torchrun_env();
+  vars["LOCAL_RANK"] = "2";
+  EXPECT_NE(error_of([&] { detect_dist_env("pytorch", vars); }).find("local rank 2"), std::string::npos);
+}
+
+Environment slurm_env() {
+  return {{"SLURM_PROCID", "5"},  {"SLURM_NTASKS", "7"},
+          {"SLURM_LOCALID", "1"}, {"SLURM_NODEID", "2"},
+          {"SLURM_TASKS_PER_NODE", "2(x2),3"}, {"SLURM_NODELIST", "gpu[07-09],cpu1"}};
+}
+
+TEST(DetectDistEnv, ReadsSlurmVariablesAndTheFirstHost) {
+  auto env = detect_dist_env("slurm", slurm_env());
+  EXPECT_EQ(env.launcher, "slurm");
+  EXPECT_EQ(env.rank, 5);
+  EXPECT_EQ(env.world_size, 7);
+  EXPECT_EQ(env.local_rank, 1);
+  EXPECT_EQ(env.node_rank, 2);
+  EXPECT_EQ(env.local_world_size, 3);  // node 2 of "2(x2),3"
+  EXPECT_EQ(env.master_addr, "gpu07");
+  EXPECT_EQ(env.master_port, 29500);
+}
+
+TEST(DetectDistEnv, SlurmPrefersExplicitMasterAndTasksPerNode) {
+  auto vars = slurm_env();
+  vars["MASTER_ADDR"] = "head";
+  vars["MASTER_PORT"] = "1234";
+  vars["SLURM_NTASKS_PER_NODE"] = "4";
+  auto env = detect_dist_env("slurm", vars);
+  EXPECT_EQ(env.master_addr, "head");
+  EXPECT_EQ(env.master_port, 1234);
+  EXPECT_EQ(env.local_world_size, 4);
+}
+
+TEST(DetectDistEnv, SlurmErrors) {
+  auto vars = slurm_env();
+  vars.erase("SLURM_LOCALID");
+  EXPECT_NE(error_of([&] { detect_dist_env("slurm", vars); }).find("SLURM_LOCALID is not set"), std::string::npos);
+  vars = slurm_env();
+  vars.erase("SLURM_NODELIST");
+  EXPECT_NE(error_of([&] { detect_dist_env("slurm", vars); }).find("SLURM_NODELIST"), std::string::npos);
+  vars = slurm_env();
+  vars["SLURM_NODELIST"] = "gpu[07-";
+  EXPECT_NE(error_of([&] { detect_dist_env("slurm", vars); }).find("SLURM_NODELIST: nodelist 'gpu[07-'"),
+            std::string::npos);
+  vars = slurm_env();
+  vars["SLURM_NODEID"] = "3";
+  EXPECT_NE(error_of([&] { detect_dist_env("slurm", vars); }).find("lists 3 nodes"), std::string::npos);
+}
+
+TEST(DetectDistEnv, ReadsOpenMpiVariables) {
+  Environment vars{{"OMPI_COMM_WORLD_RANK", "2"},       {"OMPI_COMM_WORLD_SIZE", "4"},
+                   {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                   {"MASTER_ADDR", "host0"}};
+  auto env = detect_dist_env("mpi", vars);
+  EXPECT_EQ(env.rank, 2);
+  EXPECT_EQ(env.world_size, 4);
+  EXPECT_EQ(env.local_rank, 0);
+  EXPECT_EQ(env.local_world_size, 2);
+  EXPECT_EQ(env.node_rank, -1);
+  EXPECT_EQ(env.master_addr, "host0");
+  EXPECT_EQ(env.master_port, 29500);
+  vars.erase("MASTER_ADDR");
+  EXPECT_NE(error_of([&] { detect_dist_env("mpi", vars); }).find("MASTER_ADDR is not set"), std::string::npos);
+}
+
+TEST(DetectDistEnv, AutoPicksTheLauncherThatApplies) {
+  EXPECT_EQ(detect_dist_env("auto", torchrun_env()).launcher, "pytorch");
+  EXPECT_EQ(detect_dist_env("auto", slurm_env()).launcher, "slurm");
+  Environment mpi{{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "1"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                  {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}};
+  EXPECT_EQ(detect_dist_env("auto", mpi).launcher, "mpi");  // mpirun inside an allocation
+  auto none = detect_dist_env("auto", Environment{});
+  EXPECT_EQ(none.launcher, "none");
+  EXPECT_EQ(none.rank, 0);
+  EXPECT_EQ(none.world_size, 1);
+  EXPECT_NE(error_of([] { detect_dist_env("pbs", Environment{}); }).find("unknown launcher 'pbs'"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace lockstep
