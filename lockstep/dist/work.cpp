@@ -101,7 +101,9 @@ void ArrivalToken::release() {
   id_ = 0;
 }
 
-std::string arrival_key(long long seq, int group_rank) { return str_cat("arrived/", seq, "/", group_rank); }
+std::string arrival_key(long long seq, int group_rank) {
+  return "arrived/" + std::to_string(seq) + "/" + std::to_string(group_rank);
+}
 
 std::string format_duration(std::chrono::milliseconds duration) {
   auto ms = duration.count();
