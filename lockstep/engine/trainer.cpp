@@ -153,6 +153,7 @@ void Trainer::run_step() {
   Batch batch = data_loader_->next();
   double data_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (options_.zero_grad_before_forward()) optim_wrapper_->zero_grad();
+  optim_wrapper_->set_iteration(iter_);
   LogVars log_vars = optim_wrapper_->run_train_step(*model_, batch);
   for (const auto& metric : optim_wrapper_->last_update_metrics()) log_vars[metric.first] = metric.second;
   write_metrics(log_vars, data_time, iter_);

@@ -10,7 +10,7 @@
 //
 // Call order inside one micro-step of `update_params(loss)`:
 //   begin_forward(sync)      -- from optim_context(), before the forward pass
-//   begin_backward(loss, sync)
+//   begin_backward(loss, sync, iteration)
 //   loss.backward()          -- autograd hooks fire, buckets launch
 //   end_backward(sync)       -- all reductions finished, .grad holds the result
 // `sync` is false on accumulation micro-steps that must not communicate.
@@ -28,8 +28,11 @@ class GradientSync {
   // gradients will be reduced. Called only when the model runs under
   // OptimWrapper::optim_context().
   virtual void begin_forward(bool sync) = 0;
-  // loss.backward() is about to run (unused-parameter search starts from `loss`).
-  virtual void begin_backward(const torch::Tensor& loss, bool sync) = 0;
+  // loss.backward() is about to run (unused-parameter search starts from
+  // `loss`). `iteration` is the trainer's iteration (every rank reduces the
+  // gradients of the same iteration together; a mismatch means a rank skipped
+  // a step), or the wrapper's own count of backward passes without a trainer.
+  virtual void begin_backward(const torch::Tensor& loss, bool sync, int64_t iteration) = 0;
   // loss.backward() has returned.
   virtual void end_backward(bool sync) = 0;
   // Reduces the local sum of |g|^norm_type over this process's gradients into

@@ -91,7 +91,7 @@ void OptimWrapper::backward(const torch::Tensor& loss) {
                  "(was the forward run under torch::NoGradGuard, or are all parameters frozen?)");
   const bool sync = sync_for_current_step();
   torch::Tensor to_differentiate = scale_for_backward(loss);
-  if (gradient_sync_) gradient_sync_->begin_backward(to_differentiate, sync);
+  if (gradient_sync_) gradient_sync_->begin_backward(to_differentiate, sync, iteration_ >= 0 ? iteration_ : inner_count_);
   to_differentiate.backward();
   if (gradient_sync_) gradient_sync_->end_backward(sync);
   inner_count_ += 1;
@@ -166,7 +166,13 @@ void OptimWrapper::zero_grad() {
     auto& grad = p.mutable_grad();
     if (!grad.defined()) continue;
     if (in_place) {
-      grad.detach_();
+      // As torch.optim.Optimizer.zero_grad: views (bucket views) cannot be
+      // detached in place, and do not need it when they have no history.
+      if (grad.grad_fn()) {
+        grad.detach_();
+      } else {
+        grad.requires_grad_(false);
+      }
       grad.zero_();
     } else {
       grad.reset();
@@ -258,6 +264,10 @@ LogVars OptimWrapperDict::last_update_metrics() const {
 
 void OptimWrapperDict::set_after_backward(std::function<void()> callback) {
   for (auto& entry : wrappers_) entry.second->set_after_backward(callback);
+}
+
+void OptimWrapperDict::set_iteration(int64_t iteration) {
+  for (auto& entry : wrappers_) entry.second->set_iteration(iteration);
 }
 
 State OptimWrapperDict::state() const {

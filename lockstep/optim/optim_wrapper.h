@@ -70,6 +70,9 @@ class OptimWrapperBase {
   virtual LogVars last_update_metrics() const = 0;
   // Called after every backward, before the optimizer step (trainer hooks).
   virtual void set_after_backward(std::function<void()> callback) = 0;
+  // The trainer's current iteration, told before each step (DDP checks that
+  // every rank reduces the same iteration's gradients).
+  virtual void set_iteration(int64_t iteration) = 0;
   virtual State state() const = 0;
   virtual void load_state(const State& state) = 0;
   // The wrappers inside, by name ("" for a single wrapper).
@@ -124,6 +127,7 @@ class OptimWrapper : public OptimWrapperBase {
   void set_gradient_sync(std::shared_ptr<GradientSync> sync) { gradient_sync_ = std::move(sync); }
   GradientSync* gradient_sync() const { return gradient_sync_.get(); }
   void set_after_backward(std::function<void()> callback) override { after_backward_ = std::move(callback); }
+  void set_iteration(int64_t iteration) override { iteration_ = iteration; }
 
   LogVars run_train_step(Model& model, const Batch& batch) override;
   std::map<std::string, double> learning_rates() const override;
@@ -152,6 +156,7 @@ class OptimWrapper : public OptimWrapperBase {
   std::shared_ptr<GradientSync> gradient_sync_;
   std::function<void()> after_backward_;
   int64_t inner_count_ = 0;
+  int64_t iteration_ = -1;
   int64_t max_counts_ = -1;
   int64_t divisible_counts_ = 0;
   int64_t remainder_counts_ = 0;
@@ -175,6 +180,7 @@ class OptimWrapperDict : public OptimWrapperBase {
   std::map<std::string, double> learning_rates() const override;
   LogVars last_update_metrics() const override;
   void set_after_backward(std::function<void()> callback) override;
+  void set_iteration(int64_t iteration) override;
   State state() const override;
   void load_state(const State& state) override;
   std::vector<std::pair<std::string, OptimWrapper*>> wrappers() override;

@@ -120,14 +120,15 @@ TEST(OptimWrapperTest, ClipByValueClampsEveryGradient) {
   auto after = net->parameters();
   for (size_t i = 0; i < after.size(); ++i) {
     // With lr 1 the update is minus the clipped gradient.
-    EXPECT_LE((after[i] - before[i]).abs().max().item<double>(), 1e-3 + 1e-9);
+    // float32 parameters: the difference carries rounding of one ulp of the value.
+    EXPECT_LE((after[i] - before[i]).abs().max().item<double>(), 1e-3 + 1e-6);
   }
 }
 
 struct RecordingSync : GradientSync {
   std::vector<std::string> calls;
   void begin_forward(bool sync) override { calls.push_back(sync ? "forward+sync" : "forward"); }
-  void begin_backward(const torch::Tensor& loss, bool sync) override {
+  void begin_backward(const torch::Tensor& loss, bool sync, int64_t /*iteration*/) override {
     EXPECT_TRUE(loss.requires_grad());
     calls.push_back(sync ? "backward+sync" : "backward");
   }

@@ -1,0 +1,168 @@
+// bench/ddp: lockstep's DDP against its limits and against PyTorch's DDP.
+//
+// Two ranks, Gloo, CPU, one torch thread per rank, batch 64 per rank, SGD with
+// momentum, for a CNN (~1.2M parameters) and an MLP (~10M). For each model it
+// runs, alternating in rounds:
+//   lockstep  - lockstep DDP (buckets overlapped with backward, gradient_as_bucket_view)
+//   after     - lockstep with one all_reduce of all gradients after backward (no overlap)
+//   none      - the same two processes training with no communication (the limit)
+//   pytorch   - torch.nn.parallel.DistributedDataParallel from Debian's python3-torch,
+//               on the same libtorch (gradient_as_bucket_view=True)
+// and prints median step times and the ratios the DDP issue asks for.
+//
+//   build/bench/bench_ddp                      # BENCH_ROUNDS=3 BENCH_ITERS=40
+//   bin/lockstep run --standalone --nproc-per-node 2 -- build/bench/bench_ddp worker lockstep cnn 40
+#include <torch/csrc/utils/tensor_flatten.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include "bench/bench_util.h"
+#include "bench/ddp_models.h"
+#include "lockstep/core/logging.h"
+#include "lockstep/dist/comm.h"
+#include "lockstep/dist/init.h"
+#include "lockstep/dist/process_group.h"
+#include "lockstep/parallel/ddp/distributed_data_parallel.h"
+#include "tests/support/test_support.h"
+
+using namespace lockstep;
+
+namespace {
+
+constexpr int64_t kBatch = 64;
+constexpr int kWarmup = 5;
+
+// One all_reduce of every gradient once backward is over: what people write
+// when they have no DDP.
+struct AllReduceAfterBackward : GradientSync {
+  explicit AllReduceAfterBackward(torch::nn::Module& module) : params(module.parameters()) {}
+  void begin_forward(bool) override {}
+  void begin_backward(const torch::Tensor&, bool, int64_t) override {}
+  void end_backward(bool sync) override {
+    if (!sync) return;
+    std::vector<torch::Tensor> grads;
+    for (auto& p : params) grads.push_back(p.grad());
+    torch::Tensor flat = torch::utils::flatten_dense_tensors(grads);
+    world()->all_reduce(flat, ReduceOp::kAvg);
+    auto parts = torch::utils::unflatten_dense_tensors(flat, grads);
+    for (size_t i = 0; i < grads.size(); ++i) grads[i].copy_(parts[i]);
+  }
+  std::vector<torch::Tensor> params;
+};
+
+int worker(const std::string& mode, const std::string& model_name, int iters) {
+  torch::set_num_threads(1);
+  init_from_env();
+  logger().set_level(spdlog::level::warn);
+  torch::manual_seed(0);
+  auto model = bench::make_bench_model(model_name);
+  auto optim = std::make_shared<OptimWrapper>(
+      std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9)));
+  if (mode == "lockstep") {
+    optim->set_gradient_sync(std::make_shared<DistributedDataParallel>(
+        model, world(), DDPOptions().gradient_as_bucket_view(true).broadcast_buffers(false)));
+  } else if (mode == "after") {
+    optim->set_gradient_sync(std::make_shared<AllReduceAfterBackward>(*model));
+  } else if (mode != "none") {
+    LOCKSTEP_FAIL("unknown mode ", mode);
+  }
+  torch::manual_seed(get_rank());
+  auto images = torch::randn({8, kBatch, 1, 28, 28});
+  auto labels = torch::randint(0, 10, {8, kBatch}, torch::kLong);
+  optim->initialize_count_status(0, iters + kWarmup);
+  std::vector<double> times;
+  for (int i = 0; i < iters + kWarmup; ++i) {
+    double start = bench::now_seconds();
+    model->train_step(Batch{{"image", images[i % 8]}, {"label", labels[i % 8]}}, *optim);
+    if (i >= kWarmup) times.push_back(bench::now_seconds() - start);
+  }
+  synchronize();
+  if (get_rank() == 0) std::printf("RESULT %s %s %.9f\n", mode.c_str(), model_name.c_str(), bench::median(times));
+  destroy_process_group();
+  return 0;
+}
+
+std::string self_path() {
+  char buffer[4096];
+  ssize_t n = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
+  buffer[n > 0 ? n : 0] = '\0';
+  return buffer;
+}
+
+double parse_result(const testing::CommandResult& result, const std::string& what) {
+  std::istringstream lines(result.output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    auto at = line.find("RESULT ");
+    if (at == std::string::npos) continue;
+    std::istringstream fields(line.substr(at + 7));
+    std::string a, b;
+    double seconds = 0;
+    if (fields >> a >> b >> seconds) return seconds;
+    std::istringstream python(line.substr(at + 7));
+    if (python >> a >> seconds) return seconds;
+  }
+  std::fprintf(stderr, "%s produced no result (exit %d):\n%s\n", what.c_str(), result.exit_code, result.output.c_str());
+  std::exit(1);
+}
+
+int driver() {
+  const int rounds = static_cast<int>(bench::env_int("BENCH_ROUNDS", 3));
+  const int iters = static_cast<int>(bench::env_int("BENCH_ITERS", 40));
+  const std::string self = self_path();
+  const std::string source = LOCKSTEP_SOURCE_DIR;
+  const std::string launcher = std::string(LOCKSTEP_BINARY_DIR) + "/bin/lockstep";
+  const bool have_python = testing::run_command({"/usr/bin/python3", "-c", "import torch"}).exit_code == 0;
+  std::printf("bench/ddp: 2 ranks, Gloo, CPU, 1 torch thread per rank, batch %lld per rank, SGD momentum; "
+              "%d rounds x %d steps\n", static_cast<long long>(kBatch), rounds, iters);
+  std::map<std::string, std::map<std::string, std::vector<double>>> times;  // model -> mode -> per round
+  for (int round = 0; round < rounds; ++round) {
+    for (const std::string model : {"cnn", "mlp"}) {
+      for (const std::string mode : {"lockstep", "none", "after"}) {
+        auto result = testing::run_command({launcher, "run", "--standalone", "--nproc-per-node", "2", "--", self,
+                                            "worker", mode, model, std::to_string(iters)}, {}, 900);
+        times[model][mode].push_back(parse_result(result, mode + " " + model));
+      }
+      if (have_python) {
+        auto result = testing::run_command({"/usr/bin/python3", "-m", "torch.distributed.run", "--standalone",
+                                            "--nproc_per_node", "2", source + "/bench/ddp_peer.py", model,
+                                            std::to_string(iters), std::to_string(kWarmup), std::to_string(kBatch), "1"},
+                                           {"OMP_NUM_THREADS=1"}, 900);
+        times[model]["pytorch"].push_back(parse_result(result, "pytorch " + model));
+      }
+      std::printf("  round %d %s:", round, model.c_str());
+      for (auto& [mode, values] : times[model]) std::printf("  %s %.2f ms", mode.c_str(), values.back() * 1e3);
+      std::printf("\n");
+    }
+  }
+  std::printf("\n| model | lockstep DDP | no communication | all-reduce after backward | PyTorch DDP | "
+              "lockstep / PyTorch | lockstep / no-comm |\n|---|---|---|---|---|---|---|\n");
+  for (const std::string model : {"cnn", "mlp"}) {
+    auto& m = times[model];
+    double lockstep = bench::median(m["lockstep"]);
+    double none = bench::median(m["none"]);
+    double after = bench::median(m["after"]);
+    double pytorch = have_python ? bench::median(m["pytorch"]) : 0;
+    std::printf("| %s | %.2f ms | %.2f ms | %.2f ms | %s | %s | %.3f |\n", model.c_str(), lockstep * 1e3, none * 1e3,
+                after * 1e3, have_python ? (std::to_string(pytorch * 1e3).substr(0, 6) + " ms").c_str() : "n/a",
+                have_python ? std::to_string(lockstep / pytorch).substr(0, 5).c_str() : "n/a", lockstep / none);
+  }
+  std::printf("targets: lockstep / PyTorch <= 0.85 on both models; lockstep / no-comm <= 1.10 on the CNN\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (argc >= 5 && std::string(argv[1]) == "worker") return worker(argv[2], argv[3], std::stoi(argv[4]));
+    return driver();
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "bench_ddp: %s\n", error.what());
+    return 1;
+  }
+}

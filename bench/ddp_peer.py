@@ -1,0 +1,56 @@
+"""PyTorch's own DistributedDataParallel on the same models, for bench/ddp.
+
+Run under torchrun (torch.distributed.run); prints one line
+  RESULT <model> <median seconds per step>
+from rank 0. Same shapes, batch, optimizer, threads and data as the C++ side.
+"""
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def make_model(name):
+    if name == "cnn":
+        return nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Flatten(), nn.Linear(9216, 128), nn.ReLU(), nn.Linear(128, 10))
+    if name == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(),
+                             nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 10))
+    raise SystemExit("unknown model " + name)
+
+
+def main():
+    name, iters, warmup, batch, view = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(make_model(name), gradient_as_bucket_view=view)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    gen = torch.Generator().manual_seed(dist.get_rank())
+    images = torch.randn(8, batch, 1, 28, 28, generator=gen)
+    labels = torch.randint(0, 10, (8, batch), generator=gen)
+    times = []
+    for i in range(iters + warmup):
+        start = time.perf_counter()
+        sgd.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(images[i % 8]), labels[i % 8])
+        loss.backward()
+        sgd.step()
+        loss.item()
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    # The slowest rank sets the pace: report rank 0's median after a barrier.
+    dist.barrier()
+    if dist.get_rank() == 0:
+        print("RESULT", name, statistics.median(times), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+// bench/trainer_overhead: what lockstep's Trainer costs per step over a
+// hand-written libtorch loop doing the same work.
+//
+// Both train the demo's ConvNet with SGD (momentum) on the same in-memory
+// images, batch 64, with the same preprocessing; the Trainer runs with its
+// usual company (data loader, OptimWrapper, IterationTimer, LR scheduler hook,
+// a JSON-lines writer every 20 iterations). The two alternate in rounds so
+// that machine noise hits both alike; the ratio of median step times is the
+// overhead.
+//
+//   build/bench/bench_trainer_overhead            # BENCH_ROUNDS=5 BENCH_ITERS=60 BENCH_THREADS=1
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "bench/bench_util.h"
+#include "lockstep/data/data_loader.h"
+#include "lockstep/data/sampler.h"
+#include "lockstep/data/synthetic.h"
+#include "lockstep/engine/trainer.h"
+#include "lockstep/hooks/iteration_timer.h"
+#include "lockstep/hooks/lr_scheduler_hook.h"
+#include "lockstep/hooks/periodic_writer.h"
+#include "lockstep/model/data_preprocessor.h"
+#include "lockstep/models/classifiers.h"
+#include "lockstep/writers/json_writer.h"
+
+using namespace lockstep;
+
+namespace {
+
+constexpr int64_t kBatch = 64;
+
+std::shared_ptr<ConvNet> make_model() {
+  torch::manual_seed(0);
+  auto model = std::make_shared<ConvNet>();
+  model->set_data_preprocessor(std::make_shared<ImgDataPreprocessor>(std::vector<double>{72.94}, std::vector<double>{90.02}));
+  return model;
+}
+
+std::shared_ptr<torch::optim::SGD> make_sgd(torch::nn::Module& model) {
+  return std::make_shared<torch::optim::SGD>(model.parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+}
+
+// Seconds per step of a plain libtorch loop: index the batch, preprocess,
+// forward, loss, backward, step.
+double hand_written(const TensorDataset& data, int64_t iters) {
+  auto model = make_model();
+  auto sgd = make_sgd(*model);
+  DefaultSampler sampler(data.size(), /*shuffle=*/true, /*seed=*/0);
+  std::vector<int64_t> order = sampler.epoch_indices(0);
+  auto mean = torch::tensor({72.94f}).view({1, 1, 1, 1});
+  auto std = torch::tensor({90.02f}).view({1, 1, 1, 1});
+  double start = 0;
+  for (int64_t i = 0; i < iters + 5; ++i) {
+    if (i == 5) start = bench::now_seconds();  // warm-up excluded
+    int64_t offset = (i * kBatch) % (static_cast<int64_t>(order.size()) - kBatch);
+    std::vector<int64_t> indices(order.begin() + offset, order.begin() + offset + kBatch);
+    Batch batch = data.get_batch(indices, 0);
+    torch::Tensor image = (batch.at("image").to(torch::kFloat) - mean) / std;
+    sgd->zero_grad();
+    torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(image), batch.at("label"));
+    loss.backward();
+    sgd->step();
+    volatile double value = loss.item<double>();
+    (void)value;
+  }
+  return (bench::now_seconds() - start) / static_cast<double>(iters);
+}
+
+double with_trainer(std::shared_ptr<TensorDataset> data, int64_t iters, const std::string& work_dir) {
+  auto model = make_model();
+  auto sampler = std::make_shared<DefaultSampler>(data->size(), true, 0);
+  auto loader = std::make_shared<DataLoader>(data, sampler, DataLoaderOptions().batch_size(kBatch).num_workers(0));
+  auto optim = std::make_shared<OptimWrapper>(make_sgd(*model));
+  Trainer trainer(model, loader, optim);
+  auto timer = std::make_shared<IterationTimer>(/*warmup_iters=*/5);
+  trainer.register_hooks({timer, std::make_shared<LRSchedulerHook>(optim, SchedulerMap{}),
+                          std::make_shared<PeriodicWriter>(
+                              std::vector<std::shared_ptr<EventWriter>>{std::make_shared<JsonWriter>(work_dir + "/metrics.jsonl")},
+                              20)});
+  double start = 0;
+  struct StartClock : Hook {
+    StartClock(double* start) : Hook("StartClock"), start_(start) {}
+    void before_step() override {
+      if (trainer().iter() == 5) *start_ = bench::now_seconds();
+    }
+    double* start_;
+  };
+  trainer.register_hooks({std::make_shared<StartClock>(&start)});
+  trainer.train(0, iters + 5);
+  return (bench::now_seconds() - start) / static_cast<double>(iters);
+}
+
+}  // namespace
+
+int main() {
+  const long rounds = bench::env_int("BENCH_ROUNDS", 5);
+  const long iters = bench::env_int("BENCH_ITERS", 60);
+  torch::set_num_threads(static_cast<int>(bench::env_int("BENCH_THREADS", 1)));
+  spdlog::set_level(spdlog::level::warn);
+  logger().set_level(spdlog::level::warn);
+  auto data = std::make_shared<SyntheticImages>(SyntheticImagesOptions().size(4096));
+  std::string work_dir = std::filesystem::temp_directory_path() / "lockstep_bench_trainer";
+  std::filesystem::create_directories(work_dir);
+  std::vector<double> hand, engine, ratios;
+  std::printf("trainer_overhead: ConvNet [32, 64] + FC 128, batch %lld, %ld rounds x %ld steps, %d torch thread(s)\n",
+              static_cast<long long>(kBatch), rounds, iters, torch::get_num_threads());
+  for (long round = 0; round < rounds; ++round) {
+    double a = hand_written(*data, iters);
+    double b = with_trainer(data, iters, work_dir);
+    hand.push_back(a);
+    engine.push_back(b);
+    ratios.push_back(b / a);
+    std::printf("  round %ld: hand-written %.2f ms/step, lockstep Trainer %.2f ms/step, ratio %.3f\n", round, a * 1e3,
+                b * 1e3, b / a);
+  }
+  std::printf("median: hand-written %.2f ms/step, lockstep Trainer %.2f ms/step\n", bench::median(hand) * 1e3,
+              bench::median(engine) * 1e3);
+  std::printf("RESULT trainer_overhead ratio (Trainer / hand-written, median of rounds) = %.3f  (target <= 1.03)\n",
+              bench::median(ratios));
+  std::filesystem::remove_all(work_dir);
+  return 0;
+}

@@ -1,0 +1,223 @@
+#include "lockstep/engine/runner.h"
+
+#include <chrono>
+#include <filesystem>
+#include <random>
+
+#include "lockstep/checkpoint/checkpoint_file.h"
+#include "lockstep/checkpoint/checkpointer.h"
+#include "lockstep/checkpoint/atomic_file.h"
+#include "lockstep/core/error.h"
+#include "lockstep/core/logging.h"
+#include "lockstep/core/rng.h"
+#include "lockstep/data/data_loader.h"
+#include "lockstep/engine/default_hooks.h"
+#include "lockstep/evaluation/metric.h"
+#include "lockstep/model/model.h"
+#include "lockstep/strategy/strategy.h"
+
+namespace lockstep {
+namespace fs = std::filesystem;
+
+namespace {
+
+TrainerOptions parse_trainer_options(const Config& config) {
+  TrainerOptions options;
+  if (config.is_null()) return options;
+  options.zero_grad_before_forward(config.get<bool>("zero_grad_before_forward", false))
+      .gather_metric_period(config.get<int64_t>("gather_metric_period", 1))
+      .async_write_metrics(config.get<bool>("async_write_metrics", false));
+  LOCKSTEP_CHECK(options.gather_metric_period() >= 1, config.where("gather_metric_period"),
+                 ": gather_metric_period must be at least 1, got ", options.gather_metric_period());
+  config.check_all_used("trainer");
+  return options;
+}
+
+std::string default_work_dir(const Config& config) {
+  std::string file = config.source().file;
+  std::string stem = file.empty() || file[0] == '<' ? "run" : fs::path(file).stem().string();
+  return "work_dirs/" + stem;
+}
+
+}  // namespace
+
+Runner::Runner(Config config, RunnerOptions options) : config_(std::move(config)), options_(std::move(options)) {
+  setup_environment();
+}
+
+Runner::~Runner() = default;
+
+Trainer& Runner::trainer() const {
+  LOCKSTEP_CHECK(trainer_ != nullptr, "the runner has not built a trainer (call train() first)");
+  return *trainer_;
+}
+
+void Runner::setup_environment() {
+  work_dir_ = !options_.work_dir().empty() ? options_.work_dir()
+                                           : config_.get<std::string>("work_dir", default_work_dir(config_));
+  Config env = config_.child("env");
+  if (!env.is_null()) {
+    const int64_t threads = env.get<int64_t>("num_threads", 0);
+    LOCKSTEP_CHECK(threads >= 0, env.where("num_threads"), ": num_threads must be >= 0 (0: libtorch's default)");
+    if (threads > 0) torch::set_num_threads(static_cast<int>(threads));
+    env.check_all_used("env");
+  }
+  strategy_ = build_strategy(config_.child("strategy"));
+  set_log_rank(strategy_->rank(), strategy_->world_size());
+  if (strategy_->is_main_process()) fs::create_directories(work_dir_);
+  strategy_->barrier();
+  add_log_file(work_dir_ + (strategy_->is_main_process() ? "/log.txt"
+                                                         : "/log_rank" + std::to_string(strategy_->rank()) + ".txt"));
+
+  Config randomness = config_.child("randomness");
+  std::optional<uint64_t> seed;
+  if (!randomness.is_null() && randomness.has("seed") && !randomness.at("seed").is_null()) {
+    seed = static_cast<uint64_t>(randomness.get<int64_t>("seed"));
+  }
+  const bool resuming = options_.resume() || config_.get<bool>("resume", false);
+  if (!seed && resuming) {
+    // A resumed run must replay the same data order: reuse the saved seed.
+    Checkpointer probe(strategy_, work_dir_);
+    if (auto last = probe.last_checkpoint(); last && fs::exists(*last)) {
+      try {
+        State saved = read_checkpoint_file(*last);
+        if (saved.values.contains("meta")) seed = saved.values["meta"].value("seed", uint64_t{0});
+      } catch (const Error&) {
+        // A corrupt newest checkpoint is handled (with a fallback) by resume().
+      }
+    }
+  }
+  if (!seed) seed = strategy_->broadcast_seed(std::random_device{}() ^ static_cast<uint64_t>(
+                                                  std::chrono::steady_clock::now().time_since_epoch().count()));
+  seed_ = *seed;
+  const bool diff_rank_seed = randomness.is_null() ? false : randomness.get<bool>("diff_rank_seed", false);
+  const bool deterministic = randomness.is_null() ? false : randomness.get<bool>("deterministic", false);
+  if (!randomness.is_null()) randomness.check_all_used("randomness");
+  seed_everything(seed_ + (diff_rank_seed ? static_cast<uint64_t>(strategy_->rank()) : 0));
+  if (deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+  logger().info("Work dir {}; seed {}; strategy {} ({} process{})", work_dir_, seed_, strategy_->name(),
+                strategy_->world_size(), strategy_->world_size() > 1 ? "es" : "");
+  if (strategy_->is_main_process()) write_file_atomically(work_dir_ + "/config.yaml", config_.to_yaml());
+}
+
+void Runner::build_for_training() {
+  SamplerContext sampler_context{strategy_->rank(), strategy_->world_size(), seed_};
+  auto model = build_model(config_.at("model"));
+  train_loader_ = build_data_loader(config_.at("train_dataloader"), sampler_context);
+  const int64_t iters_per_epoch = train_loader_->batches_per_epoch();
+  LOCKSTEP_CHECK(iters_per_epoch > 0, config_.where("train_dataloader"),
+                 ": the training set gives this rank no batch per epoch (dataset smaller than batch_size with "
+                 "drop_last?)");
+
+  Config train_cfg = config_.at("train_cfg");
+  int64_t max_iters = 0;
+  if (train_cfg.has("max_iters")) {
+    LOCKSTEP_CHECK(!train_cfg.has("max_epochs"), train_cfg.where(), ": give max_iters or max_epochs, not both");
+    max_iters = train_cfg.get<int64_t>("max_iters");
+  } else {
+    const int64_t epochs = train_cfg.get<int64_t>("max_epochs");
+    LOCKSTEP_CHECK(epochs > 0, train_cfg.where("max_epochs"), ": max_epochs must be positive, got ", epochs);
+    max_iters = epochs * iters_per_epoch;
+  }
+  LOCKSTEP_CHECK(max_iters > 0, train_cfg.where(), ": the run must have at least one iteration");
+  const bool by_epoch = train_cfg.get<bool>("by_epoch", train_cfg.has("max_epochs"));
+  int64_t val_interval = train_cfg.get<int64_t>("val_interval", 1);
+  LOCKSTEP_CHECK(val_interval >= 1, train_cfg.where("val_interval"), ": val_interval must be at least 1");
+  if (by_epoch) val_interval *= iters_per_epoch;
+  train_cfg.check_all_used("train_cfg");
+  max_iters_ = max_iters;
+
+  strategy_->prepare(model, config_.at("optim_wrapper"), config_.child("param_scheduler"),
+                     SchedulerContext{iters_per_epoch, max_iters});
+
+  if (config_.has("val_dataloader")) {
+    eval_loaders_["val"] = build_data_loader(config_.at("val_dataloader"), SamplerContext{strategy_->rank(),
+                                                                                          strategy_->world_size(), seed_});
+    evaluators_["val"] = build_evaluator(config_.at("val_evaluator"));
+  }
+
+  checkpointer_ = std::make_shared<Checkpointer>(strategy_, work_dir_);
+  checkpointer_->set_extra_state([this] { return extra_checkpoint_state(); });
+  trainer_ = std::make_unique<Trainer>(strategy_->model(), train_loader_, strategy_->optim_wrapper(),
+                                       parse_trainer_options(config_.child("trainer")));
+  trainer_->set_metrics_gatherer(strategy_->metrics_gatherer());
+
+  DefaultHookSettings settings;
+  settings.strategy = strategy_;
+  settings.checkpointer = checkpointer_;
+  settings.work_dir = work_dir_;
+  settings.iters_per_epoch = iters_per_epoch;
+  settings.max_iters = max_iters;
+  settings.val_interval = val_interval;
+  if (eval_loaders_.count("val")) settings.evaluate = [this] { return evaluate("val"); };
+  trainer_->register_hooks(build_default_hooks(config_.child("default_hooks"), config_.child("custom_hooks"), settings));
+}
+
+State Runner::extra_checkpoint_state() const {
+  State extra;
+  extra.put("trainer", trainer_->state());
+  extra.values["meta"] = {{"seed", seed_},
+                          {"iteration", trainer_->iter()},
+                          {"world_size", strategy_->world_size()},
+                          {"strategy", strategy_->name()},
+                          {"config", config_.to_yaml()}};
+  return extra;
+}
+
+std::map<std::string, double> Runner::train() {
+  build_for_training();
+  int64_t start_iter = 0;
+  const bool resuming = options_.resume() || config_.get<bool>("resume", false);
+  std::string load_from = !options_.load_from().empty() ? options_.load_from() : config_.get<std::string>("load_from", "");
+  std::optional<State> resumed;
+  if (resuming) {
+    resumed = checkpointer_->resume();
+    if (!resumed) logger().warn("resume: no checkpoint in {}; starting from scratch", work_dir_);
+  }
+  if (resumed) {
+    const int64_t saved_world = resumed->values.contains("meta") ? resumed->values["meta"].value("world_size", 1) : 1;
+    if (saved_world != strategy_->world_size()) {
+      logger().warn("The checkpoint was written by {} processes and this run has {}: the data order and the "
+                    "effective batch size change from here on",
+                    saved_world, strategy_->world_size());
+    }
+    trainer_->load_state(resumed->get("trainer"));
+    start_iter = trainer_->iter() + 1;
+  } else if (!load_from.empty()) {
+    checkpointer_->load_weights(load_from, /*strict=*/false);
+  }
+  trainer_->train(std::min(start_iter, max_iters_), max_iters_);
+  return last_val_metrics_;
+}
+
+std::map<std::string, double> Runner::evaluate(const std::string& split) {
+  auto loader_found = eval_loaders_.find(split);
+  if (loader_found == eval_loaders_.end()) {
+    const std::string key = split + "_dataloader";
+    LOCKSTEP_CHECK(config_.has(key), "no ", key, " in the config");
+    eval_loaders_[split] = build_data_loader(config_.at(key), SamplerContext{strategy_->rank(), strategy_->world_size(), seed_});
+    evaluators_[split] = build_evaluator(config_.at(split + "_evaluator"));
+    loader_found = eval_loaders_.find(split);
+  }
+  if (!strategy_->model()) strategy_->prepare(build_model(config_.at("model")), Config(), Config(), SchedulerContext{});
+  Model& model = *strategy_->model();
+  Evaluator& evaluator = *evaluators_.at(split);
+  const bool was_training = model.is_training();
+  model.eval();
+  loader_found->second->for_each_batch(0, [&](const Batch& batch) { evaluator.process(batch, model.val_step(batch)); });
+  if (was_training) model.train();
+  auto metrics = evaluator.evaluate(loader_found->second->dataset().size(),
+                                    [this](const std::vector<nlohmann::json>& local, int64_t size) {
+                                      return strategy_->collect_results(local, size);
+                                    });
+  std::string text;
+  for (const auto& [name, value] : metrics) text += fmt::format("  {}: {:.4f}", name, value);
+  logger().info("Evaluation on {} ({} samples):{}", split, loader_found->second->dataset().size(), text);
+  if (split == "val") last_val_metrics_ = metrics;
+  return metrics;
+}
+
+std::map<std::string, double> Runner::val() { return evaluate("val"); }
+std::map<std::string, double> Runner::test() { return evaluate("test"); }
+
+}  // namespace lockstep

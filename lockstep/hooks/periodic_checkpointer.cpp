@@ -1,0 +1,54 @@
+#include "lockstep/hooks/periodic_checkpointer.h"
+
+#include <fmt/format.h>
+
+#include "lockstep/core/error.h"
+#include "lockstep/engine/trainer.h"
+
+namespace lockstep {
+
+PeriodicCheckpointer::PeriodicCheckpointer(std::shared_ptr<Checkpointer> checkpointer, int64_t period,
+                                           int64_t max_to_keep, std::string file_prefix, bool save_final)
+    : Hook("PeriodicCheckpointer"),
+      checkpointer_(std::move(checkpointer)),
+      period_(period),
+      max_to_keep_(max_to_keep),
+      file_prefix_(std::move(file_prefix)),
+      save_final_(save_final) {
+  LOCKSTEP_CHECK(period_ >= 1, "checkpoint period must be at least 1, got ", period_);
+  LOCKSTEP_CHECK(max_to_keep_ == -1 || max_to_keep_ >= 1, "max_to_keep must be -1 (keep all) or at least 1, got ",
+                 max_to_keep_);
+}
+
+void PeriodicCheckpointer::after_step() {
+  const int64_t iteration = trainer().iter();
+  if ((iteration + 1) % period_ == 0) {
+    // The kept list is part of the state being saved, so update it first; the
+    // files it drops are deleted only once the new checkpoint is safely written.
+    const std::string name = fmt::format("{}_{:07d}", file_prefix_, iteration);
+    kept_.push_back(checkpointer_->path_of(name));
+    std::vector<std::string> dropped;
+    while (max_to_keep_ > 0 && static_cast<int64_t>(kept_.size()) > max_to_keep_) {
+      dropped.push_back(kept_.front());
+      kept_.pop_front();
+    }
+    checkpointer_->save(name);
+    for (const auto& path : dropped) checkpointer_->remove(path);
+  }
+  if (save_final_ && iteration >= trainer().max_iter() - 1) checkpointer_->save(file_prefix_ + "_final");
+}
+
+State PeriodicCheckpointer::state() const {
+  State state;
+  state.values["kept"] = std::vector<std::string>(kept_.begin(), kept_.end());
+  return state;
+}
+
+void PeriodicCheckpointer::load_state(const State& state) {
+  kept_.clear();
+  if (state.values.contains("kept")) {
+    for (const auto& path : state.values.at("kept")) kept_.push_back(path.get<std::string>());
+  }
+}
+
+}  // namespace lockstep

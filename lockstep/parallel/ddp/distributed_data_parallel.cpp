@@ -1,0 +1,184 @@
+#include "lockstep/parallel/ddp/distributed_data_parallel.h"
+
+#include <torch/csrc/utils/tensor_flatten.h>
+
+#include <atomic>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unordered_set>
+
+#include "lockstep/compat/autograd.h"
+#include "lockstep/core/error.h"
+#include "lockstep/core/logging.h"
+#include "lockstep/dist/comm.h"
+#include "lockstep/dist/init.h"
+#include "lockstep/dist/process_group.h"
+
+namespace lockstep {
+namespace {
+
+std::string shape_text(c10::IntArrayRef sizes) {
+  std::ostringstream text;
+  text << sizes;
+  return text.str();
+}
+
+// Rank-identical group names: every DDP instance is created in the same order on every rank.
+std::string next_group_name() {
+  static std::atomic<int> counter{0};
+  return "ddp" + std::to_string(counter++);
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, torch::Tensor>> unique_trainable_parameters(const torch::nn::Module& module) {
+  std::vector<std::pair<std::string, torch::Tensor>> unique;
+  std::unordered_set<const void*> seen;
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    const torch::Tensor& p = item.value();
+    if (!p.requires_grad()) continue;
+    if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
+    unique.emplace_back(item.key(), p);
+  }
+  return unique;
+}
+
+DDPOptions parse_ddp_options(const Config& config, const DDPOptions& defaults) {
+  DDPOptions options = defaults;
+  if (config.is_null()) return options;
+  options.bucket_cap_mb(config.get<double>("bucket_cap_mb", defaults.bucket_cap_mb()))
+      .first_bucket_cap_mb(config.get<double>("first_bucket_cap_mb", defaults.first_bucket_cap_mb()))
+      .gradient_as_bucket_view(config.get<bool>("gradient_as_bucket_view", defaults.gradient_as_bucket_view()))
+      .find_unused_parameters(config.get<bool>("find_unused_parameters", defaults.find_unused_parameters()))
+      .static_graph(config.get<bool>("static_graph", defaults.static_graph()))
+      .broadcast_buffers(config.get<bool>("broadcast_buffers", defaults.broadcast_buffers()))
+      .detect_anomalous_params(config.get<bool>("detect_anomalous_params", defaults.detect_anomalous_params()));
+  LOCKSTEP_CHECK(options.bucket_cap_mb() > 0, config.where("bucket_cap_mb"), ": bucket_cap_mb must be positive");
+  LOCKSTEP_CHECK(options.first_bucket_cap_mb() > 0, config.where("first_bucket_cap_mb"),
+                 ": first_bucket_cap_mb must be positive");
+  return options;
+}
+
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
+                                                 std::shared_ptr<ProcessGroup> group, DDPOptions options)
+    : module_(std::move(module)), options_(options) {
+  LOCKSTEP_CHECK(module_ != nullptr, "DistributedDataParallel needs a module");
+  if (!group) group = world();
+  LOCKSTEP_CHECK(group != nullptr, "DistributedDataParallel needs an initialised process group "
+                 "(call lockstep::init_from_env() or init_process_group() first)");
+  std::vector<int> members(static_cast<size_t>(group->size()));
+  for (int r = 0; r < group->size(); ++r) members[static_cast<size_t>(r)] = r;
+  group_ = group->new_group(members, group->name() + "." + next_group_name());
+
+  for (auto& [name, param] : unique_trainable_parameters(*module_)) {
+    names_.push_back(name);
+    params_.push_back(param);
+  }
+  std::unordered_set<const void*> seen;
+  for (const auto& buffer : module_->buffers(/*recurse=*/true)) {
+    if (seen.insert(buffer.unsafeGetTensorImpl()).second) buffers_.push_back(buffer);
+  }
+  verify_same_model_on_every_rank();
+  // Every rank starts from rank 0's weights.
+  std::vector<torch::Tensor> state;
+  for (const auto& item : module_->named_parameters(true)) state.push_back(item.value());
+  state.insert(state.end(), buffers_.begin(), buffers_.end());
+  broadcast_from_rank0(state);
+
+  const auto mib = [](double mb) { return static_cast<int64_t>(mb * 1024 * 1024); };
+  reducer_ = std::make_unique<Reducer>(params_, names_, group_,
+                                       ReducerOptions()
+                                           .first_bucket_bytes(mib(options_.first_bucket_cap_mb()))
+                                           .bucket_bytes(mib(options_.bucket_cap_mb()))
+                                           .gradient_as_bucket_view(options_.gradient_as_bucket_view())
+                                           .find_unused_parameters(options_.find_unused_parameters())
+                                           .static_graph(options_.static_graph()));
+}
+
+DistributedDataParallel::~DistributedDataParallel() = default;
+
+void DistributedDataParallel::verify_same_model_on_every_rank() {
+  nlohmann::json mine = nlohmann::json::array();
+  for (const auto& item : module_->named_parameters(true)) {
+    mine.push_back({item.key(), c10::toString(item.value().scalar_type()), item.value().sizes().vec(),
+                    item.value().requires_grad()});
+  }
+  std::vector<nlohmann::json> all = all_gather_object(mine, group_);
+  const auto& reference = all.front();
+  for (int r = 1; r < group_->size(); ++r) {
+    const auto& other = all[static_cast<size_t>(r)];
+    const int rank = group_->global_rank(r);
+    const int rank0 = group_->global_rank(0);
+    for (size_t i = 0; i < std::min(reference.size(), other.size()); ++i) {
+      const auto& a = reference[i];
+      const auto& b = other[i];
+      LOCKSTEP_CHECK(a[0] == b[0], "DDP: ranks hold different models: parameter #", i, " is '",
+                     a[0].get<std::string>(), "' on rank ", rank0, " but '", b[0].get<std::string>(), "' on rank ", rank);
+      const std::string name = a[0].get<std::string>();
+      LOCKSTEP_CHECK(a[2] == b[2], "DDP: parameter '", name, "' has shape ",
+                     shape_text(a[2].get<std::vector<int64_t>>()), " on rank ", rank0, " but ",
+                     shape_text(b[2].get<std::vector<int64_t>>()), " on rank ", rank);
+      LOCKSTEP_CHECK(a[1] == b[1], "DDP: parameter '", name, "' has dtype ", a[1].get<std::string>(), " on rank ", rank0,
+                     " but ", b[1].get<std::string>(), " on rank ", rank);
+      LOCKSTEP_CHECK(a[3] == b[3], "DDP: parameter '", name, "' requires grad on one of ranks ", rank0, " and ", rank,
+                     " but not on the other");
+    }
+    LOCKSTEP_CHECK(reference.size() == other.size(), "DDP: rank ", rank0, " has ", reference.size(),
+                   " parameters but rank ", rank, " has ", other.size(), " (first extra: '",
+                   (reference.size() > other.size() ? reference : other)[std::min(reference.size(), other.size())][0]
+                       .get<std::string>(),
+                   "')");
+  }
+}
+
+void DistributedDataParallel::broadcast_from_rank0(std::vector<torch::Tensor> tensors) {
+  if (group_->size() == 1 || tensors.empty()) return;
+  torch::NoGradGuard no_grad;
+  // One broadcast per dtype/device (coalesced), not one per tensor.
+  std::map<std::string, std::vector<torch::Tensor>> by_type;
+  for (auto& t : tensors) by_type[std::string(c10::toString(t.scalar_type())) + t.device().str()].push_back(t);
+  for (auto& [key, group] : by_type) {
+    torch::Tensor flat = torch::utils::flatten_dense_tensors(group);
+    group_->broadcast(flat, 0);
+    auto parts = torch::utils::unflatten_dense_tensors(flat, group);
+    for (size_t i = 0; i < group.size(); ++i) group[i].copy_(parts[i]);
+  }
+}
+
+void DistributedDataParallel::begin_forward(bool sync) {
+  LOCKSTEP_CHECK(!forward_awaits_backward_, "DDP on rank ", get_rank(), ": a new forward pass started while the "
+                 "previous synchronised forward never ran backward. Every rank must run backward after each "
+                 "synchronised forward (otherwise ranks fall out of step); use no_sync / accumulation for "
+                 "forward passes without a reduction.");
+  if (options_.broadcast_buffers()) broadcast_from_rank0(buffers_);
+  forward_awaits_backward_ = sync && no_sync_depth_ == 0;
+}
+
+std::vector<std::string> DistributedDataParallel::parameters_outside_graph(const torch::Tensor& loss) const {
+  std::unordered_set<const torch::autograd::Node*> graph;
+  for (const auto* node : compat::reachable_nodes(loss)) graph.insert(node);
+  std::vector<std::string> outside;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (graph.count(compat::grad_accumulator(params_[i]).get()) == 0) outside.push_back(names_[i]);
+  }
+  return outside;
+}
+
+void DistributedDataParallel::begin_backward(const torch::Tensor& loss, bool sync, int64_t iteration) {
+  forward_awaits_backward_ = false;
+  if (options_.detect_anomalous_params()) {
+    auto outside = parameters_outside_graph(loss);
+    for (const auto& name : outside) {
+      logger().error("{} with shape {} is not in the computational graph of the loss (unused in forward, or "
+                     "not used to produce the loss)", name, shape_text(module_->named_parameters()[name].sizes()));
+    }
+  }
+  reducer_->prepare_for_backward(loss, sync && no_sync_depth_ == 0, iteration);
+}
+
+void DistributedDataParallel::end_backward(bool /*sync*/) { reducer_->finish_backward(); }
+
+void DistributedDataParallel::register_comm_hook(std::shared_ptr<CommHook> hook) { reducer_->set_comm_hook(std::move(hook)); }
+
+}  // namespace lockstep

@@ -1,0 +1,360 @@
+#include "lockstep/parallel/ddp/reducer.h"
+
+#include <ATen/ScalarOps.h>
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "lockstep/compat/autograd.h"
+#include "lockstep/core/error.h"
+#include "lockstep/dist/process_group.h"
+#include "lockstep/parallel/ddp/bucket_assignment.h"
+
+namespace lockstep {
+namespace {
+
+using Clock = ReductionTimeline::Clock;
+
+torch::Tensor bucket_view(const torch::Tensor& flat, int64_t offset, const torch::Tensor& param) {
+  if (param.is_contiguous()) return flat.narrow(0, offset, param.numel()).view(param.sizes());
+  // channels-last and other dense layouts: keep the parameter's strides so
+  // that .grad can alias the view.
+  LOCKSTEP_CHECK(param.is_non_overlapping_and_dense(),
+                 "DDP supports parameters with dense layouts only (got strides ", param.strides(), ")");
+  return flat.as_strided(param.sizes(), param.strides(), flat.storage_offset() + offset);
+}
+
+bool same_memory(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.defined() && b.defined() && a.data_ptr() == b.data_ptr() && a.sizes() == b.sizes() &&
+         a.strides() == b.strides();
+}
+
+std::string join_names(const std::vector<std::string>& names, size_t limit = 20) {
+  std::string text;
+  for (size_t i = 0; i < names.size() && i < limit; ++i) text += (i ? ", " : "") + names[i];
+  if (names.size() > limit) text += ", ... (" + std::to_string(names.size() - limit) + " more)";
+  return text;
+}
+
+}  // namespace
+
+Reducer::Reducer(std::vector<torch::Tensor> params, std::vector<std::string> names,
+                 std::shared_ptr<ProcessGroup> group, ReducerOptions options)
+    : params_(std::move(params)), names_(std::move(names)), group_(std::move(group)), options_(options) {
+  LOCKSTEP_CHECK(group_ != nullptr, "DDP needs a process group");
+  LOCKSTEP_CHECK(!params_.empty(), "DDP needs at least one parameter that requires grad");
+  LOCKSTEP_CHECK(params_.size() == names_.size(), "Reducer: ", params_.size(), " parameters but ", names_.size(), " names");
+  LOCKSTEP_CHECK(options_.first_bucket_bytes() > 0 && options_.bucket_bytes() > 0, "bucket sizes must be positive");
+  comm_hook_ = std::make_shared<AllReduceHook>();
+  locally_used_.assign(params_.size(), 0);
+  globally_used_.assign(params_.size(), 1);
+  expected_hook_calls_.assign(params_.size(), 0);
+  build_buckets(reverse_order(params_.size()));
+  hooks_.reserve(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    hooks_.push_back(std::make_unique<compat::PostAccumulateHook>(params_[i], [this, i] { autograd_hook(i); }));
+  }
+}
+
+Reducer::~Reducer() {
+  // Remove the hooks before the state they use goes away.
+  hooks_.clear();
+}
+
+void Reducer::set_comm_hook(std::shared_ptr<CommHook> hook) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  LOCKSTEP_CHECK(hook != nullptr, "register_comm_hook(nullptr)");
+  LOCKSTEP_CHECK(finalized_, "a communication hook cannot change during a backward pass");
+  comm_hook_ = std::move(hook);
+}
+
+void Reducer::build_buckets(const std::vector<size_t>& order) {
+  auto assignment = assign_buckets(params_, order, {options_.first_bucket_bytes(), options_.bucket_bytes()});
+  std::vector<Bucket> buckets(assignment.size());
+  locations_.assign(params_.size(), Location{});
+  for (size_t b = 0; b < assignment.size(); ++b) {
+    Bucket& bucket = buckets[b];
+    bucket.variables = assignment[b];
+    int64_t total = 0;
+    for (size_t index : bucket.variables) total += params_[index].numel();
+    const torch::Tensor& first = params_[bucket.variables.front()];
+    bucket.flat = torch::zeros({total}, torch::TensorOptions().dtype(first.scalar_type()).device(first.device()));
+    int64_t offset = 0;
+    for (size_t slot = 0; slot < bucket.variables.size(); ++slot) {
+      const size_t index = bucket.variables[slot];
+      torch::Tensor view = bucket_view(bucket.flat, offset, params_[index]);
+      auto& grad = params_[index].mutable_grad();
+      // Gradients accumulated in the old buckets move into the new ones.
+      if (options_.gradient_as_bucket_view() && grad.defined()) {
+        view.copy_(grad);
+        grad = view;
+      }
+      bucket.views.push_back(view);
+      locations_[index] = Location{b, slot};
+      offset += params_[index].numel();
+    }
+  }
+  buckets_ = std::move(buckets);
+}
+
+void Reducer::rebuild_buckets_from_rank0() {
+  const size_t n = params_.size();
+  // Parameters that never became ready go last, in reverse model order.
+  std::vector<size_t> order = ready_order_;
+  std::vector<bool> listed(n, false);
+  for (size_t index : order) listed[index] = true;
+  for (size_t index : reverse_order(n)) {
+    if (!listed[index]) order.push_back(index);
+  }
+  torch::Tensor shared = torch::tensor(std::vector<int64_t>(order.begin(), order.end()), torch::kLong);
+  if (group_->size() > 1) group_->broadcast(shared, 0);
+  std::vector<size_t> agreed(n);
+  for (size_t i = 0; i < n; ++i) agreed[i] = static_cast<size_t>(shared[static_cast<int64_t>(i)].item<int64_t>());
+  build_buckets(agreed);
+  rebuilt_ = true;
+  rebuild_pending_ = false;
+}
+
+std::vector<size_t> Reducer::traverse_unused(const torch::Tensor& loss) const {
+  std::unordered_set<const torch::autograd::Node*> graph;
+  for (const auto* node : compat::reachable_nodes(loss)) graph.insert(node);
+  std::vector<size_t> unused;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (graph.count(hooks_[i]->accumulator()) == 0) unused.push_back(i);
+  }
+  return unused;
+}
+
+void Reducer::prepare_for_backward(const torch::Tensor& loss, bool sync, int64_t iteration) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  LOCKSTEP_CHECK(finalized_, "DDP: a new backward pass started before the previous one finished its gradient "
+                 "reduction on this rank (did an earlier backward raise?)");
+  expect_hooks_ = true;
+  sync_ = sync;
+  if (!sync) return;  // no_sync: hooks only record which parameters were used
+  if (rebuild_pending_) rebuild_buckets_from_rank0();
+  iteration_ = iteration;
+  finalized_ = false;
+  callback_queued_ = false;
+  next_bucket_ = 0;
+  ready_.assign(params_.size(), false);
+  for (auto& bucket : buckets_) {
+    bucket.pending = bucket.variables.size();
+    bucket.reduction.reset();
+  }
+  check_work_.reset();
+  timeline_ = ReductionTimeline();
+  timeline_.bucket_launched.assign(buckets_.size(), Clock::time_point());
+  if (!rebuilt_) ready_order_.clear();
+
+  unused_.clear();
+  if (options_.static_graph()) {
+    if (static_graph_learned_) {
+      remaining_hook_calls_ = expected_hook_calls_;
+      for (size_t i = 0; i < params_.size(); ++i) {
+        if (expected_hook_calls_[i] == 0) unused_.push_back(i);
+      }
+    }
+    // First iteration: hooks only count; everything is reduced at the end.
+  } else if (options_.find_unused_parameters()) {
+    unused_ = traverse_unused(loss);
+  }
+  for (size_t index : unused_) mark_variable_ready(index);
+}
+
+void Reducer::autograd_hook(size_t index) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!expect_hooks_) return;
+  locally_used_[index] = 1;
+  if (!sync_) return;
+  timeline_.last_hook = Clock::now();
+  if (!callback_queued_) {
+    callback_queued_ = true;
+    compat::queue_backward_callback([this] { finalize_backward(); });
+  }
+  if (options_.static_graph()) {
+    if (!static_graph_learned_) {
+      if (expected_hook_calls_[index]++ == 0) ready_order_.push_back(index);
+      return;
+    }
+    if (--remaining_hook_calls_[index] > 0) return;  // this parameter is used again later in the pass
+  }
+  mark_variable_ready(index);
+}
+
+void Reducer::mark_variable_ready(size_t index) {
+  LOCKSTEP_CHECK(!ready_[index], "DDP: parameter '", names_[index], "' became ready twice in one backward pass. "
+                 "Either it is used in several reentrant backward passes (activation checkpointing), or "
+                 "outside the forward; static_graph=true supports a parameter that is used several times "
+                 "in the same graph.");
+  ready_[index] = true;
+  if (!rebuilt_) ready_order_.push_back(index);
+  const Location& location = locations_[index];
+  Bucket& bucket = buckets_[location.bucket];
+  torch::Tensor& view = bucket.views[location.slot];
+  auto& grad = params_[index].mutable_grad();
+  if (grad.defined()) {
+    LOCKSTEP_CHECK(!grad.is_sparse(), "DDP: parameter '", names_[index], "' has a sparse gradient, which DDP does not reduce");
+    if (same_memory(grad, view)) {
+      view.div_(group_->size());
+    } else {
+      // One pass: copy and average (PyTorch's reducer does the same fused multiply).
+      torch::Tensor factor = c10::scalar_to_tensor(1.0 / static_cast<double>(group_->size()));
+      factor.unsafeGetTensorImpl()->set_wrapped_number(true);
+      at::mul_out(view, grad, factor);
+      if (options_.gradient_as_bucket_view()) grad = view;
+    }
+  } else {
+    view.zero_();
+  }
+  if (--bucket.pending == 0) launch_ready_buckets();
+}
+
+void Reducer::launch_ready_buckets() {
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
+    Bucket& bucket = buckets_[next_bucket_];
+    timeline_.bucket_launched[next_bucket_] = Clock::now();
+    bucket.reduction = comm_hook_->launch(*group_, bucket.flat, next_bucket_);
+    ++next_bucket_;
+  }
+  if (next_bucket_ == buckets_.size() && !check_work_ && group_->size() > 1) launch_check();
+}
+
+void Reducer::launch_check() {
+  // [iteration, which parameters this rank used] from every rank: the
+  // iteration catches a rank that skipped a step; the used map tells
+  // parameters unused everywhere from those unused only here.
+  const bool track_used = options_.find_unused_parameters() || options_.static_graph();
+  const int64_t length = 1 + (track_used ? static_cast<int64_t>(params_.size()) : 0);
+  torch::Tensor mine = torch::empty({length}, torch::kInt);
+  auto data = mine.data_ptr<int32_t>();
+  data[0] = static_cast<int32_t>(iteration_);
+  if (track_used) std::copy(locally_used_.begin(), locally_used_.end(), data + 1);
+  check_ = torch::empty({group_->size() * length}, torch::kInt);
+  check_work_ = group_->all_gather_into_tensor(check_, mine, /*async=*/true);
+}
+
+void Reducer::fail_unready_buckets() {
+  std::vector<std::string> missing;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!ready_[i]) missing.push_back(names_[i]);
+  }
+  finalized_ = true;
+  expect_hooks_ = false;
+  LOCKSTEP_FAIL("DDP on rank ", group_->global_rank(group_->rank()), ": the backward pass finished but ", missing.size(),
+                " parameter(s) received no gradient, so their buckets were never reduced: ", join_names(missing),
+                ". If some parameters do not take part in every loss, construct DDP with "
+                "find_unused_parameters: true (or static_graph: true when the set never changes).");
+}
+
+void Reducer::finalize_backward() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (finalized_) return;
+  timeline_.backward_finished = Clock::now();
+  if (options_.static_graph() && !static_graph_learned_) {
+    // The first iteration of a static graph reduces at the end, in the order
+    // the hooks fired, once every gradient is complete.
+    static_graph_learned_ = true;
+    std::vector<size_t> order = ready_order_;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (expected_hook_calls_[i] == 0) order.push_back(i);
+    }
+    ready_order_.clear();  // marking records the order again, for the rebuild
+    for (size_t index : order) mark_variable_ready(index);
+  }
+  if (next_bucket_ < buckets_.size()) fail_unready_buckets();
+  for (auto& bucket : buckets_) bucket.reduction->wait();
+
+  const bool track_used = options_.find_unused_parameters() || options_.static_graph();
+  if (check_work_) {
+    check_work_->wait();
+    const int64_t length = check_.numel() / group_->size();
+    auto data = check_.data_ptr<int32_t>();
+    std::vector<int32_t> sequence(static_cast<size_t>(group_->size()));
+    for (int r = 0; r < group_->size(); ++r) sequence[static_cast<size_t>(r)] = data[r * length];
+    if (std::adjacent_find(sequence.begin(), sequence.end(), std::not_equal_to<>()) != sequence.end()) {
+      std::string text;
+      for (int r = 0; r < group_->size(); ++r) {
+        text += (r ? ", " : "") + std::string("rank ") + std::to_string(group_->global_rank(r)) + " at iteration " +
+                std::to_string(sequence[static_cast<size_t>(r)]);
+      }
+      finalized_ = true;
+      expect_hooks_ = false;
+      LOCKSTEP_FAIL("DDP ranks are out of step: they reduced gradients of different iterations together (", text,
+                    "). A rank skipped a step's backward pass (or ran an extra one); every rank must run "
+                    "backward in the same iterations.");
+    }
+    if (track_used) {
+      for (size_t i = 0; i < params_.size(); ++i) {
+        int32_t used = 0;
+        for (int r = 0; r < group_->size(); ++r) used |= data[r * length + 1 + static_cast<int64_t>(i)];
+        globally_used_[i] = used;
+      }
+    }
+  } else if (track_used) {
+    globally_used_ = locally_used_;
+  }
+
+  for (size_t i = 0; i < params_.size(); ++i) {
+    // Unused on every rank: the gradient is left exactly as it was.
+    if (track_used && !globally_used_[i]) continue;
+    const torch::Tensor& view = buckets_[locations_[i].bucket].views[locations_[i].slot];
+    auto& grad = params_[i].mutable_grad();
+    if (options_.gradient_as_bucket_view()) {
+      if (!same_memory(grad, view)) grad = view;
+    } else if (grad.defined()) {
+      grad.copy_(view);
+    } else {
+      grad = view.clone();
+    }
+  }
+  finalized_ = true;
+  expect_hooks_ = false;
+  sync_ = false;
+  std::fill(locally_used_.begin(), locally_used_.end(), 0);
+  check_work_.reset();
+  if (!rebuilt_) rebuild_pending_ = true;
+}
+
+void Reducer::finish_backward() {
+  bool needs_finalize = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!sync_) {
+      expect_hooks_ = false;
+      return;
+    }
+    needs_finalize = !finalized_;
+  }
+  // No hook ran (every parameter unused on this rank): finish here instead of
+  // in the autograd callback.
+  if (needs_finalize) finalize_backward();
+}
+
+bool Reducer::reduction_pending() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !finalized_;
+}
+
+std::vector<std::vector<size_t>> Reducer::bucket_indices() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::vector<size_t>> result;
+  for (const auto& bucket : buckets_) result.push_back(bucket.variables);
+  return result;
+}
+
+ReductionTimeline Reducer::last_timeline() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return timeline_;
+}
+
+std::vector<std::string> Reducer::globally_unused_parameters() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::string> unused;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!globally_used_[i]) unused.push_back(names_[i]);
+  }
+  return unused;
+}
+
+}  // namespace lockstep

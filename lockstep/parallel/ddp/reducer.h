@@ -1,0 +1,143 @@
+// Reducer: DDP's gradient machinery. Buckets, per-parameter autograd hooks,
+// in-order asynchronous launches overlapped with backward, and the final
+// callback that waits and writes the averaged gradients back.
+//
+// What PyTorch's C++ reducer does, rebuilt on lockstep's ProcessGroup:
+//   - gradients are copied (divided by the world size) into flat buckets as
+//     soon as autograd has accumulated them; a full bucket is launched at
+//     once, strictly in bucket order on every rank;
+//   - buckets follow the reverse parameter order at first, then are rebuilt
+//     once in the order gradients actually became ready (rank 0's order,
+//     broadcast, so every rank agrees);
+//   - find_unused_parameters marks parameters outside the loss's graph ready
+//     up front, and parameters unused on every rank keep their gradients;
+//   - static_graph learns, in its first iteration, how often each hook fires
+//     and which parameters are unused, and then needs no graph traversal;
+//   - gradient_as_bucket_view makes .grad alias the bucket (no copies);
+//   - every synchronised backward also exchanges the iteration it belongs to,
+//     so a rank that skipped a step is named instead of silently averaging
+//     gradients of different iterations.
+//
+// Used through DistributedDataParallel; see distributed_data_parallel.h.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "lockstep/parallel/ddp/comm_hook.h"
+
+namespace lockstep {
+
+class ProcessGroup;
+class Work;
+namespace compat {
+class PostAccumulateHook;
+}
+
+struct ReducerOptions {
+  TORCH_ARG(int64_t, first_bucket_bytes) = int64_t{1} << 20;
+  TORCH_ARG(int64_t, bucket_bytes) = int64_t{25} << 20;
+  TORCH_ARG(bool, gradient_as_bucket_view) = false;
+  TORCH_ARG(bool, find_unused_parameters) = false;
+  TORCH_ARG(bool, static_graph) = false;
+};
+
+// When the last synchronised backward launched each bucket, relative to the
+// end of backward: the proof that communication overlapped computation.
+struct ReductionTimeline {
+  using Clock = std::chrono::steady_clock;
+  std::vector<Clock::time_point> bucket_launched;  // by bucket index
+  Clock::time_point last_hook;                      // the last gradient hook of the pass
+  Clock::time_point backward_finished;              // the final callback began
+};
+
+class Reducer {
+ public:
+  Reducer(std::vector<torch::Tensor> params, std::vector<std::string> names, std::shared_ptr<ProcessGroup> group,
+          ReducerOptions options);
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  void set_comm_hook(std::shared_ptr<CommHook> hook);
+  // Arms the hooks for one backward pass from `loss`. With sync false the
+  // gradients only accumulate locally (no_sync): nothing is communicated.
+  // `iteration` must be the same on every rank (it is checked).
+  void prepare_for_backward(const torch::Tensor& loss, bool sync, int64_t iteration);
+  // After loss.backward() returned: completes the reduction if no hook ran
+  // (so the final callback was never queued) and reports a backward that
+  // left parameters without gradients.
+  void finish_backward();
+  // True between a synchronised prepare_for_backward and its finalisation.
+  bool reduction_pending() const;
+
+  std::vector<std::vector<size_t>> bucket_indices() const;
+  bool buckets_rebuilt() const { return rebuilt_; }
+  ReductionTimeline last_timeline() const;
+  // Parameters unused on every rank in the last synchronised backward.
+  std::vector<std::string> globally_unused_parameters() const;
+  const std::vector<std::string>& names() const { return names_; }
+  bool gradient_as_bucket_view() const { return options_.gradient_as_bucket_view(); }
+
+ private:
+  struct Bucket {
+    torch::Tensor flat;
+    std::vector<size_t> variables;
+    std::vector<torch::Tensor> views;  // shaped like each variable, into `flat`
+    size_t pending = 0;
+    std::unique_ptr<PendingReduction> reduction;
+  };
+  struct Location {
+    size_t bucket = 0;
+    size_t slot = 0;
+  };
+
+  void build_buckets(const std::vector<size_t>& order);
+  void rebuild_buckets_from_rank0();
+  void autograd_hook(size_t index);
+  void mark_variable_ready(size_t index);
+  void launch_ready_buckets();
+  void launch_check();
+  void finalize_backward();
+  void fail_unready_buckets();
+  std::vector<size_t> traverse_unused(const torch::Tensor& loss) const;
+
+  std::vector<torch::Tensor> params_;
+  std::vector<std::string> names_;
+  std::shared_ptr<ProcessGroup> group_;
+  ReducerOptions options_;
+  std::shared_ptr<CommHook> comm_hook_;
+  std::vector<std::unique_ptr<compat::PostAccumulateHook>> hooks_;
+  std::vector<Bucket> buckets_;
+  std::vector<Location> locations_;
+
+  mutable std::mutex mutex_;
+  // Per synchronised backward.
+  bool expect_hooks_ = false;
+  bool sync_ = false;
+  bool finalized_ = true;
+  bool callback_queued_ = false;
+  size_t next_bucket_ = 0;
+  std::vector<bool> ready_;
+  std::vector<int32_t> locally_used_;  // kept across no_sync micro-steps
+  std::vector<size_t> unused_;         // outside the graph this time
+  torch::Tensor check_;                // [seq, used...] of every rank
+  std::shared_ptr<Work> check_work_;
+  int64_t iteration_ = 0;
+  std::vector<int32_t> globally_used_;
+  ReductionTimeline timeline_;
+  // Bucket rebuilding and static graphs.
+  std::vector<size_t> ready_order_;
+  bool rebuilt_ = false;
+  bool rebuild_pending_ = false;
+  bool static_graph_learned_ = false;
+  std::vector<int32_t> expected_hook_calls_;   // static graph: firings per iteration
+  std::vector<int32_t> remaining_hook_calls_;
+};
+
+}  // namespace lockstep

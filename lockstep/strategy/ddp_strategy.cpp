@@ -1,0 +1,70 @@
+#include "lockstep/strategy/ddp_strategy.h"
+
+#include "lockstep/core/error.h"
+#include "lockstep/core/logging.h"
+#include "lockstep/model/model.h"
+#include "lockstep/parallel/sync_batchnorm.h"
+
+namespace lockstep {
+
+DDPStrategyOptions parse_ddp_strategy_options(const Config& config) {
+  DDPStrategyOptions options;
+  options.distributed = parse_distributed_options(config);
+  options.sync_bn = config.get<std::string>("sync_bn", "");
+  LOCKSTEP_CHECK(options.sync_bn.empty() || options.sync_bn == "torch", config.where("sync_bn"),
+                 ": sync_bn must be 'torch' (convert BatchNorm to SyncBatchNorm) or absent, got '", options.sync_bn, "'");
+  Config wrapper = config.child("model_wrapper");
+  if (!wrapper.is_null()) {
+    const std::string type = wrapper.get<std::string>("type", "MMDistributedDataParallel");
+    if (type == "MMSeparateDistributedDataParallel" || type == "SeparateDistributedDataParallel") {
+      options.separate = true;
+    } else {
+      LOCKSTEP_CHECK(type == "MMDistributedDataParallel" || type == "DistributedDataParallel", wrapper.where("type"),
+                     ": unknown model wrapper '", type, "'; DDPStrategy knows MMDistributedDataParallel, "
+                     "DistributedDataParallel, MMSeparateDistributedDataParallel, SeparateDistributedDataParallel");
+    }
+    options.ddp = parse_ddp_options(wrapper, options.ddp);
+    options.comm_hook = wrapper.get<std::string>("comm_hook", "allreduce");
+    LOCKSTEP_CHECK(comm_hook_registry().contains(options.comm_hook), wrapper.where("comm_hook"),
+                   ": unknown comm hook '", options.comm_hook, "'");
+    wrapper.check_all_used("model_wrapper");
+  }
+  return options;
+}
+
+DDPStrategy::DDPStrategy(DDPStrategyOptions options)
+    : DistributedStrategy(options.distributed), options_(std::move(options)) {}
+
+void DDPStrategy::place_model(Model& model) {
+  model.move_to(device_);
+  if (options_.sync_bn == "torch") {
+    // The model object is the root, so its children are replaced in place.
+    convert_sync_batchnorm(model.shared_from_this(), world_);
+  }
+  if (options_.separate) {
+    separate_ = std::make_shared<SeparateDistributedDataParallel>(model.shared_from_this(), world_, options_.ddp);
+    for (auto& [name, child] : separate_->children()) {
+      child->register_comm_hook(comm_hook_registry().build_as(options_.comm_hook, Config::map()));
+    }
+  } else {
+    ddp_ = std::make_shared<DistributedDataParallel>(model.shared_from_this(), world_, options_.ddp);
+    ddp_->register_comm_hook(comm_hook_registry().build_as(options_.comm_hook, Config::map()));
+  }
+}
+
+void DDPStrategy::attach_optim_wrapper(OptimWrapperBase& optim_wrapper) {
+  if (separate_) {
+    separate_->attach(optim_wrapper);
+    return;
+  }
+  auto wrappers = optim_wrapper.wrappers();
+  LOCKSTEP_CHECK(wrappers.size() == 1, "DDPStrategy: the model has ", wrappers.size(),
+                 " optim wrappers; a model with several optimizers needs model_wrapper: "
+                 "{type: MMSeparateDistributedDataParallel} so each network synchronises on its own");
+  wrappers.front().second->set_gradient_sync(ddp_);
+}
+
+LOCKSTEP_REGISTER(strategy_registry(), "DDPStrategy",
+                  [](const Config& config) { return std::make_shared<DDPStrategy>(parse_ddp_strategy_options(config)); });
+
+}  // namespace lockstep

@@ -1,0 +1,106 @@
+#include "lockstep/strategy/distributed_strategy.h"
+
+#include <cmath>
+
+#include "lockstep/core/error.h"
+#include "lockstep/dist/comm.h"
+#include "lockstep/dist/init.h"
+#include "lockstep/dist/process_group.h"
+
+namespace lockstep {
+namespace {
+
+// JSON has no NaN or infinity; they travel as strings.
+nlohmann::json encode_metrics(const LogVars& values) {
+  nlohmann::json encoded = nlohmann::json::object();
+  for (const auto& [name, value] : values) {
+    if (std::isfinite(value)) {
+      encoded[name] = value;
+    } else {
+      encoded[name] = std::isnan(value) ? "nan" : (value > 0 ? "inf" : "-inf");
+    }
+  }
+  return encoded;
+}
+
+LogVars decode_metrics(const nlohmann::json& encoded) {
+  LogVars values;
+  for (const auto& item : encoded.items()) {
+    if (item.value().is_number()) {
+      values[item.key()] = item.value().get<double>();
+    } else {
+      const std::string text = item.value().get<std::string>();
+      values[item.key()] = text == "nan" ? NAN : (text == "inf" ? INFINITY : -INFINITY);
+    }
+  }
+  return values;
+}
+
+}  // namespace
+
+DistributedOptions parse_distributed_options(const Config& config) {
+  DistributedOptions options;
+  options.launcher(config.get<std::string>("launcher", "auto"))
+      .backend(config.get<std::string>("backend", "gloo"))
+      .timeout_s(config.get<double>("timeout_s", 0));
+  LOCKSTEP_CHECK(options.backend() == "gloo" || options.backend() == "nccl", config.where("backend"),
+                 ": backend must be gloo or nccl, got '", options.backend(), "'");
+  LOCKSTEP_CHECK(options.timeout_s() >= 0, config.where("timeout_s"), ": timeout_s must not be negative");
+  return options;
+}
+
+DistributedStrategy::DistributedStrategy(const DistributedOptions& options) {
+  if (!is_initialized()) {
+    auto timeout = options.timeout_s() > 0
+                       ? std::chrono::milliseconds(static_cast<int64_t>(options.timeout_s() * 1000))
+                       : default_timeout();
+    init_from_env(options.launcher(), options.backend(), timeout);
+  }
+  world_ = world();
+  std::vector<int> everyone(static_cast<size_t>(world_->size()));
+  for (int r = 0; r < world_->size(); ++r) everyone[static_cast<size_t>(r)] = r;
+  side_group_ = world_->new_group(everyone, "side");
+  if (options.backend() == "nccl") {
+    LOCKSTEP_CHECK(torch::cuda::is_available(), "backend nccl needs CUDA, and no GPU is visible");
+    const int devices = static_cast<int>(torch::cuda::device_count());
+    device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(get_local_rank() % devices));
+  }
+}
+
+int DistributedStrategy::rank() const { return world_->rank(); }
+int DistributedStrategy::world_size() const { return world_->size(); }
+void DistributedStrategy::barrier() { world_->barrier(); }
+
+MetricsGatherer DistributedStrategy::metrics_gatherer() {
+  auto group = side_group_;
+  return [group](const LogVars& local) {
+    std::vector<LogVars> all;
+    for (const auto& encoded : all_gather_object(encode_metrics(local), group)) all.push_back(decode_metrics(encoded));
+    return all;
+  };
+}
+
+uint64_t DistributedStrategy::broadcast_seed(uint64_t seed) {
+  torch::Tensor value = torch::tensor({static_cast<int64_t>(seed & 0x7fffffffffffffffull)}, torch::kLong);
+  world_->broadcast(value, 0);
+  return static_cast<uint64_t>(value.item<int64_t>());
+}
+
+std::vector<nlohmann::json> DistributedStrategy::collect_results(const std::vector<nlohmann::json>& local,
+                                                                 int64_t dataset_size) {
+  // Rank r evaluated samples r, r + world, r + 2 world, ... (DefaultSampler):
+  // interleaving the ranks' lists restores dataset order, and cutting at the
+  // dataset size drops the samples repeated to even out the shards.
+  std::vector<nlohmann::json> parts = all_gather_object(nlohmann::json(local), side_group_);
+  std::vector<nlohmann::json> ordered;
+  size_t longest = 0;
+  for (const auto& part : parts) longest = std::max(longest, part.size());
+  for (size_t i = 0; i < longest && static_cast<int64_t>(ordered.size()) < dataset_size; ++i) {
+    for (const auto& part : parts) {
+      if (i < part.size() && static_cast<int64_t>(ordered.size()) < dataset_size) ordered.push_back(part[i]);
+    }
+  }
+  return ordered;
+}
+
+}  // namespace lockstep

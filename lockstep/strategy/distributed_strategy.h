@@ -1,0 +1,53 @@
+// DistributedStrategy: what every multi-process strategy shares.
+//
+// It starts the process group from the launcher's environment (torchrun /
+// `lockstep run`, SLURM or Open MPI; Gloo on CPU, NCCL on CUDA), picks the
+// device (cuda:LOCAL_RANK with NCCL), and gives the trainer and the runner
+// their collective helpers: metrics gathered on a group of their own (so an
+// asynchronous metrics writer never interleaves with gradient collectives),
+// a seed drawn on rank 0, evaluation records gathered in dataset order.
+//
+//   strategy:
+//     type: DDPStrategy
+//     launcher: pytorch      # pytorch | slurm | mpi | auto
+//     backend: gloo          # gloo | nccl
+//     timeout_s: 1800
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "lockstep/strategy/strategy.h"
+
+namespace lockstep {
+
+class ProcessGroup;
+
+struct DistributedOptions {
+  TORCH_ARG(std::string, launcher) = "auto";
+  TORCH_ARG(std::string, backend) = "gloo";
+  // 0: lockstep's default (30 minutes, or LOCKSTEP_TIMEOUT_S).
+  TORCH_ARG(double, timeout_s) = 0;
+};
+
+// launcher, backend, timeout_s.
+DistributedOptions parse_distributed_options(const Config& config);
+
+class DistributedStrategy : public Strategy {
+ public:
+  explicit DistributedStrategy(const DistributedOptions& options);
+
+  int rank() const override;
+  int world_size() const override;
+  void barrier() override;
+  MetricsGatherer metrics_gatherer() override;
+  uint64_t broadcast_seed(uint64_t seed) override;
+  std::vector<nlohmann::json> collect_results(const std::vector<nlohmann::json>& local, int64_t dataset_size) override;
+  std::shared_ptr<ProcessGroup> world_group() const { return world_; }
+
+ protected:
+  std::shared_ptr<ProcessGroup> world_;
+  std::shared_ptr<ProcessGroup> side_group_;  // metrics and evaluation records
+};
+
+}  // namespace lockstep

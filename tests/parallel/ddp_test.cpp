@@ -1,0 +1,241 @@
+// DistributedDataParallel across real processes (Gloo, CPU).
+//
+// Equivalence: each worker trains its slice of a global batch with DDP and,
+// in the same process, a twin model on the whole batch with no
+// communication; after 10 SGD-momentum steps both must hold the same
+// parameters (rtol 1e-5, atol 1e-6).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdlib>
+
+#include "lockstep/core/error.h"
+#include "lockstep/dist/comm.h"
+#include "lockstep/dist/init.h"
+#include "lockstep/parallel/ddp/distributed_data_parallel.h"
+#include "tests/parallel/ddp_models.h"
+#include "tests/support/multiprocess.h"
+
+namespace lockstep {
+namespace {
+
+using testing::DdpMlp;
+using testing::TiedModel;
+
+bool env_flag(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && std::string(value) == "1";
+}
+
+struct EquivalenceSetup {
+  std::function<std::shared_ptr<Model>()> make_model;
+  DDPOptions options;
+  int64_t accumulation = 1;
+  std::string comm_hook = "allreduce";
+  double rtol = 1e-5;
+  double atol = 1e-6;
+};
+
+void run_equivalence(const EquivalenceSetup& setup) {
+  testing::WorkerWorld world_guard;
+  const int rank = get_rank();
+  const int world_size = get_world_size();
+  const int64_t per_rank = 6;  // uneven on purpose: not a power of two
+  const int64_t steps = 10;
+  torch::manual_seed(7);
+  auto model = setup.make_model();
+  torch::manual_seed(7);
+  auto reference = setup.make_model();
+
+  auto ddp = std::make_shared<DistributedDataParallel>(model, world(), setup.options);
+  ddp->register_comm_hook(comm_hook_registry().build_as(setup.comm_hook, Config::map()));
+  auto optim = testing::sgd_momentum(*model, setup.accumulation);
+  optim->set_gradient_sync(ddp);
+  optim->initialize_count_status(0, steps * setup.accumulation);
+  auto reference_optim = testing::sgd_momentum(*reference);
+  reference_optim->initialize_count_status(0, steps);
+
+  const int64_t global = per_rank * world_size * setup.accumulation;
+  for (int64_t step = 0; step < steps; ++step) {
+    Batch batch = testing::global_batch(global, static_cast<uint64_t>(1000 + step));
+    for (int64_t micro = 0; micro < setup.accumulation; ++micro) {
+      model->train_step(batch.slice((micro * world_size + rank) * per_rank, per_rank), *optim);
+    }
+    reference->train_step(batch, *reference_optim);
+  }
+  testing::expect_same_state(*model, *reference, setup.rtol, setup.atol);
+}
+
+DDPOptions options_from_env() {
+  return DDPOptions().gradient_as_bucket_view(env_flag("DDP_VIEW")).first_bucket_cap_mb(0.001).bucket_cap_mb(0.004);
+}
+
+LOCKSTEP_WORKER_TEST(DdpWorker, MlpMatchesOneProcess) {
+  run_equivalence({[] { return std::make_shared<DdpMlp>(); }, options_from_env()});
+}
+
+LOCKSTEP_WORKER_TEST(DdpWorker, UnusedParametersMatchOneProcess) {
+  EquivalenceSetup setup{[] { return std::make_shared<DdpMlp>(64, /*with_unused=*/true); },
+                         options_from_env().find_unused_parameters(true)};
+  run_equivalence(setup);
+}
+
+LOCKSTEP_WORKER_TEST(DdpWorker, StaticGraphWithUnusedParametersMatchesOneProcess) {
+  EquivalenceSetup setup{[] { return std::make_shared<DdpMlp>(64, /*with_unused=*/true); },
+                         options_from_env().static_graph(true)};
+  run_equivalence(setup);
+}
+
+LOCKSTEP_WORKER_TEST(DdpWorker, TiedParametersMatchOneProcess) {
+  run_equivalence({[] { return std::make_shared<TiedModel>(); }, options_from_env()});
+}
+
+LOCKSTEP_WORKER_TEST(DdpWorker, AccumulationWithNoSyncMatchesOneProcess) {
+  EquivalenceSetup setup{[] { return std::make_shared<DdpMlp>(); }, options_from_env()};
+  setup.accumulation = 4;
+  run_equivalence(setup);
+}
+
+LOCKSTEP_WORKER_TEST(DdpWorker, Bf16CompressionStaysWithinItsTolerance) {
+  EquivalenceSetup setup{[] { return std::make_shared<DdpMlp>(); }, options_from_env()};
+  setup.comm_hook = "bf16_compress";
+  setup.rtol = 2e-2;
+  setup.atol = 2e-3;
+  run_equivalence(setup);
+}
+
+LOCKSTEP_WORKER_TEST(DdpWorker, Fp16CompressionStaysWithinItsTolerance) {
+  EquivalenceSetup setup{[] { return std::make_shared<DdpMlp>(); }, options_from_env()};
+  setup.comm_hook = "fp16_compress";
+  setup.rtol = 5e-3;
+  setup.atol = 5e-4;
+  run_equivalence(setup);
+}
+
+TEST(Ddp, EquivalenceOnTwoAndFourRanks) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  for (int nproc : {2, 4}) {
+    for (const char* view : {"0", "1"}) {
+      auto result = testing::run_workers(nproc, "DdpWorker.MlpMatchesOneProcess", {std::string("DDP_VIEW=") + view});
+      EXPECT_WORKERS_OK(result) << "nproc " << nproc << " gradient_as_bucket_view " << view;
+    }
+    for (const char* test : {"DdpWorker.UnusedParametersMatchOneProcess", "DdpWorker.TiedParametersMatchOneProcess",
+                             "DdpWorker.AccumulationWithNoSyncMatchesOneProcess",
+                             "DdpWorker.StaticGraphWithUnusedParametersMatchesOneProcess"}) {
+      auto result = testing::run_workers(nproc, test, {"DDP_VIEW=1"});
+      EXPECT_WORKERS_OK(result) << "nproc " << nproc << " " << test;
+    }
+  }
+}
+
+TEST(Ddp, CompressionHooks) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  for (const char* test : {"DdpWorker.Bf16CompressionStaysWithinItsTolerance", "DdpWorker.Fp16CompressionStaysWithinItsTolerance"}) {
+    auto result = testing::run_workers(2, test);
+    EXPECT_WORKERS_OK(result) << test;
+  }
+}
+
+LOCKSTEP_WORKER_TEST(DdpWorker, LaunchesBucketsBeforeBackwardEnds) {
+  testing::WorkerWorld world_guard;
+  torch::manual_seed(1);
+  auto model = std::make_shared<DdpMlp>(512);
+  auto ddp = std::make_shared<DistributedDataParallel>(model, world(), DDPOptions().first_bucket_cap_mb(0.001).bucket_cap_mb(0.01));
+  auto optim = testing::sgd_momentum(*model);
+  optim->set_gradient_sync(ddp);
+  optim->initialize_count_status(0, 3);
+  for (int step = 0; step < 3; ++step) model->train_step(testing::global_batch(64, 5), *optim);
+  ReductionTimeline timeline = ddp->reducer().last_timeline();
+  ASSERT_GE(timeline.bucket_launched.size(), 2u) << "the test needs several buckets";
+  EXPECT_TRUE(ddp->reducer().buckets_rebuilt());
+  // Bucket 0 went out while autograd was still producing gradients for the
+  // earlier layers, and every bucket before the final callback.
+  EXPECT_LT(timeline.bucket_launched.front(), timeline.last_hook);
+  for (const auto& launched : timeline.bucket_launched) EXPECT_LE(launched, timeline.backward_finished);
+}
+
+TEST(Ddp, CommunicationOverlapsBackward) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  auto result = testing::run_workers(2, "DdpWorker.LaunchesBucketsBeforeBackwardEnds");
+  EXPECT_WORKERS_OK(result);
+}
+
+LOCKSTEP_WORKER_TEST(DdpWorker, ShapeMismatchFailsOnEveryRank) {
+  testing::WorkerWorld world_guard;
+  auto model = std::make_shared<DdpMlp>(get_rank() == 1 ? 32 : 64);
+  try {
+    DistributedDataParallel ddp(model, world());
+    ADD_FAILURE() << "DDP accepted different models";
+  } catch (const Error& error) {
+    std::string message = error.what();
+    EXPECT_NE(message.find("parameter 'fc1.weight' has shape [64, 16] on rank 0 but [32, 16] on rank 1"),
+              std::string::npos) << message;
+  }
+}
+
+LOCKSTEP_WORKER_TEST(DdpWorker, SkippedStepIsNamedOnEveryRank) {
+  testing::WorkerWorld world_guard;
+  torch::manual_seed(3);
+  auto model = std::make_shared<DdpMlp>();
+  auto ddp = std::make_shared<DistributedDataParallel>(model, world());
+  auto optim = testing::sgd_momentum(*model);
+  optim->set_gradient_sync(ddp);
+  optim->initialize_count_status(0, 6);
+  try {
+    for (int step = 0; step < 6; ++step) {
+      if (get_rank() == 1 && step == 2) continue;  // this rank skips a whole step
+      optim->set_iteration(step);                   // as the Trainer does
+      model->train_step(testing::global_batch(8, static_cast<uint64_t>(step)), *optim);
+    }
+    ADD_FAILURE() << "the skipped step went unnoticed";
+  } catch (const Error& error) {
+    std::string message = error.what();
+    EXPECT_NE(message.find("DDP ranks are out of step"), std::string::npos) << message;
+    EXPECT_NE(message.find("rank 0 at iteration 2, rank 1 at iteration 3"), std::string::npos) << message;
+  }
+}
+
+LOCKSTEP_WORKER_TEST(DdpWorker, ForwardWithoutBackwardFailsEveryRank) {
+  testing::WorkerWorld world_guard;
+  auto model = std::make_shared<DdpMlp>();
+  auto ddp = std::make_shared<DistributedDataParallel>(model, world());
+  auto optim = testing::sgd_momentum(*model);
+  optim->set_gradient_sync(ddp);
+  optim->initialize_count_status(0, 6);
+  try {
+    for (int step = 0; step < 6; ++step) {
+      Batch batch = testing::global_batch(8, static_cast<uint64_t>(step));
+      if (get_rank() == 1 && step == 2) {
+        auto context = optim->optim_context();
+        model->loss(batch);  // a forward whose backward never comes
+        continue;
+      }
+      model->train_step(batch, *optim);
+    }
+    ADD_FAILURE() << "a rank skipped backward unnoticed";
+  } catch (const Error& error) {
+    std::string message = error.what();
+    if (get_rank() == 1) {
+      EXPECT_NE(message.find("never ran backward"), std::string::npos) << message;
+    } else {
+      // Rank 0 waits in its reduction until rank 1 leaves (or the timeout): either way, an error.
+      EXPECT_FALSE(message.empty());
+    }
+    std::cerr << "rank " << get_rank() << " error: " << message << std::endl;
+  }
+}
+
+TEST(Ddp, MismatchesFailOnEveryRankWithoutHanging) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  for (const char* test : {"DdpWorker.ShapeMismatchFailsOnEveryRank", "DdpWorker.SkippedStepIsNamedOnEveryRank",
+                           "DdpWorker.ForwardWithoutBackwardFailsEveryRank"}) {
+    testing::WorkersOptions options;
+    options.env = {"LOCKSTEP_TIMEOUT_S=20"};
+    options.timeout_s = 90;
+    auto result = testing::run_workers(2, test, options);
+    EXPECT_WORKERS_OK(result) << test;
+  }
+}
+
+}  // namespace
+}  // namespace lockstep
