@@ -20,9 +20,10 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# Trains the Fashion-MNIST CNN of examples/fashion_mnist/cnn.yaml and prints its test accuracy.
+# Trains the Fashion-MNIST CNN on 2 processes with lockstep's DDP and prints its test accuracy.
+DEMO_NPROC ?= 2
 demo: build
-	$(BUILD_DIR)/bin/lockstep train examples/fashion_mnist/cnn.yaml --work-dir work_dirs/demo
+	$(BUILD_DIR)/bin/lockstep train examples/fashion_mnist/cnn_ddp.yaml --nproc $(DEMO_NPROC) --work-dir work_dirs/demo
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 900 $(CTEST_FLAGS)
