@@ -62,11 +62,13 @@ c10::intrusive_ptr<C10dGroup> make_gloo(const c10::intrusive_ptr<C10dStore>& sto
 
 GlooCapabilities gloo_capabilities() {
 #if TORCH_VERSION_MAJOR >= 2
-  return GlooCapabilities{/*reduces_bfloat16=*/false, /*moves_bfloat16=*/false,
-                          /*reduce_scatter_base=*/true, /*allgather_base=*/true};
+  return GlooCapabilities{/*reduces_bfloat16=*/true, /*moves_bfloat16=*/true,
+                          /*reduce_scatter_base=*/true, /*reduce_scatter_base_max_min=*/false,
+                          /*allgather_base=*/true};
 #else
   return GlooCapabilities{/*reduces_bfloat16=*/false, /*moves_bfloat16=*/false,
-                          /*reduce_scatter_base=*/false, /*allgather_base=*/false};
+                          /*reduce_scatter_base=*/false, /*reduce_scatter_base_max_min=*/false,
+                          /*allgather_base=*/false};
 #endif
 }
 

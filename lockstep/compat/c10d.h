@@ -85,7 +85,10 @@ c10::intrusive_ptr<C10dGroup> make_nccl(const c10::intrusive_ptr<C10dStore>& sto
 struct GlooCapabilities {
   bool reduces_bfloat16;      // all_reduce / reduce on bfloat16 tensors
   bool moves_bfloat16;        // broadcast / allgather / gather of bfloat16 tensors
-  bool reduce_scatter_base;   // _reduce_scatter_base (reduce_scatter_tensor)
+  bool reduce_scatter_base;   // _reduce_scatter_base (reduce_scatter_tensor) with SUM
+  // 2.6's Gloo _reduce_scatter_base sums whatever op it is given (MAX and
+  // MIN come back as sums), so only SUM may use it.
+  bool reduce_scatter_base_max_min;
   bool allgather_base;        // _allgather_base (all_gather_into_tensor)
 };
 GlooCapabilities gloo_capabilities();

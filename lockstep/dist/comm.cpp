@@ -119,6 +119,7 @@ std::map<std::string, double> reduce_dict(const std::map<std::string, double>& v
     for (int r = 0; r < g->size(); ++r) detail << (r ? "; " : "") << "rank " << g->global_rank(r) << ": " << all[r].dump();
     LOCKSTEP_FAIL("reduce_dict on group '", g->name(), "': ranks hold different keys (", detail.str(), ")");
   }
+  if (values.empty()) return values;  // every rank agreed on no keys
   auto tensor = torch::empty({static_cast<int64_t>(values.size())}, torch::kDouble);
   int64_t i = 0;
   for (const auto& entry : values) tensor[i++] = entry.second;

@@ -120,7 +120,8 @@ static std::shared_ptr<ProcessGroup> init_with_env(const InitOptions& options, D
   }
   const int rank = options.rank(), size = options.world_size();
   auto store = connect_store(options);
-  auto root = compat::make_prefix_store(str_cat("lockstep/", s.generation, "/"), store);
+  // Each initialisation gets fresh keys, even when an earlier one failed halfway.
+  auto root = compat::make_prefix_store(str_cat("lockstep/", s.generation++, "/"), store);
 
   ProcessGroup::Parts parts;
   parts.name = "world";
@@ -141,7 +142,6 @@ static std::shared_ptr<ProcessGroup> init_with_env(const InitOptions& options, D
   } catch (const std::exception&) {
     rethrow_with_context(str_cat("rank ", rank, ": creating the world process group"));
   }
-  s.generation++;
   s.world = std::make_shared<ProcessGroup>(std::move(parts));
   try {
     s.local = make_local_group(s.world, options.node_rank());

@@ -118,10 +118,12 @@ c10::intrusive_ptr<compat::C10dGroup> ProcessGroup::raw(const torch::Tensor& ten
   return uses_nccl(tensor) ? parts_.nccl : parts_.gloo;
 }
 
-std::string ProcessGroup::algorithm_for(const torch::Tensor& tensor, bool reduce_scatter) const {
+std::string ProcessGroup::algorithm_for(const torch::Tensor& tensor, bool reduce_scatter, ReduceOp op) const {
   if (uses_nccl(tensor)) return "native";
   auto caps = compat::gloo_capabilities();
-  bool native = reduce_scatter ? caps.reduce_scatter_base && gloo_reduces_natively(tensor.scalar_type())
+  bool sums = op == ReduceOp::kSum || op == ReduceOp::kAvg;
+  bool native = reduce_scatter ? caps.reduce_scatter_base && gloo_reduces_natively(tensor.scalar_type()) &&
+                                     (sums || caps.reduce_scatter_base_max_min)
                                : caps.allgather_base;
   return native ? "native" : "ring";
 }
@@ -295,14 +297,14 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(torch::Tensor& out, co
     if (average && world > 1) staged_out.tensor.div_(world);
     if (staged_out.copied) out.copy_(staged_out.tensor);
   };
-  std::string algorithm = algorithm_for(in, true);
+  std::string algorithm = algorithm_for(in, true, op);
   switch (reduce_scatter_algorithm_) {
     case CollectiveAlgorithm::kAuto: break;
     case CollectiveAlgorithm::kRing: algorithm = "ring"; break;
     case CollectiveAlgorithm::kAllReduce: algorithm = "all_reduce"; break;
     case CollectiveAlgorithm::kNative:
       LOCKSTEP_CHECK(algorithm == "native", "reduce_scatter_tensor: this backend has no native op for ",
-                     in.scalar_type(), " (libtorch ", compat::torch_version(), ")");
+                     in.scalar_type(), " with ReduceOp ", to_string(op), " (libtorch ", compat::torch_version(), ")");
       break;
   }
   if (world == 1) {

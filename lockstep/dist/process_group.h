@@ -106,7 +106,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   void set_reduce_scatter_algorithm(CollectiveAlgorithm algorithm) { reduce_scatter_algorithm_ = algorithm; }
   void set_all_gather_algorithm(CollectiveAlgorithm algorithm) { all_gather_algorithm_ = algorithm; }
   // The algorithm kAuto resolves to for `tensor` ("native" or "ring").
-  std::string algorithm_for(const torch::Tensor& tensor, bool reduce_scatter) const;
+  std::string algorithm_for(const torch::Tensor& tensor, bool reduce_scatter, ReduceOp op = ReduceOp::kSum) const;
 
   // The store of this group (keys are private to it).
   const c10::intrusive_ptr<compat::C10dStore>& store() const { return parts_.store; }

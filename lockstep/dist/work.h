@@ -78,7 +78,8 @@ class Work {
 
   // Waits up to the group's timeout; throws TimeoutError when it runs out and
   // lockstep::Error when the operation failed (a peer died, bad input). A
-  // completed Work returns at once; a failed one rethrows its failure.
+  // completed Work returns at once; a failed or timed-out one rethrows its
+  // failure (a timeout is final: the ranks are out of step from then on).
   void wait();
   void wait(std::chrono::milliseconds timeout);
 

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -162,10 +163,14 @@ class Supervisor {
     argv.push_back(nullptr);
     std::string exec_error = "lockstep run: cannot execute '" + command[0] + "': ";
 
+    const pid_t launcher = getpid();
     pid_t pid = fork();
     LOCKSTEP_CHECK(pid >= 0, "lockstep run: fork: ", std::strerror(errno));
     if (pid == 0) {
       setpgid(0, 0);
+      // A launcher killed outright (SIGKILL) takes its workers with it.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != launcher) _exit(128 + SIGTERM);
       sigset_t none;
       sigemptyset(&none);
       sigprocmask(SIG_SETMASK, &none, nullptr);

@@ -120,7 +120,8 @@ LOCKSTEP_WORKER_TEST(CollectivesWorker, ReduceScatterTensor) {
     for (auto dtype : tested_dtypes()) {
       for (ReduceOp op : kOps) {
         if (op == ReduceOp::kAvg && !at::isFloatingType(dtype)) continue;
-        if (algorithm == CollectiveAlgorithm::kNative && world->algorithm_for(torch::zeros({1}, dtype), true) != "native") {
+        if (algorithm == CollectiveAlgorithm::kNative &&
+            world->algorithm_for(torch::zeros({1}, dtype), true, op) != "native") {
           continue;
         }
         SCOPED_TRACE(::testing::Message() << dtype << " " << to_string(op) << " algorithm " << static_cast<int>(algorithm));

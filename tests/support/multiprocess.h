@@ -135,8 +135,8 @@ class WorkerWorld {
   }                                                                                \
   static void lockstep_worker_body_##suite##_##name()
 
-// Skips when the launcher is unusable is wrong (it would hide a broken
-// build), so this fails with the reason instead.
+// Fails (rather than skips, which would hide a broken build) when the
+// launcher has no usable `run` subcommand, saying why.
 #define LOCKSTEP_REQUIRE_LAUNCHER()                                                       \
   do {                                                                                    \
     std::string lockstep_problem = ::lockstep::testing::launcher_problem();               \
