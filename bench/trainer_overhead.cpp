@@ -15,6 +15,7 @@
 #include <filesystem>
 
 #include "bench/bench_util.h"
+#include "lockstep/core/logging.h"
 #include "lockstep/data/data_loader.h"
 #include "lockstep/data/sampler.h"
 #include "lockstep/data/synthetic.h"

@@ -25,7 +25,6 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& error) {
     return app.exit(error);
   } catch (const lockstep::Error& error) {
-    lockstep::logger().error("{}", error.what());
     std::cerr << "lockstep: error: " << error.what() << std::endl;
     return 1;
   } catch (const std::exception& error) {

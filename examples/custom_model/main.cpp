@@ -16,6 +16,7 @@
 #include "lockstep/config/registry.h"
 #include "lockstep/engine/runner.h"
 #include "lockstep/model/model.h"
+#include "lockstep/strategy/strategy.h"
 
 namespace {
 

@@ -61,7 +61,7 @@ TEST(Cli, BadConfigsFailWithTheirLocation) {
       {"negative_lr", "optim_wrapper.optimizer.lr=-0.1", "lr"},
       {"zero_batch", "train_dataloader.batch_size=0", "batch_size"},
       {"unknown_model", "model.type=ResNet9000", "unknown model type 'ResNet9000'; registered model types: "},
-      {"malformed", "_base_: cnn.yaml\nmodel: {type: [\n", "bad.yaml:2"},
+      {"malformed", "_base_: cnn.yaml\nmodel: {type: [\n", "bad.yaml:3:1: end of sequence flow not found"},
   };
   for (const auto& bad : cases) {
     std::vector<std::string> args{lockstep_binary(), "train"};
