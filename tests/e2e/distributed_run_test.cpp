@@ -1,0 +1,142 @@
+// Whole runs on several processes: metrics gathered across ranks, a NaN on
+// one rank stopping every rank, rank 0 alone writing shared outputs, and
+// evaluation counting every sample exactly once.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include "lockstep/config/config.h"
+#include "lockstep/core/error.h"
+#include "lockstep/dist/comm.h"
+#include "lockstep/dist/init.h"
+#include "lockstep/engine/runner.h"
+#include "lockstep/data/synthetic.h"
+#include "lockstep/models/classifiers.h"
+#include "lockstep/strategy/strategy.h"
+#include "tests/support/multiprocess.h"
+
+namespace lockstep {
+namespace {
+
+// An MLP whose loss turns NaN on rank 1 from a given iteration on.
+struct NanOnRankOne : MLP {
+  explicit NanOnRankOne(int64_t from_call) : MLP(MLPOptions().in_features(64).hidden({16})), from_call_(from_call) {}
+  LossDict loss(const Batch& data) override {
+    LossDict losses = MLP::loss(data);
+    if (get_rank() == 1 && calls_++ >= from_call_) losses["loss_cls"] = losses["loss_cls"] * NAN;
+    return losses;
+  }
+  int64_t from_call_;
+  int64_t calls_ = 0;
+};
+LOCKSTEP_REGISTER(model_registry(), "NanOnRankOne", [](const Config& config) {
+  return std::make_shared<NanOnRankOne>(config.get<int64_t>("from_call"));
+});
+
+const char* const kConfig = R"YAML(
+randomness: {seed: 5}
+strategy: {type: DDPStrategy, launcher: pytorch, backend: gloo}
+model:
+  type: MLP
+  in_features: 64
+  hidden: [16]
+  data_preprocessor: {type: ImgDataPreprocessor, mean: [100.0], std: [60.0]}
+train_dataloader:
+  batch_size: 8
+  sampler: {type: DefaultSampler, shuffle: true}
+  dataset: {type: SyntheticImages, size: 96, height: 8, width: 8, seed: 1}
+val_dataloader:
+  batch_size: 4
+  sampler: {type: DefaultSampler, shuffle: false}
+  dataset: {type: SyntheticImages, size: 37, height: 8, width: 8, seed: 2}
+val_evaluator: {type: Accuracy, topk: [1, 3]}
+train_cfg: {max_iters: 12, val_interval: 6, by_epoch: false}
+optim_wrapper:
+  optimizer: {type: SGD, lr: 0.05, momentum: 0.9}
+default_hooks:
+  logger: {interval: 4}
+  checkpoint: {by_epoch: false, interval: 6}
+)YAML";
+
+std::string work_dir_from_env() {
+  const char* dir = std::getenv("RUN_DIR");
+  return dir != nullptr ? dir : "/tmp/lockstep_distributed_run";
+}
+
+LOCKSTEP_WORKER_TEST(DistributedRunWorker, TrainsAndEvaluatesLikeOneProcess) {
+  Runner runner(Config::parse(kConfig, "distributed.yaml"), RunnerOptions().work_dir(work_dir_from_env()));
+  ASSERT_EQ(runner.strategy().world_size(), 2);
+  auto metrics = runner.train();
+  // Step metrics were gathered: every rank's storage holds the same averaged loss.
+  auto loss = runner.trainer().storage().history("loss").latest();
+  auto all = all_gather_object(nlohmann::json(loss));
+  EXPECT_EQ(all[0], all[1]);
+  EXPECT_TRUE(runner.trainer().storage().has("rank_data_time"));
+
+  // Evaluation: 37 samples across 2 ranks (one padded repeat) count once each.
+  // The reference evaluates the whole set in this process, with no communication.
+  Model& model = *runner.strategy().model();
+  model.eval();
+  auto dataset = std::make_shared<SyntheticImages>(SyntheticImagesOptions().size(37).height(8).width(8).seed(2));
+  Batch everything = dataset->get_batch([] {
+    std::vector<int64_t> all_indices(37);
+    for (int64_t i = 0; i < 37; ++i) all_indices[static_cast<size_t>(i)] = i;
+    return all_indices;
+  }(), 0);
+  torch::Tensor logits = model.val_step(everything).at("logits");
+  double top1 = logits.argmax(1).eq(everything.at("label")).to(torch::kDouble).mean().item<double>();
+  EXPECT_NEAR(metrics.at("accuracy/top1"), top1, 1e-12);
+}
+
+LOCKSTEP_WORKER_TEST(DistributedRunWorker, NanOnOneRankStopsEveryRank) {
+  Config config = Config::parse(kConfig, "distributed.yaml");
+  config.apply_override("model={_delete_: true, type: NanOnRankOne, from_call: 3, data_preprocessor: "
+                        "{type: ImgDataPreprocessor, mean: [100.0], std: [60.0]}}");
+  Runner runner(config, RunnerOptions().work_dir(work_dir_from_env()));
+  try {
+    runner.train();
+    ADD_FAILURE() << "training went on with a NaN loss";
+  } catch (const Error& error) {
+    std::string message = error.what();
+    EXPECT_NE(message.find("Loss became infinite or NaN at iteration=3"), std::string::npos) << message;
+    EXPECT_NE(message.find("loss_dict = {"), std::string::npos) << message;
+  }
+}
+
+TEST(DistributedRun, TwoRanksTrainEvaluateAndOnlyRankZeroWritesSharedFiles) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  testing::TempDir dir;
+  auto result = testing::run_workers(2, "DistributedRunWorker.TrainsAndEvaluatesLikeOneProcess",
+                                     {"RUN_DIR=" + dir.path()});
+  EXPECT_WORKERS_OK(result);
+  EXPECT_TRUE(testing::file_exists(dir.file("metrics.jsonl")));
+  EXPECT_TRUE(testing::file_exists(dir.file("log.txt")));
+  EXPECT_TRUE(testing::file_exists(dir.file("log_rank1.txt")));
+  EXPECT_TRUE(testing::file_exists(dir.file("model_final.ckpt")));
+  // Progress lines come from rank 0 only.
+  std::istringstream lines(result.output);
+  std::string line;
+  int rank0_progress = 0;
+  while (std::getline(lines, line)) {
+    if (line.find("iter: ") == std::string::npos) continue;
+    EXPECT_EQ(line.rfind("[rank1]", 0), std::string::npos) << line;
+    rank0_progress += line.rfind("[rank0]", 0) == 0;
+  }
+  EXPECT_GT(rank0_progress, 0) << result.output;
+}
+
+TEST(DistributedRun, NanOnOneRankStopsEveryRankWithoutAHang) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  testing::TempDir dir;
+  testing::WorkersOptions options;
+  options.env = {"RUN_DIR=" + dir.path(), "LOCKSTEP_TIMEOUT_S=30"};
+  options.timeout_s = 120;
+  auto result = testing::run_workers(2, "DistributedRunWorker.NanOnOneRankStopsEveryRank", options);
+  EXPECT_WORKERS_OK(result);
+}
+
+}  // namespace
+}  // namespace lockstep
