@@ -12,6 +12,7 @@
 // "raw" calls the backend object directly and waits; for reduce_scatter and
 // all_gather on libtorch 1.13, whose Gloo has neither op, "raw" is the same
 // ring driven without the facade, so the ratio is the facade's own cost.
+// Where Gloo has native ops (2.x) the ring is also timed against them.
 // Variants are measured in alternating blocks; times are medians over blocks
 // and the overhead is the median over blocks of facade/raw in the same block,
 // since a shared 2-core machine is noisy.
@@ -122,7 +123,9 @@ int run_benchmark() {
     double overhead;  // median over blocks of facade/raw - 1
   };
   std::vector<Row> rows;
-  std::vector<std::pair<int64_t, std::pair<double, double>>> ring_vs_slice;
+  std::vector<std::pair<int64_t, std::vector<double>>> ring_vs_slice, gather_algorithms;
+  const bool native_rs = world->algorithm_for(torch::zeros({1}), true) == "native";
+  const bool native_ag = world->algorithm_for(torch::zeros({1}), false) == "native";
   auto deadline = [&] { return Clock::now() + world->timeout(); };
   int tag = 0;  // raw ring calls use their own tags, below the facade's
   for (int64_t bytes = 4 << 10; bytes <= max_bytes; bytes *= 4) {
@@ -155,16 +158,20 @@ int run_benchmark() {
     }
     times = measure(*world, {[&] { world->reduce_scatter_tensor(part, full); }, raw_reduce_scatter}, iters, blocks);
     rows.push_back({"reduce_scatter", bytes, times.seconds[0], times.seconds[1], 1 / times.ratio_to_first[1] - 1});
-    world->set_reduce_scatter_algorithm(lockstep::CollectiveAlgorithm::kRing);
-    auto ring = [&] { world->reduce_scatter_tensor(part, full); };
-    auto slice = [&] {
-      world->set_reduce_scatter_algorithm(lockstep::CollectiveAlgorithm::kAllReduce);
-      world->reduce_scatter_tensor(part, full);
-      world->set_reduce_scatter_algorithm(lockstep::CollectiveAlgorithm::kRing);
+    // The facade's reduce_scatter algorithms against each other.
+    using lockstep::CollectiveAlgorithm;
+    auto rs_with = [&](CollectiveAlgorithm algorithm) {
+      return std::function<void()>([&, algorithm] {
+        world->set_reduce_scatter_algorithm(algorithm);
+        world->reduce_scatter_tensor(part, full);
+      });
     };
-    times = measure(*world, {ring, slice}, iters, blocks);
-    world->set_reduce_scatter_algorithm(lockstep::CollectiveAlgorithm::kAuto);
-    ring_vs_slice.push_back({bytes, {times.seconds[0], times.seconds[1]}});
+    std::vector<std::function<void()>> rs_variants{rs_with(CollectiveAlgorithm::kRing),
+                                                   rs_with(CollectiveAlgorithm::kAllReduce)};
+    if (native_rs) rs_variants.push_back(rs_with(CollectiveAlgorithm::kNative));
+    times = measure(*world, rs_variants, iters, blocks);
+    world->set_reduce_scatter_algorithm(CollectiveAlgorithm::kAuto);
+    ring_vs_slice.push_back({bytes, times.seconds});
 
     // all_gather_into_tensor
     std::function<void()> raw_all_gather;
@@ -180,6 +187,18 @@ int run_benchmark() {
     }
     times = measure(*world, {[&] { world->all_gather_into_tensor(gathered, piece); }, raw_all_gather}, iters, blocks);
     rows.push_back({"all_gather", bytes, times.seconds[0], times.seconds[1], 1 / times.ratio_to_first[1] - 1});
+    if (native_ag) {
+      auto ag_with = [&](CollectiveAlgorithm algorithm) {
+        return std::function<void()>([&, algorithm] {
+          world->set_all_gather_algorithm(algorithm);
+          world->all_gather_into_tensor(gathered, piece);
+        });
+      };
+      times = measure(*world, {ag_with(CollectiveAlgorithm::kRing), ag_with(CollectiveAlgorithm::kNative)}, iters,
+                      blocks);
+      world->set_all_gather_algorithm(CollectiveAlgorithm::kAuto);
+      gather_algorithms.push_back({bytes, times.seconds});
+    }
 
     if (main) {
       for (size_t i = rows.size() - 3; i < rows.size(); ++i) {
@@ -192,7 +211,7 @@ int run_benchmark() {
       std::fflush(stdout);
     }
   }
-  // bfloat16 all_reduce goes through float32 on Gloo: what that costs.
+  // bfloat16 all_reduce goes through float32 on Gloo 1.13: what that costs.
   std::vector<std::pair<int64_t, std::pair<double, double>>> bf16_rows;
   for (int64_t bytes : {int64_t{1} << 20, int64_t{16} << 20}) {
     if (bytes > max_bytes) continue;
@@ -203,13 +222,24 @@ int run_benchmark() {
     bf16_rows.push_back({bytes / 2, {times.seconds[0], times.seconds[1]}});
   }
   if (main) {
-    std::printf("\nreduce_scatter: ring vs all_reduce-then-slice (same facade, input size shown)\n");
-    std::printf("%8s %11s %14s %9s\n", "size", "ring ms", "ar+slice ms", "speedup");
+    std::printf("\nreduce_scatter algorithms in the facade (input size shown)\n");
+    std::printf("%8s %11s %14s %12s %16s\n", "size", "ring ms", "ar+slice ms", native_rs ? "native ms" : "",
+                "ring vs ar+slice");
     for (const auto& [bytes, t] : ring_vs_slice) {
-      std::printf("%8s %11.3f %14.3f %8.2fx\n", human(bytes).c_str(), t.first * 1e3, t.second * 1e3,
-                  t.second / t.first);
+      std::string native = native_rs ? std::to_string(t[2] * 1e3).substr(0, 8) : "";
+      std::printf("%8s %11.3f %14.3f %12s %15.2fx\n", human(bytes).c_str(), t[0] * 1e3, t[1] * 1e3, native.c_str(),
+                  t[1] / t[0]);
     }
-    std::printf("\nall_reduce of N elements: bfloat16 (reduced in float32 by the facade) vs float32\n");
+    if (native_ag) {
+      std::printf("\nall_gather_into_tensor algorithms in the facade (output size shown)\n");
+      std::printf("%8s %11s %11s %16s\n", "size", "ring ms", "native ms", "native vs ring");
+      for (const auto& [bytes, t] : gather_algorithms) {
+        std::printf("%8s %11.3f %11.3f %15.2fx\n", human(bytes).c_str(), t[0] * 1e3, t[1] * 1e3, t[0] / t[1]);
+      }
+    }
+    std::printf("\nall_reduce of N elements: bfloat16 (%s) vs float32\n",
+                lockstep::compat::gloo_capabilities().reduces_bfloat16 ? "native in Gloo"
+                                                                         : "reduced in float32 by the facade");
     std::printf("%10s %11s %11s %9s\n", "elements", "bf16 ms", "f32 ms", "ratio");
     for (const auto& [elements, t] : bf16_rows) {
       std::printf("%9lldK %11.3f %11.3f %8.2fx\n", static_cast<long long>(elements >> 10), t.first * 1e3,
