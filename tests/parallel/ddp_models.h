@@ -32,6 +32,23 @@ struct DdpMlp : Model {
   torch::nn::Linear fc1{nullptr}, fc2{nullptr}, unused{nullptr};
 };
 
+// fc -> BatchNorm1d -> relu -> fc: with SyncBatchNorm under DDP it must match
+// BatchNorm over the whole batch in one process.
+struct BatchNormMlp : Model {
+  // Only the Sequential holds the BatchNorm, so convert_sync_batchnorm can replace it.
+  BatchNormMlp() {
+    layers = register_module("layers", torch::nn::Sequential(torch::nn::Linear(16, 32), torch::nn::BatchNorm1d(32),
+                                                             torch::nn::ReLU(), torch::nn::Linear(32, 5)));
+  }
+  LossDict loss(const Batch& data) override {
+    LossDict losses;
+    losses.insert("loss", torch::nn::functional::cross_entropy(layers->forward(data.at("x")), data.at("y")));
+    return losses;
+  }
+  Batch predict(const Batch& data) override { return {{"logits", layers->forward(data.at("x"))}}; }
+  torch::nn::Sequential layers{nullptr};
+};
+
 // A tied autoencoder-classifier: the same weight encodes and decodes.
 struct TiedModel : Model {
   TiedModel() {

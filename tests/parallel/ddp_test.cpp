@@ -13,6 +13,7 @@
 #include "lockstep/dist/comm.h"
 #include "lockstep/dist/init.h"
 #include "lockstep/parallel/ddp/distributed_data_parallel.h"
+#include "lockstep/parallel/sync_batchnorm.h"
 #include "tests/parallel/ddp_models.h"
 #include "tests/support/multiprocess.h"
 
@@ -32,6 +33,7 @@ struct EquivalenceSetup {
   DDPOptions options;
   int64_t accumulation = 1;
   std::string comm_hook = "allreduce";
+  bool sync_batchnorm = false;
   double rtol = 1e-5;
   double atol = 1e-6;
 };
@@ -47,6 +49,7 @@ void run_equivalence(const EquivalenceSetup& setup) {
   torch::manual_seed(7);
   auto reference = setup.make_model();
 
+  if (setup.sync_batchnorm) convert_sync_batchnorm(model);
   auto ddp = std::make_shared<DistributedDataParallel>(model, world(), setup.options);
   ddp->register_comm_hook(comm_hook_registry().build_as(setup.comm_hook, Config::map()));
   auto optim = testing::sgd_momentum(*model, setup.accumulation);
@@ -86,6 +89,13 @@ LOCKSTEP_WORKER_TEST(DdpWorker, StaticGraphWithUnusedParametersMatchesOneProcess
   run_equivalence(setup);
 }
 
+LOCKSTEP_WORKER_TEST(DdpWorker, SyncBatchNormMatchesBatchNormInOneProcess) {
+  EquivalenceSetup setup{[] { return std::make_shared<testing::BatchNormMlp>(); },
+                         options_from_env().broadcast_buffers(false)};
+  setup.sync_batchnorm = true;
+  run_equivalence(setup);
+}
+
 LOCKSTEP_WORKER_TEST(DdpWorker, TiedParametersMatchOneProcess) {
   run_equivalence({[] { return std::make_shared<TiedModel>(); }, options_from_env()});
 }
@@ -120,6 +130,7 @@ TEST(Ddp, EquivalenceOnTwoAndFourRanks) {
       EXPECT_WORKERS_OK(result) << "nproc " << nproc << " gradient_as_bucket_view " << view;
     }
     for (const char* test : {"DdpWorker.UnusedParametersMatchOneProcess", "DdpWorker.TiedParametersMatchOneProcess",
+                             "DdpWorker.SyncBatchNormMatchesBatchNormInOneProcess",
                              "DdpWorker.AccumulationWithNoSyncMatchesOneProcess",
                              "DdpWorker.StaticGraphWithUnusedParametersMatchesOneProcess"}) {
       auto result = testing::run_workers(nproc, test, {"DDP_VIEW=1"});
