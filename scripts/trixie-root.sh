@@ -33,12 +33,15 @@ if [[ ! -f "$root/.lockstep-ready" ]]; then
   touch "$root/.lockstep-ready"
 fi
 
-mkdir -p "$root/src" "$root/dev/shm"
-mountpoint -q "$root/proc" || mount --bind /proc "$root/proc"
-mountpoint -q "$root/dev" || mount --bind /dev "$root/dev"
-mountpoint -q "$root/src" || mount --bind "$here" "$root/src"
-cleanup() { umount "$root/src" "$root/dev" "$root/proc" 2>/dev/null || true; }
-trap cleanup EXIT
+mkdir -p "$root/src" "$root/dev" "$root/proc"
 ((${#@})) || set -- bash
-chroot "$root" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
-  LOCKSTEP_SKIP_INSTALL=1 TERM=dumb bash -c 'cd /src && "$@"' bash "$@"
+# The bind mounts live in a private mount namespace: they vanish with this
+# command and never disturb another invocation running at the same time.
+exec unshare --mount --propagation private bash -c '
+  root=$1; here=$2; shift 2
+  mount --bind /proc "$root/proc"
+  mount --bind /dev "$root/dev"
+  mount --bind "$here" "$root/src"
+  exec chroot "$root" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+    LOCKSTEP_SKIP_INSTALL=1 TERM=dumb bash -c "cd /src && \"\$@\"" bash "$@"
+' bash "$root" "$here" "$@"
