@@ -1,0 +1,201 @@
+#include "lockstep/parallel/fsdp/flat_param.h"
+
+#include "lockstep/compat/storage.h"
+#include "lockstep/core/error.h"
+#include "lockstep/dist/process_group.h"
+
+namespace lockstep::fsdp {
+
+FlatParamUnit::FlatParamUnit(int index, std::string path, torch::nn::Module* module, std::vector<FlatSlot> slots,
+                             UnitSetup setup)
+    : index_(index), path_(std::move(path)), module_(module), slots_(std::move(slots)), setup_(std::move(setup)) {
+  LOCKSTEP_CHECK(!slots_.empty(), "FSDP unit '", path_, "' has no parameters");
+  const torch::Tensor& first = slots_.front().param;
+  for (auto& slot : slots_) {
+    LOCKSTEP_CHECK(slot.param.scalar_type() == first.scalar_type() && slot.param.device() == first.device(),
+                   "FSDP unit '", path_.empty() ? "(root)" : path_, "' mixes parameters of different dtypes or devices: ",
+                   slots_.front().name, " is ", first.scalar_type(), " on ", first.device(), " but ", slot.name, " is ",
+                   slot.param.scalar_type(), " on ", slot.param.device(),
+                   "; convert the model to one dtype and device before wrapping");
+    slot.shape = slot.param.sizes().vec();
+    slot.numel = slot.param.numel();
+    slot.offset = numel_;
+    numel_ += slot.numel;
+  }
+  if (setup_.shard_group) {
+    shard_rank_ = setup_.shard_group->rank();
+    shard_world_ = setup_.shard_group->size();
+  }
+  shard_numel_ = (numel_ + shard_world_ - 1) / shard_world_;
+  padded_numel_ = shard_numel_ * shard_world_;
+
+  torch::NoGradGuard no_grad;
+  torch::Tensor flat = torch::zeros({padded_numel_}, first.options().requires_grad(false));
+  for (const auto& slot : slots_) flat.narrow(0, slot.offset, slot.numel).copy_(slot.param.detach().reshape(-1));
+  const auto shard_options = torch::TensorOptions().dtype(first.scalar_type()).device(setup_.shard_device);
+  aliases_shard_ = shard_world_ == 1 && setup_.param_dtype == first.scalar_type() &&
+                   setup_.shard_device == setup_.compute_device;
+  if (aliases_shard_) {
+    shard_ = flat;
+    full_ = flat.detach();
+  } else {
+    shard_ = flat.narrow(0, shard_rank_ * shard_numel_, shard_numel_).to(shard_options, /*non_blocking=*/false,
+                                                                         /*copy=*/true);
+    full_ = flat.to(torch::TensorOptions().dtype(setup_.param_dtype).device(setup_.compute_device));
+  }
+  shard_.requires_grad_(true);
+  empty_ = torch::empty({0}, full_.options());
+  gathered_version_ = static_cast<int64_t>(shard_._version());
+  point_params_at_full();
+}
+
+FlatParamUnit::~FlatParamUnit() {
+  // Never leave a collective writing into memory about to be released.
+  try {
+    if (gather_work_) gather_work_->wait();
+    if (reduce_work_) reduce_work_->wait();
+  } catch (...) {
+  }
+}
+
+bool FlatParamUnit::stale() const {
+  return !aliases_shard_ && state_ != State::kSharded &&
+         gathered_version_ != static_cast<int64_t>(shard_._version());
+}
+
+int64_t FlatParamUnit::gathered_bytes() const {
+  if (aliases_shard_) return 0;
+  return static_cast<int64_t>(compat::storage_bytes(full_));
+}
+
+void FlatParamUnit::point_params_at_full() {
+  for (auto& slot : slots_) slot.param.set_data(full_.narrow(0, slot.offset, slot.numel).view(slot.shape));
+}
+
+void FlatParamUnit::point_params_at_empty() {
+  for (auto& slot : slots_) slot.param.set_data(empty_);
+}
+
+void FlatParamUnit::start_gather() {
+  if (state_ != State::kSharded) return;
+  torch::NoGradGuard no_grad;
+  compat::allocate_storage(full_);
+  gathered_version_ = static_cast<int64_t>(shard_._version());
+  torch::Tensor source = shard_.detach();
+  if (source.scalar_type() != full_.scalar_type() || source.device() != full_.device()) {
+    source = source.to(full_.options());
+  }
+  if (shard_world_ == 1) {
+    full_.copy_(source);
+    state_ = State::kGathered;
+    point_params_at_full();
+    return;
+  }
+  gather_source_ = source;
+  gather_work_ = setup_.shard_group->all_gather_into_tensor(full_, gather_source_, /*async=*/true);
+  state_ = State::kGathering;
+}
+
+void FlatParamUnit::finish_gather() {
+  LOCKSTEP_CHECK(state_ != State::kSharded, "FSDP internal: unit '", path_, "' finished a gather it never started");
+  if (state_ == State::kGathered) return;
+  auto work = std::move(gather_work_);
+  gather_work_.reset();
+  work->wait();
+  gather_source_ = torch::Tensor();
+  state_ = State::kGathered;
+  point_params_at_full();
+}
+
+void FlatParamUnit::refresh() {
+  if (aliases_shard_ || state_ == State::kSharded) return;
+  if (state_ == State::kGathering) finish_gather();
+  if (!stale()) return;
+  state_ = State::kSharded;  // the bytes stay allocated; start_gather overwrites them
+  start_gather();
+  finish_gather();
+}
+
+void FlatParamUnit::reshard() {
+  if (setup_.persistent || aliases_shard_ || state_ == State::kSharded) return;
+  if (state_ == State::kGathering) finish_gather();
+  point_params_at_empty();
+  compat::free_storage(full_);
+  state_ = State::kSharded;
+}
+
+void FlatParamUnit::start_reduce() {
+  LOCKSTEP_CHECK(!reduce_pending(), "FSDP internal: unit '", path_, "' reduces twice in one backward");
+  torch::NoGradGuard no_grad;
+  reduce_in_ = torch::zeros({padded_numel_}, full_.options().dtype(setup_.reduce_dtype));
+  for (auto& slot : slots_) {
+    torch::Tensor& grad = slot.param.mutable_grad();
+    if (!grad.defined()) continue;
+    reduce_in_.narrow(0, slot.offset, slot.numel).copy_(grad.reshape(-1));
+    grad.reset();
+  }
+  if (shard_world_ > 1) {
+    reduce_out_ = torch::empty({shard_numel_}, reduce_in_.options());
+    reduce_work_ = setup_.shard_group->reduce_scatter_tensor(reduce_out_, reduce_in_, ReduceOp::kAvg, /*async=*/true);
+  } else {
+    reduce_out_ = reduce_in_;
+    if (setup_.replicate_group && setup_.replicate_group->size() > 1) {
+      reduce_work_ = setup_.replicate_group->all_reduce(reduce_out_, ReduceOp::kAvg, /*async=*/true);
+    }
+  }
+}
+
+void FlatParamUnit::finish_reduce() {
+  if (!reduce_pending()) return;
+  torch::NoGradGuard no_grad;
+  if (reduce_work_) {
+    auto work = std::move(reduce_work_);
+    reduce_work_.reset();
+    work->wait();
+  }
+  if (shard_world_ > 1 && setup_.replicate_group && setup_.replicate_group->size() > 1) {
+    setup_.replicate_group->all_reduce(reduce_out_, ReduceOp::kAvg);
+  }
+  torch::Tensor result = reduce_out_;
+  reduce_in_ = torch::Tensor();
+  reduce_out_ = torch::Tensor();
+  if (result.scalar_type() != shard_.scalar_type() || result.device() != shard_.device()) {
+    result = result.to(shard_.options().requires_grad(false));
+  }
+  torch::Tensor& grad = shard_.mutable_grad();
+  if (grad.defined()) {
+    grad.add_(result);
+  } else {
+    grad = result;
+  }
+}
+
+int64_t FlatParamUnit::gradient_bytes() const {
+  int64_t bytes = 0;
+  auto add = [&bytes](const torch::Tensor& tensor) {
+    if (tensor.defined()) bytes += static_cast<int64_t>(tensor.numel() * tensor.element_size());
+  };
+  for (const auto& slot : slots_) add(slot.param.grad());
+  add(reduce_in_);
+  if (reduce_out_.defined() && !reduce_out_.is_same(reduce_in_)) add(reduce_out_);
+  add(shard_.grad());
+  return bytes;
+}
+
+void FlatParamUnit::load_flat(const torch::Tensor& flat) {
+  LOCKSTEP_CHECK(flat.numel() == padded_numel_, "FSDP unit '", path_, "': a flat parameter of ", flat.numel(),
+                 " elements cannot load into a layout of ", padded_numel_);
+  torch::NoGradGuard no_grad;
+  shard_.copy_(flat.reshape(-1).narrow(0, shard_rank_ * shard_numel_, shard_numel_));
+}
+
+void FlatParamUnit::load_slice(int64_t offset, const torch::Tensor& values) {
+  const int64_t begin = std::max(offset, shard_rank_ * shard_numel_);
+  const int64_t end = std::min(offset + values.numel(), (shard_rank_ + 1) * shard_numel_);
+  if (begin >= end) return;
+  torch::NoGradGuard no_grad;
+  shard_.narrow(0, begin - shard_rank_ * shard_numel_, end - begin)
+      .copy_(values.reshape(-1).narrow(0, begin - offset, end - begin));
+}
+
+}  // namespace lockstep::fsdp

@@ -1,0 +1,152 @@
+// FlatParamUnit: one FSDP unit's parameters as a single flat, padded buffer
+// split into equal shards, one per rank of the shard group.
+//
+// The module keeps its own parameter tensors (a LinearImpl's `weight` member
+// stays valid): only what they point at changes (PyTorch's
+// use_orig_params=True).
+//   - gathered: each parameter is a view into `full`, the padded flat buffer
+//     in the compute dtype, filled by all_gather_into_tensor of the shards;
+//   - sharded: each parameter is an empty tensor (shape [0], so a stray read
+//     fails on its shape instead of reading freed memory) and `full`'s bytes
+//     are released inside its Storage, which autograd's saved views keep.
+// The rank's shard is a leaf tensor of its own (full precision, on the host
+// with offload): the optimizer steps it and gradients are reduce-scattered
+// into its .grad.
+//
+//   FlatParamUnit unit(index, "blocks.3", module, slots, setup);
+//   unit.start_gather(); unit.finish_gather();   // parameters usable
+//   unit.reshard();                              // parameters [0], memory released
+//   unit.start_reduce(); ...; unit.finish_reduce();  // .grad of the shard
+//
+// Layout: the slots' elements back to back in slot order, then zeros up to
+// a multiple of the shard group's size; rank r owns [r*S, (r+1)*S).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "lockstep/compat/autograd.h"
+
+namespace lockstep {
+class ProcessGroup;
+class Work;
+}  // namespace lockstep
+
+namespace lockstep::fsdp {
+
+// One original parameter inside a flat parameter.
+struct FlatSlot {
+  std::string name;                  // first dotted name in the model
+  std::vector<std::string> aliases;  // further names of the same tensor (tied parameters)
+  torch::Tensor param;               // the module's own tensor
+  std::vector<int64_t> shape;
+  int64_t offset = 0;
+  int64_t numel = 0;
+  int64_t model_index = -1;          // among the model's unique trainable parameters
+};
+
+struct UnitSetup {
+  std::shared_ptr<ProcessGroup> shard_group;      // null: one rank holds the whole flat parameter
+  std::shared_ptr<ProcessGroup> replicate_group;  // gradients are all-reduced over it (NO_SHARD, HYBRID_SHARD)
+  torch::Dtype param_dtype = torch::kFloat32;     // of the gathered parameters
+  torch::Dtype reduce_dtype = torch::kFloat32;    // of gradient communication
+  torch::Device compute_device = torch::kCPU;
+  torch::Device shard_device = torch::kCPU;
+  bool persistent = false;                        // never freed (root, NO_SHARD)
+};
+
+class FlatParamUnit {
+ public:
+  enum class State { kSharded, kGathering, kGathered };
+
+  // Copies the slots' current values into the flat layout, keeps this rank's
+  // shard and leaves the unit gathered.
+  FlatParamUnit(int index, std::string path, torch::nn::Module* module, std::vector<FlatSlot> slots, UnitSetup setup);
+  ~FlatParamUnit();
+  FlatParamUnit(const FlatParamUnit&) = delete;
+  FlatParamUnit& operator=(const FlatParamUnit&) = delete;
+
+  int index() const { return index_; }
+  const std::string& path() const { return path_; }  // "" for the root
+  torch::nn::Module* module() const { return module_; }
+  const std::vector<FlatSlot>& slots() const { return slots_; }
+  std::vector<FlatSlot>& mutable_slots() { return slots_; }
+  int64_t numel() const { return numel_; }
+  int64_t padded_numel() const { return padded_numel_; }
+  int64_t shard_numel() const { return shard_numel_; }
+  int shard_rank() const { return shard_rank_; }
+  int shard_world() const { return shard_world_; }
+  const UnitSetup& setup() const { return setup_; }
+  bool persistent() const { return setup_.persistent; }
+  // The optimizer's leaf: this rank's part of the flat parameter.
+  const torch::Tensor& shard() const { return shard_; }
+  // The gathered flat buffer (its storage holds 0 bytes while sharded).
+  const torch::Tensor& full() const { return full_; }
+  State state() const { return state_; }
+  // The shard changed (an optimizer step, a load) since the last gather.
+  bool stale() const;
+  // Bytes of the gathered buffer while it holds memory of its own.
+  int64_t gathered_bytes() const;
+
+  // Starts the all-gather (collective over the shard group; no-op unless sharded).
+  void start_gather();
+  // Waits for it and points the parameters at the gathered buffer.
+  void finish_gather();
+  // Gathers again if stale (a collective whenever any rank may be stale:
+  // call it at the same point on every rank).
+  void refresh();
+  // Frees the gathered buffer (not for persistent units).
+  void reshard();
+
+  // Flattens the parameters' gradients (zeros where a parameter has none)
+  // into a padded buffer, drops them, and starts reducing it into this
+  // rank's shard of the gradient (reduce-scatter, or all-reduce without sharding).
+  void start_reduce();
+  bool reduce_pending() const { return reduce_work_ != nullptr || reduce_out_.defined(); }
+  // Waits, averages across replicas (HYBRID_SHARD), adds into shard().grad().
+  void finish_reduce();
+  // Bytes held by gradients: the parameters' own, the flat buffers in flight, the shard's.
+  int64_t gradient_bytes() const;
+
+  // Copies `flat` (the unit's whole layout, padding included, any dtype and
+  // device) into this rank's shard. Local; the unit is stale afterwards.
+  void load_flat(const torch::Tensor& flat);
+  // Sets `values` [offset, offset + numel) of the layout (only the part this rank owns).
+  void load_slice(int64_t offset, const torch::Tensor& values);
+
+  // Autograd hooks, one per slot, kept here so they live as long as the unit.
+  std::vector<std::unique_ptr<compat::PostAccumulateHook>>& hooks() { return hooks_; }
+
+ private:
+  void point_params_at_full();
+  void point_params_at_empty();
+
+  int index_;
+  std::string path_;
+  torch::nn::Module* module_;
+  std::vector<FlatSlot> slots_;
+  UnitSetup setup_;
+  int shard_rank_ = 0;
+  int shard_world_ = 1;
+  int64_t numel_ = 0;
+  int64_t padded_numel_ = 0;
+  int64_t shard_numel_ = 0;
+  bool aliases_shard_ = false;  // `full` is the shard itself (one rank, same dtype and device)
+  torch::Tensor shard_;
+  torch::Tensor full_;
+  torch::Tensor empty_;         // what parameters point at while sharded
+  State state_ = State::kGathered;
+  int64_t gathered_version_ = 0;
+  std::shared_ptr<Work> gather_work_;
+  torch::Tensor gather_source_;
+  std::shared_ptr<Work> reduce_work_;
+  torch::Tensor reduce_in_;
+  torch::Tensor reduce_out_;
+  std::vector<std::unique_ptr<compat::PostAccumulateHook>> hooks_;
+};
+
+}  // namespace lockstep::fsdp

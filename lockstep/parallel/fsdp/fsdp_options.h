@@ -1,0 +1,93 @@
+// FSDPOptions: how FullyShardedDataParallel shards, prefetches, offloads and
+// casts (PyTorch FSDP's constructor arguments, as mmengine configures them).
+//
+//   auto options = lockstep::FSDPOptions()
+//                      .sharding_strategy(lockstep::ShardingStrategy::kFullShard)
+//                      .backward_prefetch(lockstep::BackwardPrefetch::kPre)
+//                      .auto_wrap_policy(lockstep::size_based_wrap_policy(1'000'000))
+//                      .mixed_precision(lockstep::MixedPrecision().param_dtype(torch::kBFloat16));
+//
+// From config (the `model_wrapper` of FSDPStrategy, see fsdp_strategy.h):
+//   sharding_strategy: FULL_SHARD          # SHARD_GRAD_OP | NO_SHARD | HYBRID_SHARD
+//   backward_prefetch: pre                 # pre | post | none (mmengine's strings)
+//   forward_prefetch: false
+//   limit_all_gathers: 2                   # units gathered at once by prefetching; true = 2, false = no limit
+//   cpu_offload: false                     # or {offload_params: true}
+//   mixed_precision: {param_dtype: bf16, reduce_dtype: fp32, buffer_dtype: fp32}
+//   auto_wrap_policy: {type: size_based, min_num_params: 1e6}
+//   hybrid_shard_size: 0                   # HYBRID_SHARD: ranks per shard group (0: the node)
+//   accumulate_unsharded: false            # see below
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <torch/arg.h>
+#include <torch/types.h>
+
+#include "lockstep/config/config.h"
+#include "lockstep/parallel/fsdp/wrap_policy.h"
+
+namespace lockstep {
+
+enum class ShardingStrategy {
+  kFullShard,    // gather before forward, free after; gather again for backward; reduce-scatter grads
+  kShardGradOp,  // keep the gathered parameters from forward until the unit's backward is done
+  kNoShard,      // every rank holds everything; gradients are all-reduced (DDP)
+  kHybridShard,  // FULL_SHARD inside a shard group (a node), all-reduce across groups
+};
+enum class BackwardPrefetch {
+  kNone,
+  kPre,   // gather the next unit (in backward order) when this unit's backward starts
+  kPost,  // gather the next unit when this unit's gradients are ready
+};
+
+const char* to_string(ShardingStrategy strategy);
+const char* to_string(BackwardPrefetch prefetch);
+// "FULL_SHARD" / "full_shard", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"; `where` names the config key.
+ShardingStrategy parse_sharding_strategy(const std::string& text, const std::string& where);
+// "pre" / "BACKWARD_PRE", "post" / "BACKWARD_POST", "none".
+BackwardPrefetch parse_backward_prefetch(const std::string& text, const std::string& where);
+
+// Dtypes for computation; unset keeps the parameter's / buffer's own dtype.
+// The optimizer always steps full-precision shards.
+struct MixedPrecision {
+  TORCH_ARG(c10::optional<torch::Dtype>, param_dtype);   // gathered parameters (forward and backward)
+  TORCH_ARG(c10::optional<torch::Dtype>, reduce_dtype);  // gradient communication (default: param_dtype)
+  TORCH_ARG(c10::optional<torch::Dtype>, buffer_dtype);  // buffers, cast once at wrapping
+  bool enabled() const { return param_dtype_.has_value() || reduce_dtype_.has_value() || buffer_dtype_.has_value(); }
+};
+
+struct FSDPOptions {
+  TORCH_ARG(ShardingStrategy, sharding_strategy) = ShardingStrategy::kFullShard;
+  TORCH_ARG(BackwardPrefetch, backward_prefetch) = BackwardPrefetch::kPre;
+  // Gather the next unit (in the first iteration's forward order) while this one computes.
+  TORCH_ARG(bool, forward_prefetch) = false;
+  // Prefetching never makes more than this many units gathered at once (a
+  // unit needed now is always gathered); 0: no limit.
+  TORCH_ARG(int, limit_all_gathers) = 2;
+  // Keep shards and their gradients in host memory when computing on a GPU
+  // (the optimizer then steps on the CPU). Accepted and harmless on CPU.
+  TORCH_ARG(bool, offload_params) = false;
+  TORCH_ARG(MixedPrecision, mixed_precision);
+  // Null: one unit, the root (everything gathered at once, like NO_SHARD's memory).
+  TORCH_ARG(std::shared_ptr<WrapPolicy>, auto_wrap_policy);
+  // HYBRID_SHARD: consecutive ranks per shard group; 0 uses the ranks of this node.
+  TORCH_ARG(int, hybrid_shard_size) = 0;
+  // Gradient accumulation. false (default): every micro-step reduce-scatters
+  // and adds into the sharded gradient, so no full-size gradient outlives a
+  // unit's backward (memory stays 1/N; communication every micro-step).
+  // true: micro-steps that do not sync keep each unit's full gradients on
+  // its parameters and skip communication, and the syncing micro-step reduces
+  // the sum (PyTorch's no_sync: less communication, full-size gradients).
+  TORCH_ARG(bool, accumulate_unsharded) = false;
+  // Copy rank 0's parameters and buffers to every rank before sharding.
+  TORCH_ARG(bool, sync_module_states) = true;
+};
+
+// Reads the keys listed at the top of this file (none is required).
+FSDPOptions parse_fsdp_options(const Config& config, const FSDPOptions& defaults = FSDPOptions());
+// "fp32"/"float32"/"float", "bf16"/"bfloat16", "fp16"/"float16"/"half", "fp64"/"float64"/"double".
+torch::Dtype parse_dtype(const std::string& text, const std::string& where);
+
+}  // namespace lockstep

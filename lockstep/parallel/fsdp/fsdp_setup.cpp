@@ -1,0 +1,311 @@
+// FullyShardedDataParallel: construction (groups, units, interception) and
+// teardown. The per-iteration runtime is in fully_sharded_data_parallel.cpp.
+#include <atomic>
+#include <map>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <torch/nn/modules/container/sequential.h>
+
+#include "lockstep/core/error.h"
+#include "lockstep/core/logging.h"
+#include "lockstep/dist/comm.h"
+#include "lockstep/dist/init.h"
+#include "lockstep/dist/process_group.h"
+#include "lockstep/parallel/fsdp/fully_sharded_data_parallel.h"
+
+namespace lockstep {
+namespace {
+
+// Rank-identical names: FSDP instances are created in the same order on every rank.
+std::string next_group_name() {
+  static std::atomic<int> counter{0};
+  return "fsdp" + std::to_string(counter++);
+}
+
+std::string display(const std::string& path) { return path.empty() ? "(root)" : "'" + path + "'"; }
+
+bool path_contains(const std::string& unit_path, const std::string& name) {
+  return unit_path.empty() || name.rfind(unit_path + ".", 0) == 0;
+}
+
+// What FSDP puts into a torch::nn::Sequential in place of a unit: the unit's
+// forward inside its scope.
+class UnitEntryImpl : public torch::nn::Module {
+ public:
+  UnitEntryImpl(torch::nn::AnyModule inner, const torch::nn::Module* unit, std::string path)
+      : torch::nn::Module("lockstep::FSDPUnitEntry"), inner_(std::move(inner)), unit_(unit), path_(std::move(path)) {}
+
+  torch::Tensor forward(torch::Tensor input) {
+    auto scope = fsdp::unit_scope(*unit_);
+    torch::Tensor output;
+    try {
+      output = inner_.forward(std::move(input));
+    } catch (const Error&) {
+      throw;
+    } catch (...) {
+      rethrow_with_context("FSDP unit '" + path_ +
+                           "' (a Sequential entry; FSDP intercepts Tensor -> Tensor entries only, a unit with "
+                           "another signature must open lockstep::fsdp::unit_scope in its own forward)");
+    }
+    return scope.output(output);
+  }
+
+ private:
+  torch::nn::AnyModule inner_;
+  const torch::nn::Module* unit_;
+  std::string path_;
+};
+
+}  // namespace
+
+struct FullyShardedDataParallel::SequentialEntry {
+  torch::nn::SequentialImpl* sequential;
+  size_t index;
+  torch::nn::AnyModule original;
+};
+
+FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Module> module,
+                                                   std::shared_ptr<ProcessGroup> group, FSDPOptions options)
+    : module_(std::move(module)), options_(std::move(options)) {
+  LOCKSTEP_CHECK(module_ != nullptr, "FullyShardedDataParallel needs a module");
+  if (!group) group = world();
+  LOCKSTEP_CHECK(group != nullptr, "FullyShardedDataParallel needs an initialised process group "
+                 "(call lockstep::init_from_env() or init_process_group() first)");
+  const std::string name = group->name() + "." + next_group_name();
+  std::vector<int> members(static_cast<size_t>(group->size()));
+  for (int r = 0; r < group->size(); ++r) members[static_cast<size_t>(r)] = r;
+  group_ = group->new_group(members, name);
+
+  const int world_size = group_->size();
+  switch (options_.sharding_strategy()) {
+    case ShardingStrategy::kFullShard:
+    case ShardingStrategy::kShardGradOp:
+      shard_group_ = group_;
+      break;
+    case ShardingStrategy::kNoShard:
+      replicate_group_ = group_;
+      break;
+    case ShardingStrategy::kHybridShard: {
+      int size = options_.hybrid_shard_size();
+      if (size == 0) {
+        auto node = local_group();
+        size = node->size();
+        const int first = node->global_ranks().front();
+        bool consecutive = group->size() == get_world_size();
+        for (int i = 0; i < node->size(); ++i) consecutive = consecutive && node->global_ranks()[i] == first + i;
+        LOCKSTEP_CHECK(consecutive && first % size == 0, "HYBRID_SHARD: the ranks of this node (",
+                       str_cat(node->global_ranks().size()), " of them, starting at ", first,
+                       ") are not one block of consecutive ranks of the world; set hybrid_shard_size");
+      }
+      LOCKSTEP_CHECK(size >= 1 && world_size % size == 0, "HYBRID_SHARD: hybrid_shard_size ", size,
+                     " does not divide the world size ", world_size);
+      const int rank = group_->rank();
+      const int block = rank / size;
+      std::vector<int> shard_ranks, replica_ranks;
+      for (int i = 0; i < size; ++i) shard_ranks.push_back(block * size + i);
+      for (int b = 0; b < world_size / size; ++b) replica_ranks.push_back(b * size + rank % size);
+      shard_group_ = group_->new_group(shard_ranks, name + ".shard" + std::to_string(block));
+      replicate_group_ = group_->new_group(replica_ranks, name + ".replica" + std::to_string(rank % size));
+      break;
+    }
+  }
+
+  verify_same_model_on_every_rank();
+  if (options_.sync_module_states()) sync_module_states();
+  std::vector<std::string> unit_paths;
+  if (options_.auto_wrap_policy()) unit_paths = select_units(*module_, *options_.auto_wrap_policy());
+  build_units(unit_paths);
+  intercept_sequential_entries();
+  for (const auto& unit : units_) {
+    if (!unit->path().empty()) fsdp::detail::register_unit(unit->module(), this, unit->index());
+  }
+  reset_peak_stats();
+  if (group_->rank() == 0) {
+    int64_t largest = 0;
+    for (const auto& unit : units_) largest = std::max(largest, unit->numel());
+    logger().info("FSDP {}: {} unit(s) over {} rank(s) (shard group of {}), largest {} parameters, policy {}",
+                  to_string(options_.sharding_strategy()), units_.size(), world_size,
+                  shard_group_ ? shard_group_->size() : 1, largest,
+                  options_.auto_wrap_policy() ? options_.auto_wrap_policy()->describe() : "none");
+  }
+}
+
+FullyShardedDataParallel::~FullyShardedDataParallel() {
+  fsdp::detail::unregister_units(this);
+  restore_sequential_entries();
+}
+
+void FullyShardedDataParallel::verify_same_model_on_every_rank() {
+  nlohmann::json mine = nlohmann::json::array();
+  for (const auto& item : module_->named_parameters(true)) {
+    mine.push_back({"parameter " + item.key(), c10::toString(item.value().scalar_type()), item.value().sizes().vec(),
+                    item.value().requires_grad()});
+  }
+  for (const auto& item : module_->named_buffers(true)) {
+    mine.push_back({"buffer " + item.key(), c10::toString(item.value().scalar_type()), item.value().sizes().vec(),
+                    false});
+  }
+  const auto all = all_gather_object(mine, group_);
+  for (int r = 1; r < group_->size(); ++r) {
+    const auto& other = all[static_cast<size_t>(r)];
+    if (other == all.front()) continue;
+    const auto& reference = all.front();
+    const size_t common = std::min(reference.size(), other.size());
+    for (size_t i = 0; i < common; ++i) {
+      if (reference[i] == other[i]) continue;
+      LOCKSTEP_FAIL("FSDP: ranks hold different models: entry #", i, " is ", reference[i].dump(), " on rank ",
+                    group_->global_rank(0), " but ", other[i].dump(), " on rank ", group_->global_rank(r),
+                    " ([name, dtype, shape, requires_grad])");
+    }
+    LOCKSTEP_FAIL("FSDP: rank ", group_->global_rank(0), " has ", reference.size(), " parameters and buffers but rank ",
+                  group_->global_rank(r), " has ", other.size());
+  }
+}
+
+void FullyShardedDataParallel::sync_module_states() {
+  if (group_->size() == 1) return;
+  torch::NoGradGuard no_grad;
+  std::unordered_set<const void*> seen;
+  auto broadcast = [&](torch::Tensor tensor) {
+    if (!seen.insert(tensor.unsafeGetTensorImpl()).second) return;
+    torch::Tensor data = tensor.detach();
+    group_->broadcast(data, 0);
+  };
+  for (const auto& item : module_->named_parameters(true)) broadcast(item.value());
+  for (const auto& item : module_->named_buffers(true)) broadcast(item.value());
+}
+
+void FullyShardedDataParallel::build_units(const std::vector<std::string>& unit_paths) {
+  std::map<std::string, torch::nn::Module*> modules;
+  for (const auto& item : module_->named_modules("", /*include_self=*/true)) modules[item.key()] = item.value().get();
+
+  // Each parameter belongs to the deepest unit that contains every name it
+  // has (tied parameters shared across units go to their common ancestor).
+  std::vector<std::string> paths{""};
+  paths.insert(paths.end(), unit_paths.begin(), unit_paths.end());
+  std::vector<std::vector<fsdp::FlatSlot>> slots(paths.size());
+  std::unordered_map<const void*, std::vector<std::string>> names_of;
+  std::vector<torch::Tensor> order;
+  for (const auto& item : module_->named_parameters(true)) {
+    auto& names = names_of[item.value().unsafeGetTensorImpl()];
+    if (names.empty()) order.push_back(item.value());
+    names.push_back(item.key());
+  }
+  std::unordered_set<const void*> buffer_seen;
+  for (const auto& item : module_->named_buffers(true)) {
+    buffers_.emplace_back(item.key(), item.value());
+    if (buffer_seen.insert(item.value().unsafeGetTensorImpl()).second && options_.mixed_precision().buffer_dtype() &&
+        item.value().is_floating_point()) {
+      torch::Tensor buffer = item.value();
+      buffer.set_data(buffer.detach().to(*options_.mixed_precision().buffer_dtype()));
+    }
+  }
+  for (const auto& param : order) {
+    const auto& names = names_of[param.unsafeGetTensorImpl()];
+    if (!param.requires_grad()) {
+      for (const auto& name : names) frozen_.emplace_back(name, param);
+      continue;
+    }
+    size_t owner = 0;
+    size_t owner_depth = 0;
+    for (size_t u = 1; u < paths.size(); ++u) {
+      bool all_inside = true;
+      for (const auto& name : names) all_inside = all_inside && path_contains(paths[u], name);
+      const size_t depth = static_cast<size_t>(std::count(paths[u].begin(), paths[u].end(), '.')) + 1;
+      if (all_inside && depth > owner_depth) {
+        owner = u;
+        owner_depth = depth;
+      }
+    }
+    fsdp::FlatSlot slot;
+    slot.name = names.front();
+    slot.aliases.assign(names.begin() + 1, names.end());
+    slot.param = param;
+    slot.model_index = trainable_count_++;
+    slots[owner].push_back(std::move(slot));
+  }
+
+  const auto& precision = options_.mixed_precision();
+  for (size_t u = 0; u < paths.size(); ++u) {
+    if (slots[u].empty()) {
+      if (u > 0) logger().warn("FSDP unit {} holds no trainable parameters of its own; it is not sharded", display(paths[u]));
+      continue;
+    }
+    const torch::Tensor& first = slots[u].front().param;
+    fsdp::UnitSetup setup;
+    setup.shard_group = shard_group_;
+    setup.replicate_group = replicate_group_;
+    setup.param_dtype = precision.param_dtype().value_or(first.scalar_type());
+    setup.reduce_dtype = precision.reduce_dtype().value_or(setup.param_dtype);
+    setup.compute_device = first.device();
+    setup.shard_device = options_.offload_params() ? torch::Device(torch::kCPU) : first.device();
+    setup.persistent = u == 0 || options_.sharding_strategy() == ShardingStrategy::kNoShard;
+    const int index = static_cast<int>(units_.size());
+    units_.push_back(std::make_unique<fsdp::FlatParamUnit>(index, paths[u], modules.at(paths[u]),
+                                                           std::move(slots[u]), setup));
+    UnitRun run;
+    run.slot_ready.assign(units_.back()->slots().size(), 0);
+    run.slot_in_graph.assign(units_.back()->slots().size(), 1);
+    runs_.push_back(std::move(run));
+    install_gradient_hooks(*units_.back());
+  }
+}
+
+void FullyShardedDataParallel::install_gradient_hooks(fsdp::FlatParamUnit& unit) {
+  const int index = unit.index();
+  for (size_t s = 0; s < unit.slots().size(); ++s) {
+    unit.hooks().push_back(std::make_unique<compat::PostAccumulateHook>(
+        unit.slots()[s].param, [this, index, s] { on_grad_ready(index, s); }));
+  }
+}
+
+void FullyShardedDataParallel::intercept_sequential_entries() {
+  std::map<std::string, torch::nn::Module*> modules;
+  for (const auto& item : module_->named_modules("", /*include_self=*/true)) modules[item.key()] = item.value().get();
+  for (const auto& unit : units_) {
+    if (unit->path().empty()) continue;
+    const auto dot = unit->path().rfind('.');
+    const std::string parent = dot == std::string::npos ? "" : unit->path().substr(0, dot);
+    auto* sequential = dynamic_cast<torch::nn::SequentialImpl*>(modules.at(parent));
+    if (sequential == nullptr) continue;
+    size_t index = 0;
+    for (auto& entry : *sequential) {
+      if (entry.ptr().get() == unit->module()) {
+        auto wrapper = std::make_shared<UnitEntryImpl>(entry, unit->module(), unit->path());
+        sequential_entries_.push_back(std::make_unique<SequentialEntry>(SequentialEntry{sequential, index, entry}));
+        entry = torch::nn::AnyModule(wrapper);
+      }
+      ++index;
+    }
+  }
+}
+
+void FullyShardedDataParallel::restore_sequential_entries() {
+  for (auto& saved : sequential_entries_) {
+    auto it = saved->sequential->begin() + static_cast<std::ptrdiff_t>(saved->index);
+    *it = saved->original;
+  }
+  sequential_entries_.clear();
+}
+
+void FullyShardedDataParallel::check_interception() const {
+  std::vector<std::string> missing;
+  for (const auto& unit : units_) {
+    if (!unit->path().empty() && !unit->persistent() && !runs_[static_cast<size_t>(unit->index())].entered_ever) {
+      missing.push_back(unit->path() + " (" + unit->module()->name() + ")");
+    }
+  }
+  if (missing.empty()) return;
+  std::string list;
+  for (const auto& entry : missing) list += "\n  " + entry;
+  LOCKSTEP_FAIL("FSDP on rank ", group_->global_rank(group_->rank()), ": the forward pass did not go through ",
+                missing.size(), " unit(s) the wrap policy chose:", list,
+                "\nFSDP cannot see a module's forward by itself (libtorch has no forward hooks), and these "
+                "parameters would go stale. Either put the module in a torch::nn::Sequential (FSDP intercepts "
+                "its entries), or open `auto scope = lockstep::fsdp::unit_scope(*this);` in its forward and "
+                "return `scope.output(y)`. If the module is simply unused, change the wrap policy so it is no unit.");
+}
+
+}  // namespace lockstep

@@ -1,0 +1,305 @@
+// FullyShardedDataParallel: state dicts. Full ones are gathered unit by unit
+// (one unit's full-precision flat parameter at a time); sharded ones are each
+// rank's shards as they are, with the layout that must match on loading.
+#include <set>
+#include <sstream>
+
+#include "lockstep/core/error.h"
+#include "lockstep/dist/process_group.h"
+#include "lockstep/parallel/fsdp/fully_sharded_data_parallel.h"
+#include "lockstep/strategy/strategy.h"
+
+namespace lockstep {
+namespace {
+
+using nlohmann::json;
+
+std::string unit_key(const fsdp::FlatParamUnit& unit) {
+  return unit.path().empty() ? "flat_param" : unit.path() + ".flat_param";
+}
+
+std::string shape_text(c10::IntArrayRef sizes) {
+  std::ostringstream text;
+  text << sizes;
+  return text.str();
+}
+
+// The unit's whole flat parameter in its shards' dtype, on every rank of the shard group.
+torch::Tensor gather_flat(const fsdp::FlatParamUnit& unit, const torch::Tensor& shard) {
+  torch::NoGradGuard no_grad;
+  if (unit.shard_world() == 1) return shard.detach();
+  torch::Tensor flat = torch::empty({unit.padded_numel()}, shard.options().requires_grad(false));
+  unit.setup().shard_group->all_gather_into_tensor(flat, shard.detach().contiguous());
+  return flat;
+}
+
+// "0.12.exp_avg" -> {"0.12", "exp_avg"}; false for other keys.
+bool split_state_key(const std::string& key, std::string* position, std::string* buffer) {
+  const size_t first = key.find('.');
+  if (first == std::string::npos) return false;
+  const size_t second = key.find('.', first + 1);
+  if (second == std::string::npos) return false;
+  *position = key.substr(0, second);
+  *buffer = key.substr(second + 1);
+  return true;
+}
+
+}  // namespace
+
+std::map<std::string, torch::Tensor> FullyShardedDataParallel::full_state_dict(bool rank0_only) {
+  torch::NoGradGuard no_grad;
+  const bool keep = !rank0_only || group_->rank() == 0;
+  std::map<std::string, torch::Tensor> weights;
+  for (const auto& unit : units_) {
+    torch::Tensor flat = gather_flat(*unit, unit->shard());
+    if (!keep) continue;
+    for (const auto& slot : unit->slots()) {
+      torch::Tensor value = flat.narrow(0, slot.offset, slot.numel).view(slot.shape).to(torch::kCPU).clone();
+      weights[slot.name] = value;
+      for (const auto& alias : slot.aliases) weights[alias] = value;
+    }
+  }
+  if (!keep) return weights;
+  for (const auto& [name, tensor] : frozen_) weights[name] = tensor.detach().to(torch::kCPU).clone();
+  for (const auto& [name, tensor] : buffers_) weights[name] = tensor.detach().to(torch::kCPU).clone();
+  return weights;
+}
+
+LoadReport FullyShardedDataParallel::load_full_state_dict(const std::map<std::string, torch::Tensor>& weights,
+                                                           bool strict, const std::string& source) {
+  LoadReport report;
+  std::set<std::string> seen;
+  // Finds a tensor by any of its names and checks its shape; nullptr if unusable.
+  auto lookup = [&](const std::string& name, const std::vector<std::string>& aliases,
+                    c10::IntArrayRef shape) -> const torch::Tensor* {
+    const torch::Tensor* found = nullptr;
+    std::string found_name;
+    std::vector<std::string> names{name};
+    names.insert(names.end(), aliases.begin(), aliases.end());
+    for (const auto& candidate : names) {
+      seen.insert(candidate);
+      auto it = weights.find(candidate);
+      if (found == nullptr && it != weights.end()) {
+        found = &it->second;
+        found_name = it->first;
+      }
+    }
+    if (found == nullptr) {
+      report.missing.push_back(name);
+      return nullptr;
+    }
+    if (found->sizes() != shape) {
+      report.mismatched.push_back(found_name + ": " + source + " has " + shape_text(found->sizes()) +
+                                  ", the model has " + shape_text(shape));
+      return nullptr;
+    }
+    return found;
+  };
+  std::vector<std::pair<fsdp::FlatParamUnit*, const fsdp::FlatSlot*>> slot_targets;
+  std::vector<const torch::Tensor*> slot_values;
+  for (const auto& unit : units_) {
+    for (const auto& slot : unit->slots()) {
+      const torch::Tensor* value = lookup(slot.name, slot.aliases, slot.shape);
+      if (value != nullptr) {
+        slot_targets.emplace_back(unit.get(), &slot);
+        slot_values.push_back(value);
+      }
+    }
+  }
+  std::vector<std::pair<torch::Tensor, const torch::Tensor*>> plain;
+  for (const auto* list : {&frozen_, &buffers_}) {
+    for (const auto& [name, tensor] : *list) {
+      if (const torch::Tensor* value = lookup(name, {}, tensor.sizes())) plain.emplace_back(tensor, value);
+    }
+  }
+  for (const auto& entry : weights) {
+    if (seen.count(entry.first) == 0) report.unexpected.push_back(entry.first);
+  }
+  LOCKSTEP_CHECK(report.clean() || !strict, "cannot load the model weights from ", source,
+                 " (is it a checkpoint of another model?):\n", report.describe(source));
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < slot_targets.size(); ++i) {
+    auto* unit = slot_targets[i].first;
+    unit->load_slice(slot_targets[i].second->offset, slot_values[i]->to(unit->shard().options().requires_grad(false)));
+  }
+  for (auto& [tensor, value] : plain) {
+    torch::Tensor target = tensor;
+    target.copy_(*value);
+  }
+  for (auto& unit : units_) unit->refresh();
+  return report;
+}
+
+json FullyShardedDataParallel::layout() const {
+  json units = json::array();
+  for (const auto& unit : units_) {
+    json params = json::array();
+    for (const auto& slot : unit->slots()) params.push_back({slot.name, slot.shape, slot.offset});
+    units.push_back({{"path", unit->path()},
+                     {"numel", unit->numel()},
+                     {"padded_numel", unit->padded_numel()},
+                     {"dtype", c10::toString(unit->shard().scalar_type())},
+                     {"params", params}});
+  }
+  return {{"world_size", group_->size()},
+          {"shard_world_size", shard_group_ ? shard_group_->size() : 1},
+          {"sharding_strategy", to_string(options_.sharding_strategy())},
+          {"units", units}};
+}
+
+State FullyShardedDataParallel::sharded_state_dict() const {
+  State state;
+  for (const auto& unit : units_) state.tensors["shards/" + unit_key(*unit)] = unit->shard().detach();
+  for (const auto& [name, tensor] : frozen_) state.tensors["frozen/" + name] = tensor.detach();
+  for (const auto& [name, tensor] : buffers_) state.tensors["buffers/" + name] = tensor.detach();
+  state.values["layout"] = layout();
+  state.values["shard_rank"] = shard_group_ ? shard_group_->rank() : 0;
+  return state;
+}
+
+void FullyShardedDataParallel::load_sharded_state_dict(const State& state, const std::string& source) {
+  LOCKSTEP_CHECK(state.values.is_object() && state.values.contains("layout"), source,
+                 ": holds no FSDP layout; is it a sharded FSDP checkpoint?");
+  const json& saved = state.values.at("layout");
+  const json mine = layout();
+  auto differs = [&](const std::string& what) {
+    return str_cat(source, ": this sharded checkpoint does not fit the model as wrapped now: ", what,
+                   ". A sharded checkpoint loads only into the same model, wrap policy and number of ranks per "
+                   "shard group; save with state_dict_type: full to move between layouts.");
+  };
+  LOCKSTEP_CHECK(saved.at("shard_world_size") == mine.at("shard_world_size"),
+                 differs(str_cat("it was saved with ", saved.at("shard_world_size").dump(), " rank(s) per shard group (",
+                                 saved.at("world_size").dump(), " in all, ", saved.at("sharding_strategy").get<std::string>(),
+                                 ") and this run has ", mine.at("shard_world_size").dump(), " (",
+                                 mine.at("world_size").dump(), " in all, ", mine.at("sharding_strategy").get<std::string>(),
+                                 ")")));
+  const json& saved_units = saved.at("units");
+  const json& my_units = mine.at("units");
+  for (size_t u = 0; u < std::min(saved_units.size(), my_units.size()); ++u) {
+    const json& a = saved_units[u];
+    const json& b = my_units[u];
+    LOCKSTEP_CHECK(a.at("path") == b.at("path"), differs(str_cat("unit #", u, " is '", a.at("path").get<std::string>(),
+                                                                 "' in the checkpoint but '",
+                                                                 b.at("path").get<std::string>(), "' here")));
+    const std::string where = str_cat("unit '", b.at("path").get<std::string>(), "'");
+    LOCKSTEP_CHECK(a.at("dtype") == b.at("dtype"), differs(str_cat(where, " is ", a.at("dtype").get<std::string>(),
+                                                                   " in the checkpoint but ",
+                                                                   b.at("dtype").get<std::string>(), " here")));
+    const json& pa = a.at("params");
+    const json& pb = b.at("params");
+    for (size_t i = 0; i < std::min(pa.size(), pb.size()); ++i) {
+      LOCKSTEP_CHECK(pa[i] == pb[i], differs(str_cat(where, " parameter #", i, " is ", pa[i].dump(),
+                                                     " in the checkpoint but ", pb[i].dump(),
+                                                     " here ([name, shape, offset])")));
+    }
+    LOCKSTEP_CHECK(pa.size() == pb.size(), differs(str_cat(where, " holds ", pa.size(), " parameters in the checkpoint but ",
+                                                           pb.size(), " here")));
+  }
+  LOCKSTEP_CHECK(saved_units.size() == my_units.size(),
+                 differs(str_cat("it has ", saved_units.size(), " units and this model ", my_units.size())));
+  const int my_shard_rank = shard_group_ ? shard_group_->rank() : 0;
+  LOCKSTEP_CHECK(state.values.value("shard_rank", -1) == my_shard_rank, source, ": holds the shards of shard rank ",
+                 state.values.value("shard_rank", -1), " but this is shard rank ", my_shard_rank);
+
+  torch::NoGradGuard no_grad;
+  for (auto& unit : units_) {
+    const torch::Tensor& value = state.tensor("shards/" + unit_key(*unit), source);
+    LOCKSTEP_CHECK(value.numel() == unit->shard_numel(), source, ": shard of unit '", unit->path(), "' has ",
+                   value.numel(), " elements, expected ", unit->shard_numel());
+    torch::Tensor shard = unit->shard();
+    shard.detach().copy_(value.reshape(-1));
+  }
+  auto load_plain = [&](const std::string& prefix, std::vector<std::pair<std::string, torch::Tensor>>& list) {
+    for (auto& [name, tensor] : list) {
+      const torch::Tensor& value = state.tensor(prefix + name, source);
+      LOCKSTEP_CHECK(value.sizes() == tensor.sizes(), source, ": ", name, " has shape ", shape_text(value.sizes()),
+                     " but the model's is ", shape_text(tensor.sizes()));
+      tensor.detach().copy_(value);
+    }
+  };
+  load_plain("frozen/", frozen_);
+  load_plain("buffers/", buffers_);
+  // The shards' version counters moved: every gathered unit is stale now.
+  for (auto& unit : units_) unit->refresh();
+}
+
+State FullyShardedDataParallel::full_optimizer_state(const State& sharded, bool rank0_only) {
+  const json& groups = sharded.values.at("groups");
+  LOCKSTEP_CHECK(groups.size() == 1, "FSDP: converting optimizer state needs one parameter group, this optimizer has ",
+                 groups.size());
+  const bool keep = !rank0_only || group_->rank() == 0;
+  State full;
+  full.values["type"] = sharded.values.at("type");
+  full.values["groups"] = json::array({{{"num_params", trainable_count_}, {"options", groups[0].at("options")}}});
+  json params = json::object();
+  const json& saved_params = sharded.values.at("params");
+  // Buffers by unit position, from the (rank-identical) key set.
+  std::map<std::string, std::vector<std::string>> buffers;
+  for (const auto& entry : sharded.tensors) {
+    std::string position, buffer;
+    if (split_state_key(entry.first, &position, &buffer)) buffers[position].push_back(buffer);
+  }
+  for (const auto& unit : units_) {
+    const std::string position = "0." + std::to_string(unit->index());
+    if (saved_params.contains(position)) {
+      for (const auto& slot : unit->slots()) params["0." + std::to_string(slot.model_index)] = saved_params.at(position);
+    }
+    for (const auto& buffer : buffers[position]) {
+      torch::Tensor flat = gather_flat(*unit, sharded.tensors.at(position + "." + buffer));
+      if (!keep) continue;
+      for (const auto& slot : unit->slots()) {
+        full.tensors["0." + std::to_string(slot.model_index) + "." + buffer] =
+            flat.narrow(0, slot.offset, slot.numel).view(slot.shape).to(torch::kCPU).clone();
+      }
+    }
+  }
+  full.values["params"] = params;
+  return full;
+}
+
+State FullyShardedDataParallel::shard_optimizer_state(const State& full) const {
+  const json& groups = full.values.at("groups");
+  LOCKSTEP_CHECK(groups.size() == 1, "FSDP: optimizer state with ", groups.size(),
+                 " parameter groups cannot be sharded (FSDP's optimizer has one group)");
+  const int64_t count = groups[0].at("num_params").get<int64_t>();
+  LOCKSTEP_CHECK(count == trainable_count_, "FSDP: the optimizer state is for ", count,
+                 " parameters but the model has ", trainable_count_, " trainable parameters");
+  std::map<int64_t, std::vector<std::pair<std::string, torch::Tensor>>> by_param;
+  for (const auto& entry : full.tensors) {
+    std::string position, buffer;
+    if (!split_state_key(entry.first, &position, &buffer)) continue;
+    by_param[std::stoll(position.substr(2))].emplace_back(buffer, entry.second);
+  }
+  State sharded;
+  sharded.values["type"] = full.values.at("type");
+  sharded.values["groups"] = json::array({{{"num_params", units_.size()}, {"options", groups[0].at("options")}}});
+  json params = json::object();
+  const json& saved_params = full.values.at("params");
+  torch::NoGradGuard no_grad;
+  for (const auto& unit : units_) {
+    const std::string position = "0." + std::to_string(unit->index());
+    std::map<std::string, torch::Tensor> flats;
+    for (const auto& slot : unit->slots()) {
+      const std::string param_position = "0." + std::to_string(slot.model_index);
+      if (saved_params.contains(param_position) && !params.contains(position)) {
+        params[position] = saved_params.at(param_position);
+      }
+      for (const auto& [buffer, value] : by_param[slot.model_index]) {
+        LOCKSTEP_CHECK(value.numel() == slot.numel, "FSDP: optimizer state '", param_position, ".", buffer, "' of ",
+                       slot.name, " has shape ", shape_text(value.sizes()), ", the parameter has ",
+                       shape_text(slot.shape));
+        auto& flat = flats[buffer];
+        if (!flat.defined()) flat = torch::zeros({unit->padded_numel()}, value.options());
+        flat.narrow(0, slot.offset, slot.numel).copy_(value.reshape(-1));
+      }
+    }
+    for (auto& [buffer, flat] : flats) {
+      sharded.tensors[position + "." + buffer] =
+          flat.narrow(0, unit->shard_rank() * unit->shard_numel(), unit->shard_numel()).clone();
+    }
+  }
+  sharded.values["params"] = params;
+  return sharded;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,360 @@
+// FullyShardedDataParallel: the per-iteration life cycle of the units.
+//
+//   forward   enter_unit: gather (wait for a prefetch), maybe prefetch the next
+//             leave_unit: FULL_SHARD / HYBRID_SHARD free; SHARD_GRAD_OP keeps
+//   backward  pre_backward (hook on the unit's output gradient): gather again,
+//               BACKWARD_PRE prefetches the next unit
+//             on_grad_ready (AccumulateGrad post hook) x every parameter, then
+//             post_backward: flatten gradients, reduce-scatter, free, BACKWARD_POST prefetch
+//             finish_backward_pass (autograd's final callback): wait for the
+//               reductions, free what backward left gathered
+//   step      after_step: re-gather the units that stay gathered (the root)
+#include "lockstep/parallel/fsdp/fully_sharded_data_parallel.h"
+
+#include <cmath>
+#include <exception>
+#include <unordered_set>
+
+#include "lockstep/compat/autograd.h"
+#include "lockstep/core/error.h"
+#include "lockstep/core/logging.h"
+#include "lockstep/dist/process_group.h"
+#include "lockstep/optim/optimizer_state.h"
+
+namespace lockstep {
+namespace {
+// Reductions in flight before the oldest is finished: bounds the memory of flat gradients.
+constexpr size_t kMaxReductionsInFlight = 2;
+}  // namespace
+
+// --- forward ---------------------------------------------------------------
+
+void FullyShardedDataParallel::enter_unit(int unit) {
+  UnitRun& run = runs_[static_cast<size_t>(unit)];
+  if (run.depth > 0) {  // a Sequential entry whose module opens its own scope too
+    ++run.depth;
+    return;
+  }
+  throw_pending_error();
+  LOCKSTEP_CHECK(!backward_active_, "FSDP: unit '", units_[static_cast<size_t>(unit)]->path(),
+                 "' ran forward during a backward pass (activation checkpointing is not supported)");
+  if (!backward_seen_ &&
+      std::find(forward_order_.begin(), forward_order_.end(), unit) == forward_order_.end()) {
+    forward_order_.push_back(unit);
+  }
+  ensure_gathered(*units_[static_cast<size_t>(unit)]);
+  if (options_.forward_prefetch()) prefetch(next_in_forward(unit));
+  run.entered_ever = true;
+  run.output_registered = false;
+  run.depth = 1;
+  sample_memory();
+}
+
+void FullyShardedDataParallel::leave_unit(int unit) noexcept {
+  UnitRun& run = runs_[static_cast<size_t>(unit)];
+  if (--run.depth > 0) return;
+  auto& flat = *units_[static_cast<size_t>(unit)];
+  const bool unwinding = std::uncaught_exceptions() > 0;
+  const bool grad = torch::GradMode::is_enabled();
+  try {
+    if (grad && !run.output_registered && !unwinding && pending_error_.empty()) {
+      pending_error_ = "FSDP: the forward of unit '" + flat.path() + "' (" + flat.module()->name() +
+                       ") opened lockstep::fsdp::unit_scope but returned without passing its result through "
+                       "scope.output(y): its backward would find the parameters freed. Return scope.output(y).";
+    }
+    const bool free_after_forward = options_.sharding_strategy() == ShardingStrategy::kFullShard ||
+                                    options_.sharding_strategy() == ShardingStrategy::kHybridShard;
+    if (!grad || free_after_forward || unwinding) flat.reshard();
+    sample_memory();
+  } catch (const std::exception& error) {
+    if (pending_error_.empty()) pending_error_ = std::string("FSDP: freeing unit '") + flat.path() + "' failed: " + error.what();
+  }
+}
+
+void FullyShardedDataParallel::register_output(int unit, const torch::Tensor& output) {
+  runs_[static_cast<size_t>(unit)].output_registered = true;
+  if (!output.defined() || !output.requires_grad() || !torch::GradMode::is_enabled()) return;
+  torch::Tensor hooked = output;
+  hooked.register_hook([this, unit](const torch::Tensor&) { pre_backward(unit); });
+}
+
+void FullyShardedDataParallel::ensure_gathered(fsdp::FlatParamUnit& unit) {
+  if (unit.state() == fsdp::FlatParamUnit::State::kSharded) unit.start_gather();
+  unit.finish_gather();
+  unit.refresh();  // gathered since wrapping, and the shard was loaded or stepped since
+  max_gathered_ = std::max(max_gathered_, gathered_units());
+}
+
+int FullyShardedDataParallel::gathered_units() const {
+  int count = 0;
+  for (const auto& unit : units_) {
+    if (!unit->persistent() && unit->state() != fsdp::FlatParamUnit::State::kSharded) ++count;
+  }
+  return count;
+}
+
+void FullyShardedDataParallel::prefetch(int unit) {
+  if (unit < 0) return;
+  auto& flat = *units_[static_cast<size_t>(unit)];
+  if (flat.state() != fsdp::FlatParamUnit::State::kSharded) return;
+  if (options_.limit_all_gathers() > 0 && gathered_units() >= options_.limit_all_gathers()) return;
+  flat.start_gather();
+  max_gathered_ = std::max(max_gathered_, gathered_units());
+}
+
+int FullyShardedDataParallel::next_in_forward(int unit) const {
+  if (!backward_seen_) return -1;  // the order is known after the first iteration
+  auto it = std::find(forward_order_.begin(), forward_order_.end(), unit);
+  if (it == forward_order_.end() || it + 1 == forward_order_.end()) return -1;
+  return *(it + 1);
+}
+
+int FullyShardedDataParallel::next_in_backward(int unit) const {
+  // Before the first backward has finished, the reverse forward order is the best guess.
+  if (!backward_seen_) {
+    auto it = std::find(forward_order_.rbegin(), forward_order_.rend(), unit);
+    if (it == forward_order_.rend() || it + 1 == forward_order_.rend()) return -1;
+    return *(it + 1);
+  }
+  auto it = std::find(backward_order_.begin(), backward_order_.end(), unit);
+  if (it == backward_order_.end() || it + 1 == backward_order_.end()) return -1;
+  return *(it + 1);
+}
+
+void FullyShardedDataParallel::refresh_persistent_units() {
+  for (auto& unit : units_) {
+    if (unit->persistent()) unit->refresh();
+  }
+}
+
+void FullyShardedDataParallel::throw_pending_error() {
+  if (pending_error_.empty()) return;
+  std::string message = std::move(pending_error_);
+  pending_error_.clear();
+  throw Error(message);
+}
+
+// --- GradientSync ----------------------------------------------------------
+
+void FullyShardedDataParallel::begin_forward(bool sync) {
+  throw_pending_error();
+  sync_ = sync;
+  refresh_persistent_units();
+}
+
+void FullyShardedDataParallel::begin_backward(const torch::Tensor& loss, bool sync, int64_t /*iteration*/) {
+  throw_pending_error();
+  check_interception();
+  sync_ = sync;
+  // Which parameters this loss reaches: a unit is complete when those have their gradients.
+  std::unordered_set<const torch::autograd::Node*> graph;
+  for (const auto* node : compat::reachable_nodes(loss)) graph.insert(node);
+  for (const auto& unit : units_) {
+    UnitRun& run = runs_[static_cast<size_t>(unit->index())];
+    run.expected_grads = 0;
+    for (size_t s = 0; s < unit->slots().size(); ++s) {
+      const bool in_graph = graph.count(unit->hooks()[s]->accumulator()) > 0;
+      run.slot_in_graph[s] = in_graph ? 1 : 0;
+      run.expected_grads += in_graph ? 1 : 0;
+    }
+  }
+  expectations_set_ = true;
+}
+
+void FullyShardedDataParallel::end_backward(bool /*sync*/) {
+  if (backward_active_) {
+    finish_backward_pass();  // autograd never ran the final callback (no hook fired after it was queued)
+    return;
+  }
+  // A backward that reached none of FSDP's parameters: only clean up.
+  for (auto& unit : units_) unit->reshard();
+  for (auto& run : runs_) {
+    run.pre_backward_done = run.post_backward_done = false;
+    run.ready_grads = 0;
+    std::fill(run.slot_ready.begin(), run.slot_ready.end(), 0);
+  }
+  expectations_set_ = false;
+}
+
+double FullyShardedDataParallel::reduce_grad_norm_power(double local, double norm_type) {
+  if (!shard_group_ || shard_group_->size() == 1) return local;
+  torch::Tensor value = torch::tensor({local}, torch::kDouble);
+  shard_group_->all_reduce(value, std::isinf(norm_type) ? ReduceOp::kMax : ReduceOp::kSum);
+  return value.item<double>();
+}
+
+bool FullyShardedDataParallel::any_rank_true(bool local) {
+  if (group_->size() == 1) return local;
+  torch::Tensor value = torch::tensor({local ? 1.0 : 0.0}, torch::kDouble);
+  group_->all_reduce(value, ReduceOp::kMax);
+  return value.item<double>() > 0;
+}
+
+void FullyShardedDataParallel::after_step() {
+  refresh_persistent_units();
+  if (optimizer_) {
+    int64_t bytes = 0;
+    for (const auto& entry : save_optimizer_state(*optimizer_).tensors) {
+      bytes += static_cast<int64_t>(entry.second.numel() * entry.second.element_size());
+    }
+    memory_.optimizer = bytes;
+  }
+  sample_memory();
+}
+
+// --- backward --------------------------------------------------------------
+
+void FullyShardedDataParallel::begin_backward_pass() {
+  backward_active_ = true;
+  compat::queue_backward_callback([this] { finish_backward_pass(); });
+}
+
+void FullyShardedDataParallel::pre_backward(int unit) {
+  if (!backward_active_) begin_backward_pass();
+  UnitRun& run = runs_[static_cast<size_t>(unit)];
+  if (run.pre_backward_done) return;
+  run.pre_backward_done = true;
+  if (!backward_seen_ && std::find(backward_order_.begin(), backward_order_.end(), unit) == backward_order_.end()) {
+    backward_order_.push_back(unit);
+  }
+  ensure_gathered(*units_[static_cast<size_t>(unit)]);
+  if (options_.backward_prefetch() == BackwardPrefetch::kPre) prefetch(next_in_backward(unit));
+  sample_memory();
+}
+
+void FullyShardedDataParallel::on_grad_ready(int unit, size_t slot) {
+  if (!backward_active_) begin_backward_pass();
+  UnitRun& run = runs_[static_cast<size_t>(unit)];
+  if (!run.entered_ever && !units_[static_cast<size_t>(unit)]->persistent()) check_interception();
+  if (run.slot_ready[slot]) return;
+  run.slot_ready[slot] = 1;
+  run.ready_grads += 1;
+  const int expected = expectations_set_ ? run.expected_grads : static_cast<int>(run.slot_ready.size());
+  if (run.ready_grads >= expected && !run.post_backward_done) post_backward(unit);
+}
+
+void FullyShardedDataParallel::post_backward(int unit) {
+  UnitRun& run = runs_[static_cast<size_t>(unit)];
+  run.post_backward_done = true;
+  auto& flat = *units_[static_cast<size_t>(unit)];
+  if (!options_.accumulate_unsharded() || sync_) {
+    flat.start_reduce();
+    reducing_.push_back(unit);
+    sample_memory();
+    while (reducing_.size() > kMaxReductionsInFlight) finish_oldest_reduction();
+  }
+  flat.reshard();
+  if (options_.backward_prefetch() == BackwardPrefetch::kPost) prefetch(next_in_backward(unit));
+  sample_memory();
+}
+
+void FullyShardedDataParallel::finish_oldest_reduction() {
+  const int unit = reducing_.front();
+  reducing_.erase(reducing_.begin());
+  units_[static_cast<size_t>(unit)]->finish_reduce();
+}
+
+void FullyShardedDataParallel::finish_backward_pass() {
+  // Units whose parameters got some but not all of their gradients (used on
+  // this rank in ways begin_backward could not see) reduce what they have,
+  // in unit order.
+  for (const auto& unit : units_) {
+    UnitRun& run = runs_[static_cast<size_t>(unit->index())];
+    if (!run.post_backward_done && run.ready_grads > 0) post_backward(unit->index());
+  }
+  sample_memory();
+  while (!reducing_.empty()) finish_oldest_reduction();
+  for (auto& unit : units_) unit->reshard();
+  backward_seen_ = true;
+  for (auto& run : runs_) {
+    run.pre_backward_done = run.post_backward_done = false;
+    run.ready_grads = 0;
+    std::fill(run.slot_ready.begin(), run.slot_ready.end(), 0);
+  }
+  expectations_set_ = false;
+  backward_active_ = false;
+  sample_memory();
+}
+
+// --- parameters, memory ----------------------------------------------------
+
+std::vector<std::pair<std::string, torch::Tensor>> FullyShardedDataParallel::named_shard_parameters() const {
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  for (const auto& unit : units_) {
+    named.emplace_back(unit->path().empty() ? "flat_param" : unit->path() + ".flat_param", unit->shard());
+  }
+  return named;
+}
+
+std::vector<torch::Tensor> FullyShardedDataParallel::shard_parameters() const {
+  std::vector<torch::Tensor> params;
+  for (const auto& unit : units_) params.push_back(unit->shard());
+  return params;
+}
+
+void FullyShardedDataParallel::track_optimizer(std::shared_ptr<torch::optim::Optimizer> optimizer) {
+  optimizer_ = std::move(optimizer);
+}
+
+void FullyShardedDataParallel::sample_memory() {
+  int64_t params = 0;
+  int64_t grads = 0;
+  for (const auto& unit : units_) {
+    params += unit->shard().numel() * unit->shard().element_size() + unit->gathered_bytes();
+    grads += unit->gradient_bytes();
+  }
+  for (const auto& [name, param] : frozen_) params += param.numel() * param.element_size();
+  memory_.params = params;
+  memory_.grads = grads;
+  memory_.peak_params = std::max(memory_.peak_params, params);
+  memory_.peak_grads = std::max(memory_.peak_grads, grads);
+  memory_.peak_optimizer = std::max(memory_.peak_optimizer, memory_.optimizer);
+  memory_.peak_total = std::max(memory_.peak_total, params + grads + memory_.optimizer);
+}
+
+void FullyShardedDataParallel::reset_peak_stats() {
+  memory_.peak_params = memory_.peak_grads = memory_.peak_optimizer = memory_.peak_total = 0;
+  max_gathered_ = gathered_units();
+  sample_memory();
+}
+
+// --- summon_full_params ----------------------------------------------------
+
+FullyShardedDataParallel::FullParams::FullParams(FullyShardedDataParallel* fsdp, bool writeback)
+    : fsdp_(fsdp), writeback_(writeback) {
+  LOCKSTEP_CHECK(!fsdp_->backward_active_, "summon_full_params during backward");
+  fsdp_->refresh_persistent_units();
+  for (auto& unit : fsdp_->units_) {
+    if (unit->state() == fsdp::FlatParamUnit::State::kSharded) {
+      unit->start_gather();
+      gathered_.push_back(unit->index());
+    }
+  }
+  for (auto& unit : fsdp_->units_) {
+    if (unit->state() != fsdp::FlatParamUnit::State::kSharded) unit->finish_gather();
+  }
+  // Units gathered since construction may be stale (never intercepted yet).
+  for (auto& unit : fsdp_->units_) unit->refresh();
+}
+
+FullyShardedDataParallel::FullParams::~FullParams() {
+  try {
+    if (writeback_) {
+      for (auto& unit : fsdp_->units_) {
+        LOCKSTEP_CHECK(unit->full().scalar_type() == unit->shard().scalar_type(),
+                       "summon_full_params(writeback) needs parameters in their own dtype (no mixed precision)");
+        unit->load_flat(unit->full());
+        unit->refresh();  // the gathered copy is current again (collective; every rank does it)
+      }
+    }
+    for (int index : gathered_) fsdp_->units_[static_cast<size_t>(index)]->reshard();
+  } catch (const std::exception& error) {
+    logger().error("summon_full_params: {}", error.what());
+  }
+}
+
+std::unique_ptr<FullyShardedDataParallel::FullParams> FullyShardedDataParallel::summon_full_params(bool writeback) {
+  return std::unique_ptr<FullParams>(new FullParams(this, writeback));
+}
+
+}  // namespace lockstep

@@ -1,0 +1,213 @@
+// FullyShardedDataParallel: train a model whose parameters, gradients and
+// optimizer state do not fit in one process, by sharding them across ranks
+// (PyTorch FSDP's behaviour and options; mmengine's MMFullyShardedDataParallel).
+//
+// The wrap policy cuts the model into units (wrap_policy.h); each unit's
+// parameters live as one flat parameter, padded and split into one shard per
+// rank (flat_param.h). A unit is gathered for its forward and (FULL_SHARD)
+// again for its backward, and freed in between; its gradients are
+// reduce-scattered into the shard's .grad as soon as autograd has produced
+// them all. The optimizer steps the shards only, so its state is sharded too.
+//
+//   lockstep::init_from_env();
+//   auto fsdp = std::make_shared<lockstep::FullyShardedDataParallel>(model, lockstep::world(),
+//       lockstep::FSDPOptions().auto_wrap_policy(lockstep::module_type_wrap_policy({"Block"})));
+//   auto optimizer = std::make_shared<torch::optim::Adam>(fsdp->shard_parameters(), 1e-3);
+//   auto optim = std::make_shared<lockstep::OptimWrapper>(optimizer);
+//   optim->set_gradient_sync(fsdp);                   // FSDPStrategy does all of this
+//   model->train_step(batch, *optim);                  // unchanged user code
+//
+// The contract for model authors (libtorch has no forward hooks):
+//   - A unit must be intercepted when its forward runs: either it is an entry
+//     of a torch::nn::Sequential (automatic), or its forward opens
+//     `auto scope = lockstep::fsdp::unit_scope(*this);` and returns
+//     `scope.output(y)` (unit_scope.h). Every unit starts gathered; a unit
+//     that was not intercepted by the first backward is an error that names
+//     it and these two fixes.
+//   - The root (the model and whatever no unit claimed) stays gathered, and is
+//     refreshed after each optimizer step; keep it small (embeddings, heads).
+//   - Every rank runs the same units and uses the same parameters in each
+//     iteration (as DDP without find_unused_parameters).
+//   - Read parameters outside forward through full_state_dict() or
+//     summon_full_params(): between uses a sharded unit's parameters are
+//     empty tensors.
+//   - Parameters with requires_grad == false and buffers are not sharded;
+//     they are copied from rank 0 at wrapping.
+//   - Step through the OptimWrapper (it tells FSDP after each step); an
+//     optimizer stepped by hand needs fsdp->after_step() before the next eval.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "lockstep/core/state.h"
+#include "lockstep/optim/gradient_sync.h"
+#include "lockstep/parallel/fsdp/flat_param.h"
+#include "lockstep/parallel/fsdp/fsdp_options.h"
+#include "lockstep/parallel/fsdp/unit_scope.h"
+
+namespace lockstep {
+
+class ProcessGroup;
+struct LoadReport;
+
+// Bytes held by parameters, gradients and optimizer state on this rank,
+// tracked at every gather, free and reduction FSDP performs.
+struct FSDPMemoryStats {
+  int64_t params = 0;      // shards + gathered buffers + unsharded parameters (frozen ones too)
+  int64_t grads = 0;       // parameters' own gradients + flat buffers in flight + sharded gradients
+  int64_t optimizer = 0;   // optimizer state of the tracked optimizer (measured after each step)
+  int64_t peak_params = 0;
+  int64_t peak_grads = 0;
+  int64_t peak_optimizer = 0;
+  int64_t peak_total = 0;  // the largest params + grads + optimizer seen at once
+};
+
+class FullyShardedDataParallel : public GradientSync, private fsdp::detail::UnitRuntime {
+ public:
+  // `group` null: the world. The model may already be on its compute device.
+  FullyShardedDataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<ProcessGroup> group = nullptr,
+                           FSDPOptions options = FSDPOptions());
+  ~FullyShardedDataParallel() override;
+
+  // --- GradientSync -------------------------------------------------------
+  void begin_forward(bool sync) override;
+  void begin_backward(const torch::Tensor& loss, bool sync, int64_t iteration) override;
+  void end_backward(bool sync) override;
+  double reduce_grad_norm_power(double local, double norm_type) override;
+  bool any_rank_true(bool local) override;
+  void after_step() override;
+
+  // The leaves an optimizer must step: each unit's shard, named
+  // "<unit path>.flat_param" ("flat_param" for the root), in unit order.
+  std::vector<std::pair<std::string, torch::Tensor>> named_shard_parameters() const;
+  std::vector<torch::Tensor> shard_parameters() const;
+  // Optimizer state counts towards memory_stats() (FSDPStrategy sets it).
+  void track_optimizer(std::shared_ptr<torch::optim::Optimizer> optimizer);
+
+  // Gathers every unit while alive (collective on enter and exit). With
+  // `writeback`, changes made to the parameters are copied into the shards
+  // on exit (needs param_dtype == the parameters' dtype).
+  class FullParams {
+   public:
+    ~FullParams();
+    FullParams(const FullParams&) = delete;
+    FullParams& operator=(const FullParams&) = delete;
+
+   private:
+    friend class FullyShardedDataParallel;
+    FullParams(FullyShardedDataParallel* fsdp, bool writeback);
+    FullyShardedDataParallel* fsdp_;
+    bool writeback_;
+    std::vector<int> gathered_;
+  };
+  [[nodiscard]] std::unique_ptr<FullParams> summon_full_params(bool writeback = false);
+
+  // --- state dicts (fsdp_state_dict.cpp) ----------------------------------
+  // Every parameter (full precision, all its names) and buffer, on the CPU.
+  // Collective; with rank0_only, ranks other than 0 get an empty map.
+  std::map<std::string, torch::Tensor> full_state_dict(bool rank0_only = true);
+  // Loads full weights on every rank (each keeps its shard). Local, then a
+  // collective refresh of what is gathered; call it on every rank.
+  LoadReport load_full_state_dict(const std::map<std::string, torch::Tensor>& weights, bool strict,
+                                  const std::string& source);
+  // This rank's shards, buffers and frozen parameters, plus layout() in values.
+  State sharded_state_dict() const;
+  // Loads a sharded_state_dict(); checks the layout first and says what differs.
+  void load_sharded_state_dict(const State& state, const std::string& source);
+  // World size, strategy and every unit's parameters and offsets: what must
+  // match for a sharded checkpoint to load.
+  nlohmann::json layout() const;
+  // Optimizer state of an optimizer over shard_parameters() (one param group),
+  // converted to the layout of an optimizer over the model's own parameters
+  // (unique trainable ones, in model order), as SingleDeviceStrategy builds
+  // it; collective, rank0_only as above. And back (local).
+  State full_optimizer_state(const State& sharded, bool rank0_only = true);
+  State shard_optimizer_state(const State& full) const;
+
+  // --- introspection ------------------------------------------------------
+  const std::vector<std::unique_ptr<fsdp::FlatParamUnit>>& units() const { return units_; }
+  const FSDPOptions& options() const { return options_; }
+  torch::nn::Module& module() const { return *module_; }
+  ProcessGroup* shard_group() const { return shard_group_.get(); }
+  // The order units ran forward / began backward in the first iteration.
+  const std::vector<int>& forward_order() const { return forward_order_; }
+  const std::vector<int>& backward_order() const { return backward_order_; }
+  // The most units gathered at once since the last reset (root and NO_SHARD excluded).
+  int max_gathered_units() const { return max_gathered_; }
+  FSDPMemoryStats memory_stats() const { return memory_; }
+  void reset_peak_stats();
+
+ private:
+  // UnitRuntime
+  void enter_unit(int unit) override;
+  void leave_unit(int unit) noexcept override;
+  void register_output(int unit, const torch::Tensor& output) override;
+
+  void build_units(const std::vector<std::string>& unit_paths);
+  void intercept_sequential_entries();
+  void restore_sequential_entries();
+  void verify_same_model_on_every_rank();
+  void sync_module_states();
+  void install_gradient_hooks(fsdp::FlatParamUnit& unit);
+
+  void ensure_gathered(fsdp::FlatParamUnit& unit);
+  void prefetch(int unit);
+  int gathered_units() const;
+  int next_in_forward(int unit) const;
+  int next_in_backward(int unit) const;
+  void refresh_persistent_units();
+  void throw_pending_error();
+  void check_interception() const;
+
+  void pre_backward(int unit);
+  void on_grad_ready(int unit, size_t slot);
+  void post_backward(int unit);
+  void begin_backward_pass();
+  void finish_backward_pass();
+  void finish_oldest_reduction();
+  void sample_memory();
+
+  struct UnitRun {
+    bool entered_ever = false;      // intercepted at least once
+    int depth = 0;                  // open scopes
+    bool output_registered = false; // in the current forward
+    bool pre_backward_done = false;
+    bool post_backward_done = false;
+    int expected_grads = 0;
+    int ready_grads = 0;
+    std::vector<char> slot_ready;
+    std::vector<char> slot_in_graph;
+  };
+
+  std::shared_ptr<torch::nn::Module> module_;
+  FSDPOptions options_;
+  std::shared_ptr<ProcessGroup> group_;            // this FSDP's own copy of the given group
+  std::shared_ptr<ProcessGroup> shard_group_;      // null: no sharding (NO_SHARD)
+  std::shared_ptr<ProcessGroup> replicate_group_;  // null: no replication
+  std::vector<std::unique_ptr<fsdp::FlatParamUnit>> units_;
+  std::vector<UnitRun> runs_;
+  std::vector<std::pair<std::string, torch::Tensor>> frozen_;  // parameters without gradients
+  std::vector<std::pair<std::string, torch::Tensor>> buffers_;
+  int64_t trainable_count_ = 0;                     // unique trainable parameters of the model
+  struct SequentialEntry;
+  std::vector<std::unique_ptr<SequentialEntry>> sequential_entries_;
+  std::shared_ptr<torch::optim::Optimizer> optimizer_;
+
+  bool sync_ = true;
+  bool backward_active_ = false;
+  bool backward_seen_ = false;      // the first backward has finished: orders are fixed
+  bool expectations_set_ = false;   // begin_backward computed which slots are in the graph
+  std::string pending_error_;
+  std::vector<int> forward_order_;
+  std::vector<int> backward_order_;
+  std::vector<int> reducing_;       // units with a reduction in flight, oldest first
+  int max_gathered_ = 0;
+  FSDPMemoryStats memory_;
+};
+
+}  // namespace lockstep

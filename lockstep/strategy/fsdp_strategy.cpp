@@ -1,0 +1,190 @@
+#include "lockstep/strategy/fsdp_strategy.h"
+
+#include "lockstep/checkpoint/checkpoint_file.h"
+#include "lockstep/core/error.h"
+#include "lockstep/core/logging.h"
+#include "lockstep/dist/process_group.h"
+#include "lockstep/model/model.h"
+#include "lockstep/optim/optim_wrapper_builder.h"
+#include "lockstep/optim/optimizer_builder.h"
+
+namespace lockstep {
+
+FSDPStrategyOptions parse_fsdp_strategy_options(const Config& config) {
+  FSDPStrategyOptions options;
+  options.distributed = parse_distributed_options(config);
+  for (const char* key : {"state_dict_type", "state_dict_cfg"}) {
+    if (!config.has(key)) continue;
+    const std::string type = config.get<std::string>(key);
+    if (type == "full") {
+      options.state_dict_type = StateDictType::kFull;
+    } else if (type == "sharded" || type == "local") {
+      options.state_dict_type = StateDictType::kSharded;
+    } else {
+      LOCKSTEP_FAIL(config.where(key), ": ", key, " must be 'full' or 'sharded' ('local'), got '", type, "'");
+    }
+  }
+  Config wrapper = config.child("model_wrapper");
+  if (!wrapper.is_null()) {
+    const std::string type = wrapper.get<std::string>("type", "MMFullyShardedDataParallel");
+    LOCKSTEP_CHECK(type == "MMFullyShardedDataParallel" || type == "FullyShardedDataParallel", wrapper.where("type"),
+                   ": FSDPStrategy wraps with MMFullyShardedDataParallel (or FullyShardedDataParallel), got '", type,
+                   "'");
+    options.fsdp = parse_fsdp_options(wrapper);
+    wrapper.check_all_used("model_wrapper");
+  }
+  return options;
+}
+
+std::string fsdp_shard_file(const std::string& path, int rank, int world_size) {
+  return path + ".rank" + std::to_string(rank) + "-of-" + std::to_string(world_size) + ".shard";
+}
+
+FSDPStrategy::FSDPStrategy(FSDPStrategyOptions options)
+    : DistributedStrategy(options.distributed), options_(std::move(options)) {}
+
+void FSDPStrategy::place_model(Model& model) {
+  model.move_to(device_);
+  fsdp_ = std::make_shared<FullyShardedDataParallel>(model.shared_from_this(), world_, options_.fsdp);
+}
+
+std::shared_ptr<OptimWrapperBase> FSDPStrategy::build_optim_wrapper_for(const Config& config, Model& /*model*/) {
+  LOCKSTEP_CHECK(config.is_map() && config.has("optimizer"), config.where(),
+                 ": FSDPStrategy trains with one optimizer: optim_wrapper needs an 'optimizer' key (one wrapper per "
+                 "network is not supported under FSDP)");
+  LOCKSTEP_CHECK(config.child("paramwise_cfg").is_null(), config.where("paramwise_cfg"),
+                 ": paramwise_cfg is not supported with FSDPStrategy: the optimizer steps flat shards, each mixing "
+                 "the parameters of one unit, so per-parameter options cannot apply");
+  auto optimizer = build_optimizer(config.at("optimizer"), Config(), fsdp_->named_shard_parameters());
+  return optim_wrapper_registry().build_as(config.get<std::string>("type", "OptimWrapper"), config, optimizer);
+}
+
+OptimWrapper& FSDPStrategy::single_wrapper() const {
+  auto wrappers = optim_wrapper_->wrappers();
+  LOCKSTEP_CHECK(wrappers.size() == 1, "FSDPStrategy supports one optim wrapper, the model has ", wrappers.size());
+  return *wrappers.front().second;
+}
+
+void FSDPStrategy::attach_optim_wrapper(OptimWrapperBase& /*optim_wrapper*/) {
+  OptimWrapper& wrapper = single_wrapper();
+  wrapper.set_gradient_sync(fsdp_);
+  fsdp_->track_optimizer(wrapper.optimizer_ptr());
+}
+
+std::map<std::string, torch::Tensor> FSDPStrategy::model_state_dict() {
+  LOCKSTEP_CHECK(fsdp_ != nullptr, name(), ": no model prepared");
+  if (sharded_save_) return {};
+  return fsdp_->full_state_dict(/*rank0_only=*/true);
+}
+
+LoadReport FSDPStrategy::load_model_state_dict(const std::map<std::string, torch::Tensor>& weights, bool strict,
+                                               const std::string& source) {
+  LOCKSTEP_CHECK(fsdp_ != nullptr, name(), ": no model prepared");
+  std::map<std::string, torch::Tensor> incoming;
+  for (const auto& [key, value] : weights) incoming[key.rfind("module.", 0) == 0 ? key.substr(7) : key] = value;
+  LoadReport report = fsdp_->load_full_state_dict(incoming, strict, source);
+  if (!report.clean() && is_main_process()) logger().warn("{}", report.describe(source));
+  return report;
+}
+
+// The wrapper's state with its "optimizer" part replaced.
+State FSDPStrategy::optim_state_with(State wrapper_state, State optimizer_state) const {
+  State result;
+  for (auto& [key, tensor] : wrapper_state.tensors) {
+    if (key.rfind("optimizer/", 0) != 0) result.tensors[key] = tensor;
+  }
+  result.values = wrapper_state.values;
+  result.put("optimizer", std::move(optimizer_state));
+  return result;
+}
+
+void FSDPStrategy::save_checkpoint(const std::string& path, State extra, const CheckpointOptions& options) {
+  LOCKSTEP_CHECK(fsdp_ != nullptr, name(), ": no model prepared");
+  CheckpointOptions without_optimizer = options;
+  without_optimizer.save_optimizer(false);
+  const bool with_optimizer = optim_wrapper_ && options.save_optimizer();
+  if (options_.state_dict_type == StateDictType::kFull) {
+    State state = checkpoint_state(std::move(extra), without_optimizer);  // the model, gathered unit by unit
+    if (with_optimizer) {
+      State wrapper_state = single_wrapper().state();
+      State full = fsdp_->full_optimizer_state(wrapper_state.get("optimizer"), /*rank0_only=*/true);
+      state.put("optim_wrapper", optim_state_with(std::move(wrapper_state), std::move(full)));
+    }
+    if (is_main_process()) write_checkpoint_file(path, state);
+    return;
+  }
+  State shard;
+  shard.put("model", fsdp_->sharded_state_dict());
+  if (with_optimizer) shard.put("optim_wrapper", single_wrapper().state());
+  shard.values["fsdp"] = {{"rank", rank()}, {"world_size", world_size()}};
+  write_checkpoint_file(fsdp_shard_file(path, rank(), world_size()), shard);
+  sharded_save_ = true;
+  State manifest;
+  try {
+    manifest = checkpoint_state(std::move(extra), without_optimizer);
+  } catch (...) {
+    sharded_save_ = false;
+    throw;
+  }
+  sharded_save_ = false;
+  manifest.values["model"] = {{"fsdp_sharded", true}};
+  manifest.values["fsdp"] = {{"state_dict_type", "sharded"},
+                             {"world_size", world_size()},
+                             {"with_optimizer", with_optimizer},
+                             {"layout", fsdp_->layout()}};
+  // The manifest appears only once every shard is on disk.
+  barrier();
+  if (is_main_process()) write_checkpoint_file(path, manifest);
+}
+
+State FSDPStrategy::load_checkpoint(const std::string& path, bool load_optimizer, bool load_schedulers, bool strict) {
+  LOCKSTEP_CHECK(fsdp_ != nullptr, name(), ": no model prepared");
+  State state = read_checkpoint_file(path);
+  const bool sharded = state.values.contains("fsdp") && state.values["fsdp"].value("state_dict_type", "") == "sharded";
+  if (sharded) {
+    const int saved_world = state.values["fsdp"].value("world_size", -1);
+    LOCKSTEP_CHECK(saved_world == world_size(), path, ": a sharded checkpoint written by ", saved_world,
+                   " ranks cannot load into ", world_size(), " ranks; resume with ", saved_world,
+                   " ranks, or save with state_dict_type: full to change the number of ranks");
+    const std::string shard_path = fsdp_shard_file(path, rank(), world_size());
+    State shard = read_checkpoint_file(shard_path);
+    fsdp_->load_sharded_state_dict(shard.get("model"), shard_path);
+    if (load_optimizer && optim_wrapper_) {
+      LOCKSTEP_CHECK(shard.contains("optim_wrapper"), shard_path,
+                     ": holds no optimizer state (saved with save_optimizer: false?)");
+      try {
+        single_wrapper().load_state(shard.get("optim_wrapper"));
+      } catch (...) {
+        rethrow_with_context(shard_path + ": loading the optimizer state");
+      }
+    }
+    load_optim_and_schedulers(state, /*load_optimizer=*/false, load_schedulers, path);
+    return state;
+  }
+  load_model_state_dict(state.get("model").tensors, strict, path);
+  if (load_optimizer && optim_wrapper_) {
+    LOCKSTEP_CHECK(state.contains("optim_wrapper"), path, ": holds no optimizer state (saved with save_optimizer: false?)");
+    State wrapper_state = state.get("optim_wrapper");
+    State sharded_optimizer;
+    try {
+      sharded_optimizer = fsdp_->shard_optimizer_state(wrapper_state.get("optimizer"));
+    } catch (...) {
+      rethrow_with_context(path + ": sharding the optimizer state");
+    }
+    State converted = state;
+    for (auto it = converted.tensors.begin(); it != converted.tensors.end();) {
+      it = it->first.rfind("optim_wrapper/", 0) == 0 ? converted.tensors.erase(it) : std::next(it);
+    }
+    converted.put("optim_wrapper", optim_state_with(std::move(wrapper_state), std::move(sharded_optimizer)));
+    load_optim_and_schedulers(converted, /*load_optimizer=*/true, load_schedulers, path);
+  } else {
+    load_optim_and_schedulers(state, /*load_optimizer=*/false, load_schedulers, path);
+  }
+  return state;
+}
+
+LOCKSTEP_REGISTER(strategy_registry(), "FSDPStrategy", [](const Config& config) {
+  return std::make_shared<FSDPStrategy>(parse_fsdp_strategy_options(config));
+});
+
+}  // namespace lockstep
