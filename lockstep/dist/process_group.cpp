@@ -118,14 +118,21 @@ c10::intrusive_ptr<compat::C10dGroup> ProcessGroup::raw(const torch::Tensor& ten
   return uses_nccl(tensor) ? parts_.nccl : parts_.gloo;
 }
 
-std::string ProcessGroup::algorithm_for(const torch::Tensor& tensor, bool reduce_scatter, ReduceOp op) const {
-  if (uses_nccl(tensor)) return "native";
+bool ProcessGroup::has_native(const torch::Tensor& tensor, bool reduce_scatter, ReduceOp op) const {
+  if (uses_nccl(tensor)) return true;
   auto caps = compat::gloo_capabilities();
+  if (!reduce_scatter) return caps.allgather_base;
   bool sums = op == ReduceOp::kSum || op == ReduceOp::kAvg;
-  bool native = reduce_scatter ? caps.reduce_scatter_base && gloo_reduces_natively(tensor.scalar_type()) &&
-                                     (sums || caps.reduce_scatter_base_max_min)
-                               : caps.allgather_base;
-  return native ? "native" : "ring";
+  return caps.reduce_scatter_base && gloo_reduces_natively(tensor.scalar_type()) &&
+         (sums || caps.reduce_scatter_base_max_min);
+}
+
+std::string ProcessGroup::algorithm_for(const torch::Tensor& tensor, bool reduce_scatter, ReduceOp op) const {
+  // Gloo's native ops (libtorch 2.x) lose to the ring on 2 ranks: its
+  // _reduce_scatter_base costs what all_reduce-then-slice costs (2.2x the
+  // ring) and its _allgather_base 1.2-4x the ring (bench/collectives), so
+  // Gloo always takes the ring; NCCL's native ops are the real thing.
+  return uses_nccl(tensor) ? "native" : "ring";
 }
 
 detail::OpInfo ProcessGroup::collective_info(const char* op_name) {
@@ -247,8 +254,9 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(torch::Tensor& out, c
   std::string algorithm = algorithm_for(in, false);
   if (all_gather_algorithm_ == CollectiveAlgorithm::kRing) algorithm = "ring";
   if (all_gather_algorithm_ == CollectiveAlgorithm::kNative) {
-    LOCKSTEP_CHECK(algorithm == "native", "all_gather_into_tensor: this backend has no native op (libtorch ",
+    LOCKSTEP_CHECK(has_native(in, false), "all_gather_into_tensor: this backend has no native op (libtorch ",
                    compat::torch_version(), ")");
+    algorithm = "native";
   }
   LOCKSTEP_CHECK(all_gather_algorithm_ != CollectiveAlgorithm::kAllReduce,
                  "all_gather_into_tensor: CollectiveAlgorithm::kAllReduce applies to reduce_scatter only");
@@ -303,8 +311,9 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(torch::Tensor& out, co
     case CollectiveAlgorithm::kRing: algorithm = "ring"; break;
     case CollectiveAlgorithm::kAllReduce: algorithm = "all_reduce"; break;
     case CollectiveAlgorithm::kNative:
-      LOCKSTEP_CHECK(algorithm == "native", "reduce_scatter_tensor: this backend has no native op for ",
+      LOCKSTEP_CHECK(has_native(in, true, op), "reduce_scatter_tensor: this backend has no native op for ",
                      in.scalar_type(), " with ReduceOp ", to_string(op), " (libtorch ", compat::torch_version(), ")");
+      algorithm = "native";
       break;
   }
   if (world == 1) {

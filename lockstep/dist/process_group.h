@@ -40,8 +40,8 @@ enum class ReduceOp { kSum, kAvg, kMax, kMin };
 const char* to_string(ReduceOp op);
 
 // How reduce_scatter_tensor / all_gather_into_tensor move data. kAuto picks
-// the backend's native op where it has one, else the ring. The others exist
-// for benchmarks and tests.
+// NCCL's native ops, and the ring on Gloo (faster there than Gloo's own ops,
+// see algorithm_for). The others exist for benchmarks and tests.
 enum class CollectiveAlgorithm { kAuto, kNative, kRing, kAllReduce };
 
 namespace detail {
@@ -107,6 +107,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   void set_all_gather_algorithm(CollectiveAlgorithm algorithm) { all_gather_algorithm_ = algorithm; }
   // The algorithm kAuto resolves to for `tensor` ("native" or "ring").
   std::string algorithm_for(const torch::Tensor& tensor, bool reduce_scatter, ReduceOp op = ReduceOp::kSum) const;
+  // Whether kNative is available for `tensor` (and `op`).
+  bool has_native(const torch::Tensor& tensor, bool reduce_scatter, ReduceOp op = ReduceOp::kSum) const;
 
   // The store of this group (keys are private to it).
   const c10::intrusive_ptr<compat::C10dStore>& store() const { return parts_.store; }

@@ -30,7 +30,7 @@ const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceO
 std::vector<CollectiveAlgorithm> reduce_scatter_algorithms(const ProcessGroup& group, const torch::Tensor& t) {
   std::vector<CollectiveAlgorithm> algorithms{CollectiveAlgorithm::kAuto, CollectiveAlgorithm::kRing,
                                               CollectiveAlgorithm::kAllReduce};
-  if (group.algorithm_for(t, true) == "native") algorithms.push_back(CollectiveAlgorithm::kNative);
+  if (group.has_native(t, true)) algorithms.push_back(CollectiveAlgorithm::kNative);
   return algorithms;
 }
 
@@ -82,7 +82,7 @@ LOCKSTEP_WORKER_TEST(CollectivesWorker, AllGatherIntoTensor) {
   auto world = lockstep::world();
   const int n = world->size(), r = world->rank();
   std::vector<CollectiveAlgorithm> algorithms{CollectiveAlgorithm::kAuto, CollectiveAlgorithm::kRing};
-  if (world->algorithm_for(torch::zeros({1}), false) == "native") algorithms.push_back(CollectiveAlgorithm::kNative);
+  if (world->has_native(torch::zeros({1}), false)) algorithms.push_back(CollectiveAlgorithm::kNative);
   // Rank q's slice holds q*10 + i.
   auto expected = (torch::arange(0, n, torch::kDouble).unsqueeze(1) * 10 + torch::arange(0, 3, torch::kDouble));
   for (auto algorithm : algorithms) {
@@ -120,8 +120,7 @@ LOCKSTEP_WORKER_TEST(CollectivesWorker, ReduceScatterTensor) {
     for (auto dtype : tested_dtypes()) {
       for (ReduceOp op : kOps) {
         if (op == ReduceOp::kAvg && !at::isFloatingType(dtype)) continue;
-        if (algorithm == CollectiveAlgorithm::kNative &&
-            world->algorithm_for(torch::zeros({1}, dtype), true, op) != "native") {
+        if (algorithm == CollectiveAlgorithm::kNative && !world->has_native(torch::zeros({1}, dtype), true, op)) {
           continue;
         }
         SCOPED_TRACE(::testing::Message() << dtype << " " << to_string(op) << " algorithm " << static_cast<int>(algorithm));
