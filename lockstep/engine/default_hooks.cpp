@@ -12,6 +12,7 @@
 #include "lockstep/strategy/strategy.h"
 #include "lockstep/writers/console_writer.h"
 #include "lockstep/writers/json_writer.h"
+#include "lockstep/writers/tensorboard_writer.h"
 
 namespace lockstep {
 namespace {
@@ -101,12 +102,14 @@ std::vector<std::shared_ptr<Hook>> build_default_hooks(const Config& default_hoo
     const int64_t interval = writer->get<int64_t>("interval", 20);
     const int64_t window = writer->get<int64_t>("window", 20);
     LOCKSTEP_CHECK(interval >= 1, writer->where("interval"), ": interval must be at least 1, got ", interval);
+    const bool tensorboard = writer->get<bool>("tensorboard", false);
     writer->check_all_used("default_hooks.logger");
     // Only rank 0 writes the console and the metrics file.
     if (main_process) {
       std::vector<std::shared_ptr<EventWriter>> writers{
           std::make_shared<ConsoleWriter>(static_cast<size_t>(window)),
           std::make_shared<JsonWriter>(settings.work_dir + "/metrics.jsonl", static_cast<size_t>(window))};
+      if (tensorboard) writers.push_back(std::make_shared<TensorBoardWriter>(settings.work_dir, static_cast<size_t>(window)));
       hooks.push_back(std::make_shared<PeriodicWriter>(writers, interval));
     }
   }
