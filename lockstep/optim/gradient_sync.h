@@ -13,6 +13,7 @@
 //   begin_backward(loss, sync, iteration)
 //   loss.backward()          -- autograd hooks fire, buckets launch
 //   end_backward(sync)       -- all reductions finished, .grad holds the result
+//   after_step()             -- after the optimizer step, when the window closes
 // `sync` is false on accumulation micro-steps that must not communicate.
 #pragma once
 
@@ -39,6 +40,17 @@ class GradientSync {
   // the global sum (FSDP shards gradients; DDP's are already identical on every
   // rank and return `local` unchanged).
   virtual double reduce_grad_norm_power(double local, double norm_type) { return local; }
+  // Whether `local` is true on any rank that holds part of, or a replica of,
+  // these gradients. The loss scaler (amp/grad_scaler.h) asks it whether some
+  // rank found an inf/NaN gradient, so every rank skips the same steps and
+  // keeps the same scale. A collective where it communicates: every rank calls
+  // it once per update, at the same point. The default is right for one
+  // process; a wrapper whose ranks can disagree after end_backward (sharded
+  // gradients, or gradients touched after the reduction) reduces it with MAX.
+  virtual bool any_rank_true(bool local) { return local; }
+  // The optimizer has stepped (FSDP re-gathers the parameters it keeps
+  // unsharded from the updated shards).
+  virtual void after_step() {}
   // Whether .grad tensors alias communication buffers (then zero_grad must
   // zero them in place instead of dropping them).
   virtual bool grads_are_views() const { return false; }
