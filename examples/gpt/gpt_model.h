@@ -1,0 +1,157 @@
+// A small decoder-only transformer language model (GPT-2's layout: pre-norm
+// blocks of causal self-attention and an MLP, learned positions, the output
+// layer tied to the token embedding), written as a lockstep::Model.
+//
+// Each Block opens lockstep::fsdp::unit_scope in its forward, so FSDP can
+// shard block by block (wrap policy {type: module_type, module_types: [Block]}):
+// that is all a model needs to do for FSDP. Without FSDP the scope does nothing.
+//
+//   auto model = std::make_shared<gpt::GPT>(gpt::GPTOptions().vocab_size(96).n_layer(4));
+//   auto losses = model->loss(lockstep::Batch{{"input", x}, {"target", y}});   // x, y: [B, T] token ids
+//
+// Used by examples/gpt (training on text), tests/fsdp and bench/fsdp.
+#pragma once
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "lockstep/model/model.h"
+#include "lockstep/parallel/fsdp/unit_scope.h"
+
+namespace gpt {
+
+struct GPTOptions {
+  TORCH_ARG(int64_t, vocab_size) = 96;
+  TORCH_ARG(int64_t, block_size) = 64;  // longest context
+  TORCH_ARG(int64_t, n_layer) = 4;
+  TORCH_ARG(int64_t, n_head) = 4;
+  TORCH_ARG(int64_t, n_embd) = 128;
+};
+
+class CausalSelfAttentionImpl : public torch::nn::Module {
+ public:
+  explicit CausalSelfAttentionImpl(const GPTOptions& options) : n_head_(options.n_head()) {
+    TORCH_CHECK(options.n_embd() % options.n_head() == 0, "n_embd must be a multiple of n_head");
+    qkv = register_module("qkv", torch::nn::Linear(options.n_embd(), 3 * options.n_embd()));
+    proj = register_module("proj", torch::nn::Linear(options.n_embd(), options.n_embd()));
+  }
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    const int64_t batch = x.size(0), steps = x.size(1), channels = x.size(2);
+    const int64_t head_size = channels / n_head_;
+    auto parts = qkv(x).split(channels, /*dim=*/2);
+    auto heads = [&](const torch::Tensor& t) { return t.view({batch, steps, n_head_, head_size}).transpose(1, 2); };
+    torch::Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
+    torch::Tensor scores = q.matmul(k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_size));
+    torch::Tensor future = torch::ones({steps, steps}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
+    torch::Tensor attention = torch::softmax(scores.masked_fill(future, -INFINITY), -1);
+    torch::Tensor y = attention.matmul(v).transpose(1, 2).contiguous().view({batch, steps, channels});
+    return proj(y);
+  }
+
+  torch::nn::Linear qkv{nullptr}, proj{nullptr};
+
+ private:
+  int64_t n_head_;
+};
+TORCH_MODULE(CausalSelfAttention);
+
+class BlockImpl : public torch::nn::Module {
+ public:
+  explicit BlockImpl(const GPTOptions& options) {
+    const int64_t d = options.n_embd();
+    ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+    attn = register_module("attn", CausalSelfAttention(options));
+    ln2 = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+    mlp = register_module("mlp", torch::nn::Sequential(torch::nn::Linear(d, 4 * d), torch::nn::GELU(),
+                                                       torch::nn::Linear(4 * d, d)));
+  }
+
+  torch::Tensor forward(torch::Tensor x) {
+    auto scope = lockstep::fsdp::unit_scope(*this);  // FSDP gathers this block's parameters here
+    x = x + attn(ln1(x));
+    x = x + mlp->forward(ln2(x));
+    return scope.output(x);
+  }
+
+  torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
+  CausalSelfAttention attn{nullptr};
+  torch::nn::Sequential mlp{nullptr};
+};
+TORCH_MODULE(Block);
+
+class GPT : public lockstep::Model {
+ public:
+  explicit GPT(const GPTOptions& options) : options_(options) {
+    tok_emb = register_module("tok_emb", torch::nn::Embedding(options.vocab_size(), options.n_embd()));
+    pos_emb = register_parameter("pos_emb", torch::randn({1, options.block_size(), options.n_embd()}) * 0.02);
+    blocks = register_module("blocks", torch::nn::ModuleList());
+    for (int64_t i = 0; i < options.n_layer(); ++i) blocks->push_back(Block(options));
+    ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.n_embd()})));
+    // GPT-2's initialisation: small normal weights, zero biases, residual projections scaled by depth.
+    torch::NoGradGuard no_grad;
+    for (auto& item : named_parameters()) {
+      const std::string& name = item.key();
+      torch::Tensor p = item.value();
+      if (name.find("ln") != std::string::npos || name == "pos_emb") continue;
+      if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0) {
+        p.zero_();
+      } else {
+        const bool residual = name.find("proj.weight") != std::string::npos || name.find("mlp.2.weight") != std::string::npos;
+        p.normal_(0.0, residual ? 0.02 / std::sqrt(2.0 * options.n_layer()) : 0.02);
+      }
+    }
+  }
+
+  // [B, T] token ids -> [B, T, vocab] logits.
+  torch::Tensor logits(const torch::Tensor& tokens) {
+    const int64_t steps = tokens.size(1);
+    TORCH_CHECK(steps <= options_.block_size(), "sequence of ", steps, " tokens is longer than block_size ",
+                options_.block_size());
+    torch::Tensor x = tok_emb(tokens) + pos_emb.narrow(1, 0, steps);
+    for (const auto& block : *blocks) x = block->as<BlockImpl>()->forward(x);
+    return ln_f(x).matmul(tok_emb->weight.t());  // the output layer is the embedding, transposed
+  }
+
+  lockstep::LossDict loss(const lockstep::Batch& data) override {
+    torch::Tensor out = logits(data.at("input"));
+    lockstep::LossDict losses;
+    losses.insert("loss", torch::nn::functional::cross_entropy(out.reshape({-1, out.size(-1)}),
+                                                               data.at("target").reshape(-1)));
+    return losses;
+  }
+
+  lockstep::Batch predict(const lockstep::Batch& data) override { return {{"logits", logits(data.at("input"))}}; }
+
+  // Continues `prompt` ([T] token ids) by `count` tokens sampled at `temperature`.
+  // Under FSDP every rank must call it (units are gathered collectively) with
+  // the same generator seed, so all ranks sample the same tokens.
+  torch::Tensor generate(torch::Tensor prompt, int64_t count, double temperature, uint64_t seed) {
+    torch::NoGradGuard no_grad;
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+    torch::Tensor tokens = prompt.reshape({1, -1}).to(torch::kLong);
+    for (int64_t i = 0; i < count; ++i) {
+      torch::Tensor context = tokens.narrow(1, std::max<int64_t>(0, tokens.size(1) - options_.block_size()),
+                                            std::min(tokens.size(1), options_.block_size()));
+      torch::Tensor last = logits(context.to(device())).select(1, -1).to(torch::kCPU).to(torch::kFloat);
+      torch::Tensor probabilities = torch::softmax(last / temperature, -1);
+      torch::Tensor next = at::multinomial(probabilities, 1, false, generator);
+      tokens = torch::cat({tokens, next}, 1);
+    }
+    return tokens.reshape(-1);
+  }
+
+  const GPTOptions& options() const { return options_; }
+
+  torch::nn::Embedding tok_emb{nullptr};
+  torch::Tensor pos_emb;
+  torch::nn::ModuleList blocks{nullptr};
+  torch::nn::LayerNorm ln_f{nullptr};
+
+ private:
+  GPTOptions options_;
+};
+
+}  // namespace gpt

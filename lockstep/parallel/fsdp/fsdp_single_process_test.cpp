@@ -1,0 +1,235 @@
+// FullyShardedDataParallel inside the test process, in a world of one. With
+// param_dtype float64 the gathered parameters are a copy of the float32
+// shards, so the whole gather / free cycle runs without other ranks.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "lockstep/compat/storage.h"
+#include "lockstep/core/error.h"
+#include "lockstep/dist/init.h"
+#include "lockstep/model/model.h"
+#include "lockstep/parallel/fsdp/fully_sharded_data_parallel.h"
+#include "lockstep/strategy/strategy.h"
+
+namespace lockstep {
+namespace {
+
+void ensure_world_of_one() {
+  if (!is_initialized()) init_process_group(InitOptions());
+}
+
+// x -> Sequential(Linear, ReLU, Linear) * scale -> cross-entropy; the Linears are units.
+struct SequentialNet : Model {
+  SequentialNet() {
+    layers = register_module("layers", torch::nn::Sequential(torch::nn::Linear(6, 12), torch::nn::ReLU(),
+                                                             torch::nn::Linear(12, 4)));
+    scale = register_parameter("scale", torch::ones({4}));
+  }
+  torch::Tensor logits(const torch::Tensor& x) { return layers->forward(x) * scale; }
+  LossDict loss(const Batch& data) override {
+    LossDict losses;
+    losses.insert("loss", torch::nn::functional::cross_entropy(logits(data.at("x")), data.at("y")));
+    return losses;
+  }
+  Batch predict(const Batch& data) override { return {{"logits", logits(data.at("x"))}}; }
+  torch::nn::Sequential layers{nullptr};
+  torch::Tensor scale;
+};
+
+Batch make_batch(int64_t size, uint64_t seed, torch::Dtype dtype = torch::kFloat) {
+  torch::manual_seed(seed);
+  return Batch{{"x", torch::randn({size, 6}).to(dtype)}, {"y", torch::randint(0, 4, {size}, torch::kLong)}};
+}
+
+FSDPOptions linear_units() {
+  return FSDPOptions()
+      .auto_wrap_policy(module_type_wrap_policy({"Linear"}))
+      .mixed_precision(MixedPrecision().param_dtype(torch::kFloat64));
+}
+
+std::shared_ptr<OptimWrapper> adam_over(std::vector<torch::Tensor> params, OptimWrapperOptions options = {}) {
+  return std::make_shared<OptimWrapper>(
+      std::make_shared<torch::optim::Adam>(std::move(params), torch::optim::AdamOptions(1e-2)), options);
+}
+
+TEST(FsdpSingleProcess, StorageIsFreedAndReallocatedInPlace) {
+  torch::Tensor full = torch::arange(8, torch::kFloat);
+  torch::Tensor view = full.narrow(0, 2, 3);
+  compat::free_storage(full);
+  EXPECT_EQ(compat::storage_bytes(view), 0u);
+  compat::allocate_storage(full);
+  EXPECT_EQ(compat::storage_bytes(view), 8 * sizeof(float));
+  EXPECT_TRUE(compat::same_storage(view, full));
+  full.copy_(torch::arange(8, torch::kFloat) * 2);
+  EXPECT_TRUE(torch::equal(view, torch::tensor({4.f, 6.f, 8.f})));
+}
+
+TEST(FsdpSingleProcess, SequentialUnitsAreGatheredForUseAndFreedBetween) {
+  ensure_world_of_one();
+  torch::manual_seed(3);
+  auto model = std::make_shared<SequentialNet>();
+  torch::manual_seed(3);
+  auto reference = std::make_shared<SequentialNet>();
+  reference->to(torch::kFloat64);
+  auto fsdp = std::make_shared<FullyShardedDataParallel>(model, world(), linear_units());
+  ASSERT_EQ(fsdp->units().size(), 3u);  // the root (scale) and two Linears
+  EXPECT_EQ(fsdp->units()[0]->path(), "");
+  EXPECT_EQ(fsdp->units()[1]->path(), "layers.0");
+  EXPECT_EQ(fsdp->units()[2]->path(), "layers.2");
+  EXPECT_EQ(fsdp->units()[1]->numel(), 6 * 12 + 12);
+
+  auto optim = adam_over(fsdp->shard_parameters());
+  optim->set_gradient_sync(fsdp);
+  auto reference_optim = adam_over(reference->parameters());
+  for (int step = 0; step < 5; ++step) {
+    model->train_step(make_batch(8, 100 + step, torch::kFloat64), *optim);
+    reference->train_step(make_batch(8, 100 + step, torch::kFloat64), *reference_optim);
+    // Between uses the units hold no memory and their parameters are empty.
+    for (int u : {1, 2}) {
+      EXPECT_EQ(compat::storage_bytes(fsdp->units()[static_cast<size_t>(u)]->full()), 0u) << "unit " << u;
+      EXPECT_EQ(model->named_parameters()[u == 1 ? "layers.0.weight" : "layers.2.weight"].numel(), 0) << "unit " << u;
+    }
+    EXPECT_EQ(model->scale.numel(), 4);  // the root stays gathered
+  }
+  EXPECT_EQ(fsdp->forward_order(), (std::vector<int>{1, 2}));
+  EXPECT_EQ(fsdp->backward_order(), (std::vector<int>{2, 1}));
+  auto weights = fsdp->full_state_dict(/*rank0_only=*/false);
+  for (const auto& item : reference->named_parameters()) {
+    ASSERT_TRUE(weights.count(item.key())) << item.key();
+    EXPECT_TRUE(torch::allclose(weights[item.key()].to(torch::kFloat64), item.value(), 1e-4, 1e-5)) << item.key();
+  }
+  // Evaluation (no grad) gathers and frees too, and computes with the gathered parameters.
+  {
+    torch::NoGradGuard no_grad;
+    Batch data = make_batch(5, 7, torch::kFloat64);
+    torch::Tensor out = model->predict(data).at("logits");
+    EXPECT_TRUE(torch::allclose(out, reference->predict(data).at("logits"), 1e-4, 1e-5));
+  }
+  EXPECT_EQ(compat::storage_bytes(fsdp->units()[1]->full()), 0u);
+}
+
+struct MemberNet : Model {
+  MemberNet() { fc = register_module("fc", torch::nn::Linear(6, 4)); }
+  LossDict loss(const Batch& data) override {
+    LossDict losses;
+    losses.insert("loss", torch::nn::functional::cross_entropy(fc(data.at("x")), data.at("y")));
+    return losses;
+  }
+  Batch predict(const Batch& data) override { return {{"logits", fc(data.at("x"))}}; }
+  torch::nn::Linear fc{nullptr};
+};
+
+TEST(FsdpSingleProcess, UnitCalledThroughAMemberWithoutScopeIsNamed) {
+  ensure_world_of_one();
+  auto model = std::make_shared<MemberNet>();
+  auto fsdp = std::make_shared<FullyShardedDataParallel>(model, world(), linear_units());
+  auto optim = adam_over(fsdp->shard_parameters());
+  optim->set_gradient_sync(fsdp);
+  try {
+    model->train_step(make_batch(4, 1, torch::kFloat64), *optim);
+    ADD_FAILURE() << "a unit FSDP never saw went unnoticed";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("fc (torch::nn::LinearImpl)"), std::string::npos) << message;
+    EXPECT_NE(message.find("torch::nn::Sequential"), std::string::npos) << message;
+    EXPECT_NE(message.find("unit_scope"), std::string::npos) << message;
+  }
+}
+
+struct ForgetfulBlock : torch::nn::Module {
+  ForgetfulBlock() { fc = register_module("fc", torch::nn::Linear(6, 4)); }
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto scope = fsdp::unit_scope(*this);
+    return fc(x);  // should be scope.output(fc(x))
+  }
+  torch::nn::Linear fc{nullptr};
+};
+
+struct ForgetfulNet : Model {
+  ForgetfulNet() { block = register_module("block", std::make_shared<ForgetfulBlock>()); }
+  LossDict loss(const Batch& data) override {
+    LossDict losses;
+    losses.insert("loss", torch::nn::functional::cross_entropy(block->forward(data.at("x")), data.at("y")));
+    return losses;
+  }
+  Batch predict(const Batch& data) override { return {{"logits", block->forward(data.at("x"))}}; }
+  std::shared_ptr<ForgetfulBlock> block;
+};
+
+TEST(FsdpSingleProcess, ScopeWithoutOutputIsAnErrorBeforeBackward) {
+  ensure_world_of_one();
+  auto model = std::make_shared<ForgetfulNet>();
+  auto options = linear_units().auto_wrap_policy(module_type_wrap_policy({"ForgetfulBlock"}));
+  auto fsdp = std::make_shared<FullyShardedDataParallel>(model, world(), options);
+  ASSERT_EQ(fsdp->units().size(), 1u);  // the block; the root holds nothing
+  auto optim = adam_over(fsdp->shard_parameters());
+  optim->set_gradient_sync(fsdp);
+  try {
+    model->train_step(make_batch(4, 1, torch::kFloat64), *optim);
+    ADD_FAILURE() << "a unit output outside scope.output went unnoticed";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("unit 'block'"), std::string::npos) << message;
+    EXPECT_NE(message.find("scope.output(y)"), std::string::npos) << message;
+  }
+}
+
+// x -> x W^T + b with a given W.
+struct Proj : torch::nn::Module {
+  explicit Proj(torch::Tensor w) {
+    weight = register_parameter("weight", w);
+    bias = register_parameter("bias", torch::zeros({w.size(0)}));
+  }
+  torch::Tensor forward(torch::Tensor x) { return x.matmul(weight.t()) + bias; }
+  torch::Tensor weight, bias;
+};
+
+// The two units share one weight: it belongs to their common ancestor, the root.
+struct TiedNet : Model {
+  TiedNet() {
+    torch::Tensor shared = torch::randn({4, 4});
+    layers = register_module("layers", torch::nn::Sequential(std::make_shared<Proj>(shared), std::make_shared<Proj>(shared)));
+  }
+  LossDict loss(const Batch& data) override {
+    LossDict losses;
+    losses.insert("loss", layers->forward(data.at("x").narrow(1, 0, 4)).pow(2).mean());
+    return losses;
+  }
+  Batch predict(const Batch& data) override { return {{"y", layers->forward(data.at("x").narrow(1, 0, 4))}}; }
+  torch::nn::Sequential layers{nullptr};
+};
+
+TEST(FsdpSingleProcess, TiedParametersGoToTheCommonAncestorAndKeepAllNames) {
+  ensure_world_of_one();
+  torch::manual_seed(5);
+  auto model = std::make_shared<TiedNet>();
+  auto original = model->named_parameters()["layers.0.weight"].detach().clone();
+  auto fsdp = std::make_shared<FullyShardedDataParallel>(
+      model, world(), linear_units().auto_wrap_policy(module_type_wrap_policy({"Proj"})));
+  ASSERT_EQ(fsdp->units().size(), 3u);
+  const auto& root = fsdp->units()[0]->slots();
+  ASSERT_EQ(root.size(), 1u);
+  EXPECT_EQ(root[0].name, "layers.0.weight");
+  EXPECT_EQ(root[0].aliases, (std::vector<std::string>{"layers.1.weight"}));
+  auto weights = fsdp->full_state_dict(false);
+  EXPECT_EQ(weights.size(), 4u);
+  EXPECT_TRUE(torch::equal(weights["layers.1.weight"], original));
+
+  // Loading: a changed value arrives, a missing key is reported by name.
+  weights["layers.0.weight"] = weights["layers.0.weight"] + 1;
+  weights["layers.1.weight"] = weights["layers.0.weight"];
+  weights.erase("layers.1.bias");
+  try {
+    fsdp->load_full_state_dict(weights, /*strict=*/true, "test.ckpt");
+    ADD_FAILURE() << "a missing key was accepted";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("layers.1.bias"), std::string::npos) << error.what();
+  }
+  LoadReport report = fsdp->load_full_state_dict(weights, /*strict=*/false, "test.ckpt");
+  EXPECT_EQ(report.missing, (std::vector<std::string>{"layers.1.bias"}));
+  EXPECT_TRUE(torch::equal(fsdp->full_state_dict(false)["layers.1.weight"], original + 1));
+  EXPECT_TRUE(torch::equal(model->named_parameters()["layers.0.weight"].to(torch::kFloat), original + 1));
+}
+
+}  // namespace
+}  // namespace lockstep
