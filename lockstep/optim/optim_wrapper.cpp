@@ -158,6 +158,7 @@ void OptimWrapper::step() {
   unscale_gradients();
   clip_gradients();
   optimizer_step();
+  if (gradient_sync_) gradient_sync_->after_step();
 }
 
 void OptimWrapper::zero_grad() {
