@@ -25,8 +25,9 @@ DEMO_NPROC ?= 2
 demo: build
 	$(BUILD_DIR)/bin/lockstep train examples/fashion_mnist/cnn_ddp.yaml --nproc $(DEMO_NPROC) --work-dir work_dirs/demo
 
+# Unit tests run in parallel; multi-process tests are RUN_SERIAL (they use every core).
 test: build
-	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 900 $(CTEST_FLAGS)
+	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 900 -j $(JOBS) $(CTEST_FLAGS)
 
 test-unit: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -L unit -j $(JOBS) $(CTEST_FLAGS)

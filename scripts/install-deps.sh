@@ -4,7 +4,8 @@
 # calls apt-get for what is missing.
 #
 #   scripts/install-deps.sh          # what `make demo` and `make test` need
-#   scripts/install-deps.sh --extra  # plus python3-torch (peer benchmarks, torchrun test)
+#   scripts/install-deps.sh --chroot # plus debootstrap (the libtorch 2.x CI leg)
+#   scripts/install-deps.sh --extra  # plus debootstrap and clang (sanitizer builds)
 set -euo pipefail
 
 packages=(
@@ -18,9 +19,12 @@ packages=(
   fortunes
   iproute2 procps psmisc
 )
-if [[ "${1:-}" == "--extra" ]]; then
-  packages+=(debootstrap clang libclang-rt-14-dev)
-fi
+case "${1:-}" in
+  --chroot) packages+=(debootstrap) ;;
+  --extra) packages+=(debootstrap clang libclang-rt-14-dev) ;;
+  "") ;;
+  *) echo "install-deps: unknown option '$1' (use --chroot or --extra)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

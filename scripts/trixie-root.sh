@@ -7,6 +7,8 @@
 #   scripts/trixie-root.sh make test          # run the test suite under libtorch 2.x
 #   TRIXIE_ROOT=/var/tmp/t scripts/trixie-root.sh bash
 set -euo pipefail
+# debootstrap, chroot and mount need root.
+if [[ $(id -u) -ne 0 ]]; then exec sudo --preserve-env=TRIXIE_ROOT,DEBIAN_MIRROR "$0" "$@"; fi
 here=$(cd "$(dirname "$0")/.." && pwd)
 root=${TRIXIE_ROOT:-/var/tmp/lockstep-trixie}
 mirror=${DEBIAN_MIRROR:-}
@@ -21,7 +23,7 @@ need=(g++ cmake make ccache libtorch-dev libgloo-dev libopenblas0-openmp libyaml
       dataset-fashion-mnist python3-numpy protobuf-compiler fortunes procps iproute2 psmisc)
 
 if [[ ! -f "$root/.lockstep-ready" ]]; then
-  command -v debootstrap >/dev/null || { apt-get install -y -qq debootstrap >/dev/null; }
+  command -v debootstrap >/dev/null || "$here/scripts/install-deps.sh" --chroot
   echo "trixie-root: debootstrap into $root from $mirror"
   rm -rf "$root"
   debootstrap --variant=minbase trixie "$root" "$mirror" >/dev/null
