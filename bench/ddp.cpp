@@ -129,7 +129,9 @@ int driver() {
       }
       if (have_python) {
         auto result = testing::run_command({"/usr/bin/python3", "-m", "torch.distributed.run", "--standalone",
-                                            "--nproc_per_node", "2", source + "/bench/ddp_peer.py", model,
+                                            // Debian's torchrun 1.13 on Python 3.11 fails with the default
+                                            // redirects; tee'd stdout is what we parse anyway.
+                                            "--redirects", "1", "--tee", "1", "--nproc_per_node", "2", source + "/bench/ddp_peer.py", model,
                                             std::to_string(iters), std::to_string(kWarmup), std::to_string(kBatch), "1"},
                                            {"OMP_NUM_THREADS=1"}, 900);
         times[model]["pytorch"].push_back(parse_result(result, "pytorch " + model));
