@@ -26,6 +26,20 @@ std::pair<c10::DeviceType, torch::ScalarType> resolve_target(const torch::optim:
   return {device, dtype};
 }
 
+// The map holding dtype / loss_scale / device: `amp:` when the section has
+// one (`optim_wrapper: {amp: {dtype: bf16}}`), else the section itself
+// (`optim_wrapper: {type: AmpOptimWrapper, dtype: bf16}`).
+Config amp_settings(const Config& config) {
+  if (!config.has("amp")) return config;
+  for (const char* key : {"dtype", "loss_scale", "device"}) {
+    LOCKSTEP_CHECK(!config.has(key), config.where(key), ": put ", key, " inside optim_wrapper.amp, not beside it");
+  }
+  Config amp = config.at("amp");
+  if (amp.is_map()) return amp;
+  LOCKSTEP_CHECK(amp.as<bool>(), config.where("amp"), ": amp: false contradicts type: AmpOptimWrapper");
+  return Config::map();  // amp: true, defaults
+}
+
 }  // namespace
 
 torch::ScalarType parse_amp_dtype(const std::string& text, const std::string& where) {
@@ -94,22 +108,23 @@ void AmpOptimWrapper::load_extra_state(const State& state) {
 
 LOCKSTEP_REGISTER(optim_wrapper_registry(), "AmpOptimWrapper",
                   [](const Config& config, std::shared_ptr<torch::optim::Optimizer> optimizer) {
+                    const Config settings = amp_settings(config);
                     AmpOptions amp;
-                    if (config.has("dtype")) {
-                      amp.dtype(parse_amp_dtype(config.get<std::string>("dtype"), config.where("dtype")));
+                    if (settings.has("dtype")) {
+                      amp.dtype(parse_amp_dtype(settings.get<std::string>("dtype"), settings.where("dtype")));
                     }
-                    if (config.has("loss_scale")) amp.loss_scale(parse_loss_scale(config.at("loss_scale")));
-                    const std::string device = config.get<std::string>("device", "auto");
+                    if (settings.has("loss_scale")) amp.loss_scale(parse_loss_scale(settings.at("loss_scale")));
+                    const std::string device = settings.get<std::string>("device", "auto");
                     if (device == "cpu") {
                       amp.device(c10::DeviceType::CPU);
                     } else if (device == "cuda") {
                       amp.device(c10::DeviceType::CUDA);
                     } else {
-                      LOCKSTEP_CHECK(device == "auto", config.where("device"),
+                      LOCKSTEP_CHECK(device == "auto", settings.where("device"),
                                      ": device must be auto, cpu or cuda, got '", device, "'");
                     }
                     const auto target = resolve_target(*optimizer, amp);
-                    check_autocast_supported(target.first, target.second, config.where("dtype"));
+                    check_autocast_supported(target.first, target.second, settings.where("dtype"));
                     return std::make_shared<AmpOptimWrapper>(std::move(optimizer), parse_optim_wrapper_options(config),
                                                              amp);
                   });

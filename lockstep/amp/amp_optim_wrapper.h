@@ -18,6 +18,12 @@
 //     optimizer: {type: SGD, lr: 0.05, momentum: 0.9}
 //     clip_grad: {max_norm: 10}
 //
+// or, as a switch on any plain optim wrapper section (the same keys under `amp`):
+//
+//   optim_wrapper:
+//     optimizer: {type: SGD, lr: 0.05, momentum: 0.9}
+//     amp: {dtype: bf16, loss_scale: dynamic}     # or `amp: true` for the defaults
+//
 // Without loss_scale, fp16 uses dynamic scaling and bf16 runs without a
 // scaler (bfloat16 has float32's range). Models need no change: their
 // train_step already runs the forward pass inside optim_context().

@@ -214,6 +214,40 @@ TEST(AmpOptimWrapper, BuildsFromConfig) {
   expect_error("  dtype: bf16\n  loss_scale: {init_scale: 8, growth_intervl: 3}\n", "growth_intervl");
 }
 
+TEST(AmpOptimWrapper, BuildsFromAnAmpSwitchOnThePlainWrapper) {
+  auto model = make_mlp();
+  // `type: OptimWrapper` as a base config would name it: amp upgrades it.
+  const std::string head = "optim_wrapper:\n  type: OptimWrapper\n  optimizer: {type: SGD, lr: 0.1}\n";
+  auto bf16 = build_from(head + "  amp: {dtype: bf16}\n", *model);
+  ASSERT_NE(bf16, nullptr);
+  EXPECT_EQ(bf16->dtype(), torch::kBFloat16);
+  EXPECT_EQ(bf16->grad_scaler(), nullptr) << "bf16 needs no scaler unless asked";
+  auto scaled = build_from("optim_wrapper:\n  optimizer: {type: SGD, lr: 0.1}\n  amp: {dtype: bf16, loss_scale: 512}\n",
+                           *model);
+  ASSERT_NE(scaled->grad_scaler(), nullptr);
+  EXPECT_FALSE(scaled->grad_scaler()->options().dynamic());
+  EXPECT_EQ(scaled->grad_scaler()->get_scale(), 512.0);
+  auto defaults = build_from(head + "  amp: true\n", *model);
+  ASSERT_NE(defaults, nullptr);
+  EXPECT_EQ(defaults->dtype(), torch::kBFloat16) << "cpu's default";
+  Config off = Config::parse(head + "  amp: false\n", "amp.yaml");
+  auto plain = build_optim_wrapper(off.at("optim_wrapper"), *model);
+  EXPECT_EQ(std::dynamic_pointer_cast<AmpOptimWrapper>(plain), nullptr);
+  EXPECT_NE(std::dynamic_pointer_cast<OptimWrapper>(plain), nullptr);
+
+  auto expect_error = [&](const std::string& extra, const std::string& needle) {
+    try {
+      build_from(head + extra, *model);
+      ADD_FAILURE() << "accepted: " << extra;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error("  amp: {dtype: fp16}\n", "optim_wrapper.amp.dtype");
+  expect_error("  amp: {dtype: bf16, loss_scal: dynamic}\n", "loss_scal");
+  expect_error("  dtype: bf16\n  amp: {loss_scale: dynamic}\n", "inside optim_wrapper.amp");
+}
+
 TEST(AmpOptimWrapper, CudaFloat16WithDynamicScalingTrains) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   auto model = make_mlp();

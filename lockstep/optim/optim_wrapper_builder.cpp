@@ -50,7 +50,18 @@ ClipGradOptions parse_clip_grad(const Config& config) {
 
 std::shared_ptr<OptimWrapper> build_single_optim_wrapper(const Config& config, torch::nn::Module& module) {
   auto optimizer = build_optimizer(config.at("optimizer"), config.child("paramwise_cfg"), module);
-  const std::string type = config.get<std::string>("type", "OptimWrapper");
+  std::string type = config.get<std::string>("type", "OptimWrapper");
+  // `amp: {dtype: bf16, ...}` (or `amp: true`) is mixed precision as a switch
+  // of the plain wrapper, so a config can add it to a base that names
+  // `type: OptimWrapper`; `amp: false` turns it off.
+  if (config.has("amp")) {
+    Config amp = config.at("amp");
+    if (amp.is_map() || amp.as<bool>()) {
+      if (type == "OptimWrapper") type = "AmpOptimWrapper";
+    } else {
+      amp.mark_used();
+    }
+  }
   return optim_wrapper_registry().build_as(type, config, std::move(optimizer));
 }
 

@@ -27,6 +27,7 @@ OptimWrapperOptions parse_optim_wrapper_options(const Config& config);
 // Builds an OptimWrapper (or a dict of them) from the `optim_wrapper` section:
 //   optim_wrapper:
 //     type: OptimWrapper                # or AmpOptimWrapper
+//     amp: {dtype: bf16, loss_scale: dynamic}   # implies AmpOptimWrapper (amp/amp_optim_wrapper.h)
 //     optimizer: {type: SGD, lr: 0.1, momentum: 0.9}
 //     accumulative_counts: 1
 //     clip_grad: {max_norm: 10, norm_type: 2}     # or {type: value, clip_value: 1}
