@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "lockstep/core/error.h"
+#include "lockstep/hooks/fault_injection.h"
 
 namespace lockstep {
 
@@ -36,8 +37,11 @@ void AtomicFileWriter::fail(const std::string& what, int error_number) {
   }
   if (!temp_path_.empty()) ::unlink(temp_path_.c_str());
   temp_path_.clear();
+  const bool no_space = error_number == ENOSPC || error_number == EDQUOT || error_number == EFBIG;
   LOCKSTEP_FAIL("cannot write ", path_, ": ", what, " failed: ", reason,
-                error_number == ENOSPC ? " (the disk is full; the previous version of the file is untouched)" : "");
+                no_space ? " (the disk is full, or a quota or file size limit is reached; the previous version "
+                           "of the file is untouched)"
+                         : "");
 }
 
 void AtomicFileWriter::write(const void* data, size_t size) {
@@ -53,6 +57,8 @@ void AtomicFileWriter::write(const void* data, size_t size) {
     size -= static_cast<size_t>(n);
     written_ += static_cast<size_t>(n);
   }
+  // Tests kill the process here to leave a half-written file (fault_injection.h).
+  fault_point("write:" + std::filesystem::path(path_).filename().string());
 }
 
 void AtomicFileWriter::commit() {

@@ -68,7 +68,29 @@ std::vector<std::string> Checkpointer::resume_candidates() const {
   return candidates;
 }
 
+namespace {
+
+// Deletes the temporaries of saves that a killed process never finished.
+void remove_partial_saves(const std::string& save_dir) {
+  std::error_code error;
+  if (!fs::is_directory(save_dir, error)) return;
+  std::vector<fs::path> partial;
+  for (const auto& entry : fs::directory_iterator(save_dir, error)) {
+    const std::string name = entry.path().filename().string();
+    // AtomicFileWriter's temporaries: ".<name>.ckpt.tmp-XXXXXX".
+    if (name.size() > 1 && name[0] == '.' && name.find(".ckpt.tmp-") != std::string::npos) partial.push_back(entry);
+  }
+  for (const auto& path : partial) {
+    logger().warn("Removing {}, a partial checkpoint left by a save that was interrupted", path.string());
+    fs::remove(path, error);
+  }
+}
+
+}  // namespace
+
 std::optional<State> Checkpointer::resume() {
+  // Resuming happens before anyone saves again, so no temporary here is live.
+  if (strategy_->is_main_process()) remove_partial_saves(save_dir_);
   for (const auto& candidate : resume_candidates()) {
     if (!fs::exists(candidate)) {
       logger().warn("last_checkpoint names {}, which does not exist; looking for an older checkpoint", candidate);

@@ -1,6 +1,7 @@
 #include "lockstep/engine/runner.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 
@@ -31,6 +32,20 @@ TrainerOptions parse_trainer_options(const Config& config) {
                  ": gather_metric_period must be at least 1, got ", options.gather_metric_period());
   config.check_all_used("trainer");
   return options;
+}
+
+// Which restart of the job this process belongs to (the launcher's count; 0
+// for the first attempt or without a launcher).
+int restart_attempt() {
+  const char* count = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  return count != nullptr && *count != '\0' ? std::atoi(count) : 0;
+}
+
+// A job the launcher restarted after a failure (--max-restarts) continues
+// from its last good checkpoint by itself: retraining from scratch would
+// throw away the work of the failed attempt.
+bool should_resume(const RunnerOptions& options, const Config& config) {
+  return options.resume() || config.get<bool>("resume", false) || restart_attempt() > 0;
 }
 
 std::string default_work_dir(const Config& config) {
@@ -74,8 +89,7 @@ void Runner::setup_environment() {
   if (!randomness.is_null() && randomness.has("seed") && !randomness.at("seed").is_null()) {
     seed = static_cast<uint64_t>(randomness.get<int64_t>("seed"));
   }
-  const bool resuming = options_.resume() || config_.get<bool>("resume", false);
-  if (!seed && resuming) {
+  if (!seed && should_resume(options_, config_)) {
     // A resumed run must replay the same data order: reuse the saved seed.
     Checkpointer probe(strategy_, work_dir_);
     if (auto last = probe.last_checkpoint(); last && fs::exists(*last)) {
@@ -167,7 +181,10 @@ State Runner::extra_checkpoint_state() const {
 std::map<std::string, double> Runner::train() {
   build_for_training();
   int64_t start_iter = 0;
-  const bool resuming = options_.resume() || config_.get<bool>("resume", false);
+  const bool resuming = should_resume(options_, config_);
+  if (resuming && restart_attempt() > 0) {
+    logger().info("Restart {} of this job: resuming from the last good checkpoint in {}", restart_attempt(), work_dir_);
+  }
   std::string load_from = !options_.load_from().empty() ? options_.load_from() : config_.get<std::string>("load_from", "");
   std::optional<State> resumed;
   if (resuming) {

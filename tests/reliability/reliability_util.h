@@ -1,0 +1,86 @@
+// Shared pieces of the reliability tests: a small 2-rank DDP config on
+// synthetic data, and running `lockstep train` / `lockstep run` on it.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "lockstep/checkpoint/checkpoint_file.h"
+#include "tests/support/test_support.h"
+
+namespace lockstep::testing {
+
+// 6 iterations per epoch and rank, checkpoints every 5 iterations, so a run
+// crosses epoch boundaries (sampler reshuffles) between checkpoints.
+inline const char* reliability_config() {
+  return R"YAML(
+randomness: {seed: 11}
+model:
+  type: MLP
+  in_features: 64
+  hidden: [32]
+  data_preprocessor: {type: ImgDataPreprocessor, mean: [100.0], std: [60.0]}
+train_dataloader:
+  batch_size: 8
+  sampler: {type: DefaultSampler, shuffle: true}
+  dataset: {type: SyntheticImages, size: 96, height: 8, width: 8, seed: 1}
+train_cfg: {max_iters: 30, by_epoch: false}
+optim_wrapper:
+  optimizer: {type: SGD, lr: 0.05, momentum: 0.9, weight_decay: 0.0001}
+param_scheduler:
+  - {type: CosineAnnealingLR, by_epoch: false, begin: 0, end: 30, T_max: 30}
+default_hooks:
+  logger: {interval: 10}
+  checkpoint: {by_epoch: false, interval: 5, max_keep_ckpts: 3}
+)YAML";
+}
+
+inline const char* ddp_strategy_line() { return "strategy={type: DDPStrategy, launcher: pytorch, backend: gloo}"; }
+
+// Writes the config into `dir` and returns its path.
+inline std::string write_reliability_config(const TempDir& dir) {
+  const std::string path = dir.file("reliability.yaml");
+  write_file(path, reliability_config());
+  return path;
+}
+
+// argv of `lockstep train <config> --work-dir <work_dir> --set ...`.
+inline std::vector<std::string> train_argv(const std::string& config, const std::string& work_dir,
+                                           const std::vector<std::string>& sets = {}) {
+  std::vector<std::string> argv{lockstep_binary(), "train", config, "--work-dir", work_dir};
+  for (const auto& assignment : sets) argv.insert(argv.end(), {"--set", assignment});
+  return argv;
+}
+
+// The same command under `lockstep run --standalone --nproc-per-node N`.
+inline std::vector<std::string> launched(int nproc, const std::vector<std::string>& launcher_args,
+                                         const std::vector<std::string>& command) {
+  std::vector<std::string> argv{lockstep_binary(), "run", "--standalone", "--nproc-per-node", std::to_string(nproc)};
+  argv.insert(argv.end(), launcher_args.begin(), launcher_args.end());
+  argv.push_back("--");
+  argv.insert(argv.end(), command.begin(), command.end());
+  return argv;
+}
+
+inline std::map<std::string, torch::Tensor> checkpoint_weights(const std::string& path) {
+  return read_checkpoint_file(path).get("model").tensors;
+}
+
+inline ::testing::AssertionResult bitwise_equal(const std::map<std::string, torch::Tensor>& a,
+                                                const std::map<std::string, torch::Tensor>& b) {
+  if (a.size() != b.size()) return ::testing::AssertionFailure() << a.size() << " vs " << b.size() << " tensors";
+  for (const auto& [name, tensor] : a) {
+    auto other = b.find(name);
+    if (other == b.end()) return ::testing::AssertionFailure() << name << " missing";
+    if (!torch::equal(tensor, other->second)) return ::testing::AssertionFailure() << name << " differs";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace lockstep::testing
