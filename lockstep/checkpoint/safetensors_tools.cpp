@@ -1,0 +1,82 @@
+#include "lockstep/checkpoint/safetensors_tools.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "lockstep/checkpoint/checkpoint_file.h"
+#include "lockstep/checkpoint/pretrained.h"
+#include "lockstep/core/error.h"
+#include "lockstep/core/state.h"
+
+namespace lockstep {
+namespace {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors headers are little-endian");
+
+// The same bound the checkpoint reader uses: a header larger than this is corruption.
+constexpr uint64_t kMaxHeaderBytes = 256ull << 20;
+
+}  // namespace
+
+nlohmann::json read_safetensors_header(const std::string& path) {
+  std::error_code error;
+  LOCKSTEP_CHECK(std::filesystem::is_regular_file(path, error), path, ": no such file");
+  const uint64_t size = std::filesystem::file_size(path, error);
+  LOCKSTEP_CHECK(!error, "cannot read the size of ", path, ": ", error.message());
+  std::ifstream in(path, std::ios::binary);
+  LOCKSTEP_CHECK(in.good(), "cannot open ", path);
+  LOCKSTEP_CHECK(size >= 8, path, ": not a safetensors file (", size, " bytes; the header length alone takes 8)");
+  unsigned char length_bytes[8];
+  in.read(reinterpret_cast<char*>(length_bytes), 8);
+  uint64_t length = 0;
+  for (int i = 7; i >= 0; --i) length = (length << 8) | length_bytes[i];
+  LOCKSTEP_CHECK(length <= kMaxHeaderBytes && length <= size - 8, path,
+                 ": not a safetensors file, or a truncated one (the header claims ", length, " bytes, the file holds ",
+                 size, ")");
+  std::string text(length, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(length));
+  LOCKSTEP_CHECK(in.good(), path, ": cannot read its header");
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& parse_error) {
+    LOCKSTEP_FAIL(path, ": corrupt safetensors header (not valid JSON: ", parse_error.what(), ")");
+  }
+  LOCKSTEP_CHECK(header.is_object(), path, ": corrupt safetensors header (not a JSON object)");
+  return header;
+}
+
+bool is_lockstep_checkpoint(const nlohmann::json& header) {
+  auto metadata = header.find("__metadata__");
+  if (metadata == header.end() || !metadata->is_object()) return false;
+  auto format = metadata->find("format");
+  return format != metadata->end() && format->is_string() && format->get<std::string>() == "lockstep";
+}
+
+size_t export_safetensors(const std::string& checkpoint, const std::string& out, const ExportOptions& options) {
+  std::map<std::string, std::string> metadata{
+      {"format", "pt"}, {"lockstep.source", std::filesystem::path(checkpoint).filename().string()}};
+  std::map<std::string, torch::Tensor> weights;
+  if (is_lockstep_checkpoint(read_safetensors_header(checkpoint))) {
+    State state = read_checkpoint_file(checkpoint);
+    weights = model_weights_of_checkpoint(state, checkpoint);
+    if (state.values.contains("meta") && state.values["meta"].is_object()) {
+      const auto& meta = state.values["meta"];
+      if (meta.contains("iteration")) metadata["lockstep.iteration"] = meta["iteration"].dump();
+      if (meta.contains("config") && meta["config"].is_string()) metadata["lockstep.config"] = meta["config"];
+    }
+  } else {
+    weights = read_model_weights(checkpoint);
+  }
+  if (options.dtype()) {
+    LOCKSTEP_CHECK(c10::isFloatingType(*options.dtype()), "export of ", checkpoint, ": --dtype must be a floating-point type, got ",
+                   c10::toString(*options.dtype()));
+    for (auto& [name, tensor] : weights) {
+      if (c10::isFloatingType(tensor.scalar_type())) tensor = tensor.to(*options.dtype());
+    }
+  }
+  write_safetensors_file(out, weights, metadata);
+  return weights.size();
+}
+
+}  // namespace lockstep

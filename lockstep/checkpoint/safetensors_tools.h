@@ -1,0 +1,46 @@
+// safetensors tools behind `lockstep ckpt`: a file's header without its data,
+// and a checkpoint's model weights exported as a plain safetensors file that
+// Python reads (safetensors.torch.load_file, transformers, timm, numpy by hand).
+//
+//   nlohmann::json header = lockstep::read_safetensors_header("work_dirs/run/model_final.ckpt");
+//   header["model/fc.weight"]["dtype"];            // "F32", as the file spells it
+//   lockstep::is_lockstep_checkpoint(header);      // true: its __metadata__ says format "lockstep"
+//
+//   lockstep::export_safetensors("work_dirs/run/model_final.ckpt", "model.safetensors",
+//                                lockstep::ExportOptions().dtype(torch::kFloat16));
+//
+// Both kinds of file are safetensors (see checkpoint_file.h); an export keeps
+// only the model's parameters and buffers, under the model's own names, with
+// {"format": "pt"} in __metadata__ as the Hugging Face tools expect.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+#include <torch/arg.h>
+#include <torch/types.h>
+
+namespace lockstep {
+
+// The JSON header of a safetensors file (tensor entries and __metadata__),
+// without reading the data. Errors name the file; the entries themselves are
+// validated when the file is read (read_safetensors_file, read_checkpoint_file).
+nlohmann::json read_safetensors_header(const std::string& path);
+
+// Whether a header belongs to a lockstep checkpoint (not a plain safetensors file).
+bool is_lockstep_checkpoint(const nlohmann::json& header);
+
+struct ExportOptions {
+  // Floating-point tensors are cast to this dtype; integer and bool buffers keep theirs.
+  TORCH_ARG(std::optional<c10::ScalarType>, dtype) = std::nullopt;
+};
+
+// Writes the model weights of `checkpoint` (a lockstep checkpoint, or any
+// file read_model_weights accepts) to `out` atomically; returns how many
+// tensors it wrote. The metadata records the source file, its iteration and
+// the run's config when the checkpoint has them.
+size_t export_safetensors(const std::string& checkpoint, const std::string& out,
+                          const ExportOptions& options = ExportOptions());
+
+}  // namespace lockstep
