@@ -2,12 +2,14 @@
 //
 //   lockstep train examples/fashion_mnist/cnn.yaml --work-dir work_dirs/demo
 //   lockstep run --standalone --nproc-per-node 2 -- lockstep train cnn.yaml
+//   lockstep ckpt inspect work_dirs/demo/model_final.ckpt
 //   lockstep --help
 #include <iostream>
 
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
+#include "apps/lockstep/ckpt_command.h"
 #include "apps/lockstep/run_command.h"
 #include "apps/lockstep/train_command.h"
 #include "lockstep/core/error.h"
@@ -18,6 +20,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   lockstep::cli::add_train_command(app);
   lockstep::add_run_command(app);
+  lockstep::cli::add_ckpt_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& result) {

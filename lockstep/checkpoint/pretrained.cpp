@@ -177,6 +177,14 @@ PretrainedReport load_pretrained(Strategy& strategy, const PretrainedOptions& op
   LOCKSTEP_CHECK(!options.strict() || report.load.clean(), "load_from (strict): cannot load the model weights from ",
                  path, ":\n", report.describe(path));
   report.loaded = weights.tensors.size() - report.load.unexpected.size() - report.load.mismatched.size();
+  // A partial match is fine-tuning (a pretrained backbone, a new head); no
+  // match at all means another model's weights (or a remapping that misses),
+  // and training on would silently start from scratch.
+  LOCKSTEP_CHECK(report.loaded > 0, "load_from: not one tensor of ", path,
+                 " fits the model: ",
+                 remap.identity() ? "it is a checkpoint of another model"
+                                  : "the weights of another model, or a remapping that misses the model's names",
+                 ":\n", report.describe(path));
   if (strategy.is_main_process()) {
     std::string note = renamed_note(reported_keys(report.load), report.file_keys);
     if (!note.empty()) logger().warn("{}", note);

@@ -159,6 +159,18 @@ TEST(LoadPretrainedTest, StrictFailsNamingFileAndKeys) {
   EXPECT_EQ(report.loaded, 4u);
 }
 
+TEST(LoadPretrainedTest, NotOneTensorFittingIsAnError) {
+  testing::TempDir dir;
+  write_safetensors_file(dir.file("w.safetensors"), {{"fc1.weight", counting({2, 3}, 0)}, {"fc1.bias", counting({2}, 0)}});
+  auto strategy = prepared(std::make_shared<TwoLayers>());
+  // A prefix the model does not have: nothing lands, and training on would start from scratch.
+  std::string message = error_of(
+      [&] { load_pretrained(*strategy, PretrainedOptions().path(dir.file("w.safetensors")).add_prefix("backbone.")); });
+  EXPECT_THAT(message, HasSubstr("not one tensor of " + dir.file("w.safetensors") + " fits the model"));
+  EXPECT_THAT(message, HasSubstr("remapping"));
+  EXPECT_THAT(message, HasSubstr("backbone.fc1.weight <- fc1.weight"));
+}
+
 TEST(LoadPretrainedTest, TwoKeysOntoOneNameIsAnError) {
   testing::TempDir dir;
   write_safetensors_file(dir.file("w.safetensors"), {{"a.fc1.bias", counting({2}, 0)}, {"b.fc1.bias", counting({2}, 0)}});

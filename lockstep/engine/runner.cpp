@@ -7,6 +7,7 @@
 
 #include "lockstep/checkpoint/checkpoint_file.h"
 #include "lockstep/checkpoint/checkpointer.h"
+#include "lockstep/checkpoint/pretrained.h"
 #include "lockstep/checkpoint/atomic_file.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
@@ -185,7 +186,7 @@ std::map<std::string, double> Runner::train() {
   if (resuming && restart_attempt() > 0) {
     logger().info("Restart {} of this job: resuming from the last good checkpoint in {}", restart_attempt(), work_dir_);
   }
-  std::string load_from = !options_.load_from().empty() ? options_.load_from() : config_.get<std::string>("load_from", "");
+  const PretrainedOptions load_from = parse_load_from(config_.child("load_from"), options_.load_from());
   std::optional<State> resumed;
   if (resuming) {
     resumed = checkpointer_->resume();
@@ -200,8 +201,8 @@ std::map<std::string, double> Runner::train() {
     }
     trainer_->load_state(resumed->get("trainer"));
     start_iter = trainer_->iter() + 1;
-  } else if (!load_from.empty()) {
-    checkpointer_->load_weights(load_from, /*strict=*/false);
+  } else if (!load_from.path().empty()) {
+    load_pretrained(*strategy_, load_from);
   }
   trainer_->train(std::min(start_iter, max_iters_), max_iters_);
   return last_val_metrics_;

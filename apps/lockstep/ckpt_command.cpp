@@ -1,0 +1,193 @@
+#include "apps/lockstep/ckpt_command.h"
+
+#include <algorithm>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "lockstep/checkpoint/checkpoint_file.h"
+#include "lockstep/checkpoint/safetensors_tools.h"
+#include "lockstep/core/error.h"
+#include "lockstep/core/state.h"
+
+namespace lockstep::cli {
+namespace {
+
+struct InspectArguments {
+  std::string file;
+  bool json = false;
+  bool no_config = false;
+};
+
+struct ExportArguments {
+  std::string file;
+  std::string format = "safetensors";
+  std::string out;
+  std::string dtype = "keep";
+};
+
+std::string human_bytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  std::ostringstream text;
+  text << std::setprecision(unit == 0 ? 0 : 2) << std::fixed << value << " " << units[unit];
+  return text.str();
+}
+
+// Everything inspect shows, as JSON (the --json output; the text form is rendered from it).
+nlohmann::json describe_file(const std::string& path) {
+  nlohmann::json header = read_safetensors_header(path);
+  nlohmann::json info = {{"file", path}};
+  nlohmann::json tensors = nlohmann::json::array();
+  uint64_t total = 0;
+  for (const auto& item : header.items()) {
+    if (item.key() == "__metadata__") continue;
+    const auto& entry = item.value();
+    uint64_t bytes = entry.at("data_offsets").at(1).get<uint64_t>() - entry.at("data_offsets").at(0).get<uint64_t>();
+    total += bytes;
+    tensors.push_back({{"name", item.key()}, {"dtype", entry.at("dtype")}, {"shape", entry.at("shape")}, {"bytes", bytes}});
+  }
+  if (is_lockstep_checkpoint(header)) {
+    // Reading it whole verifies every checksum; a fault is an error naming the file and the tensor.
+    State state = read_checkpoint_file(path);
+    info["kind"] = "lockstep checkpoint";
+    info["verified"] = true;
+    nlohmann::json meta = state.values.contains("meta") ? state.values["meta"] : nlohmann::json::object();
+    info["iteration"] = meta.contains("iteration") ? meta["iteration"] : nlohmann::json();
+    info["config"] = meta.contains("config") ? meta["config"] : nlohmann::json();
+    meta.erase("config");
+    info["meta"] = meta;
+    // What the checkpoint holds: tensor prefixes ("model/...") and saved values, with tensor counts.
+    nlohmann::json parts = nlohmann::json::object();
+    for (const auto& item : state.values.items()) {
+      if (item.key() != "meta") parts[item.key()] = 0;
+    }
+    for (const auto& [name, tensor] : state.tensors) {
+      std::string part = name.substr(0, name.find('/'));
+      parts[part] = parts.value(part, 0) + 1;
+    }
+    info["parts"] = parts;
+  } else {
+    read_safetensors_file(path);  // validates every entry and the data's extent
+    info["kind"] = "safetensors";
+    info["metadata"] = header.value("__metadata__", nlohmann::json::object());
+  }
+  info["tensors"] = tensors;
+  info["bytes"] = total;
+  return info;
+}
+
+// "key: value", or a multi-line value (a config's YAML) as an indented block under "key:".
+void print_value(const std::string& key, const std::string& value, const std::string& indent, std::ostream& out) {
+  if (value.find('\n') == std::string::npos) {
+    out << indent << key << ": " << value << "\n";
+    return;
+  }
+  out << indent << key << ":\n";
+  std::istringstream lines(value);
+  std::string line;
+  while (std::getline(lines, line)) out << indent << "  " << line << "\n";
+}
+
+void print_text(const nlohmann::json& info, bool with_config, std::ostream& out) {
+  out << info["file"].get<std::string>() << ": " << info["kind"].get<std::string>();
+  if (info.value("verified", false)) out << ", checksums verified";
+  out << "\n";
+  if (info.contains("iteration")) {
+    out << "iteration: " << (info["iteration"].is_null() ? "unknown" : info["iteration"].dump()) << "\n";
+    const auto& meta = info["meta"];
+    for (const auto& item : meta.items()) {
+      if (item.key() == "iteration") continue;
+      out << item.key() << ": " << (item.value().is_string() ? item.value().get<std::string>() : item.value().dump())
+          << "\n";
+    }
+    out << "holds: ";
+    bool first = true;
+    for (const auto& item : info["parts"].items()) {
+      out << (first ? "" : ", ") << item.key();
+      const int count = item.value().get<int>();
+      if (count > 0) out << " (" << count << (count == 1 ? " tensor)" : " tensors)");
+      first = false;
+    }
+    out << "\n";
+  }
+  if (info.contains("metadata") && !info["metadata"].empty()) {
+    out << "metadata:\n";
+    for (const auto& item : info["metadata"].items()) print_value(item.key(), item.value().get<std::string>(), "  ", out);
+  }
+  const auto& tensors = info["tensors"];
+  size_t name_width = 0;
+  for (const auto& tensor : tensors) name_width = std::max(name_width, tensor["name"].get<std::string>().size());
+  out << "tensors (" << tensors.size() << ", " << human_bytes(info["bytes"].get<uint64_t>()) << "):\n";
+  for (const auto& tensor : tensors) {
+    std::string shape = "[";
+    for (size_t i = 0; i < tensor["shape"].size(); ++i) shape += (i ? ", " : "") + tensor["shape"][i].dump();
+    shape += "]";
+    out << "  " << std::left << std::setw(static_cast<int>(name_width)) << tensor["name"].get<std::string>() << "  "
+        << std::setw(5) << tensor["dtype"].get<std::string>() << " " << shape << "\n";
+  }
+  if (with_config && info.contains("config") && info["config"].is_string()) {
+    print_value("config", info["config"].get<std::string>(), "", out);
+  }
+}
+
+std::optional<c10::ScalarType> parse_export_dtype(const std::string& name) {
+  if (name == "keep") return std::nullopt;
+  if (name == "float32") return torch::kFloat32;
+  if (name == "float16") return torch::kFloat16;
+  if (name == "bfloat16") return torch::kBFloat16;
+  LOCKSTEP_FAIL("unknown --dtype ", name);
+}
+
+}  // namespace
+
+CLI::App* add_ckpt_command(CLI::App& app) {
+  CLI::App* ckpt = app.add_subcommand("ckpt", "Inspect checkpoints and export their weights (lockstep ckpt inspect|export)");
+  ckpt->require_subcommand(1);
+
+  auto inspect_args = std::make_shared<InspectArguments>();
+  CLI::App* inspect = ckpt->add_subcommand(
+      "inspect", "Show a checkpoint's iteration, tensors (name, dtype, shape) and config; any safetensors file works");
+  inspect->add_option("file", inspect_args->file, "A lockstep checkpoint (.ckpt) or a safetensors file")->required();
+  inspect->add_flag("--json", inspect_args->json, "Print one JSON object instead of text");
+  inspect->add_flag("--no-config", inspect_args->no_config, "Leave out the run's config");
+  inspect->callback([inspect_args]() {
+    nlohmann::json info = describe_file(inspect_args->file);
+    if (inspect_args->no_config) info.erase("config");
+    if (inspect_args->json) {
+      std::cout << info.dump(2) << std::endl;
+    } else {
+      print_text(info, !inspect_args->no_config, std::cout);
+    }
+  });
+
+  auto export_args = std::make_shared<ExportArguments>();
+  CLI::App* exporter = ckpt->add_subcommand(
+      "export", "Write a checkpoint's model weights as a standard safetensors file (for Python, Hugging Face tools)");
+  exporter->add_option("file", export_args->file, "A lockstep checkpoint (.ckpt)")->required();
+  exporter->add_option("--format", export_args->format, "Output format")
+      ->check(CLI::IsMember({"safetensors"}))
+      ->capture_default_str();
+  exporter->add_option("-o,--output", export_args->out, "The file to write")->required();
+  exporter->add_option("--dtype", export_args->dtype, "Cast floating-point weights (integer buffers keep theirs)")
+      ->check(CLI::IsMember({"keep", "float32", "float16", "bfloat16"}))
+      ->capture_default_str();
+  exporter->callback([export_args]() {
+    size_t count = export_safetensors(export_args->file, export_args->out,
+                                      ExportOptions().dtype(parse_export_dtype(export_args->dtype)));
+    std::cout << "Wrote " << count << " tensors of " << export_args->file << " to " << export_args->out << std::endl;
+  });
+  return ckpt;
+}
+
+}  // namespace lockstep::cli
