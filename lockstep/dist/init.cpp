@@ -8,6 +8,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/dist/comm.h"
+#include "lockstep/dist/job_identity.h"
 #include "lockstep/dist/rendezvous.h"
 
 namespace lockstep {
@@ -37,6 +38,22 @@ std::string host_name() {
   return buffer;
 }
 
+// With LOCKSTEP_JOB_TOKEN set, the part of the store only this job reaches
+// (lockstep/dist/job_identity.h); without it, the whole store.
+c10::intrusive_ptr<compat::C10dStore> job_view(const c10::intrusive_ptr<compat::C10dStore>& store, bool host,
+                                               int rank, const std::string& where, std::chrono::milliseconds timeout) {
+  const char* token = std::getenv("LOCKSTEP_JOB_TOKEN");
+  if (token == nullptr || *token == '\0') return store;
+  const char* run_id = std::getenv("TORCHELASTIC_RUN_ID");
+  JobIdentity job{run_id != nullptr ? run_id : "", token};
+  if (host) return publish_job(store, job);
+  try {
+    return join_job(store, job, timeout, where);
+  } catch (const Error& error) {
+    LOCKSTEP_FAIL("rank ", rank, ": ", error.what());
+  }
+}
+
 c10::intrusive_ptr<compat::C10dStore> connect_store(const InitOptions& options) {
   if (options.store()) return options.store();
   if (options.world_size() == 1) return compat::make_hash_store();
@@ -46,8 +63,9 @@ c10::intrusive_ptr<compat::C10dStore> connect_store(const InitOptions& options) 
   spec.is_server = options.rank() == 0;
   spec.num_workers = options.world_size();
   spec.timeout = options.timeout();
+  c10::intrusive_ptr<compat::C10dStore> store;
   try {
-    return compat::make_tcp_store(spec).first;
+    store = compat::make_tcp_store(spec).first;
   } catch (const std::exception&) {
     if (spec.is_server) {
       rethrow_with_context(str_cat("rank 0: cannot host the rendezvous store on port ", spec.port,
@@ -57,6 +75,7 @@ c10::intrusive_ptr<compat::C10dStore> connect_store(const InitOptions& options) 
                                  spec.port, " within ", detail::format_duration(spec.timeout),
                                  " (is rank 0 running, and are MASTER_ADDR/MASTER_PORT right?)"));
   }
+  return job_view(store, spec.is_server, options.rank(), str_cat(spec.host, ":", spec.port), options.timeout());
 }
 
 // Groups the ranks by machine and builds this rank's node group.
@@ -165,13 +184,15 @@ std::shared_ptr<ProcessGroup> init_from_env(const std::string& launcher, const s
     spec.port = env.master_port;
     spec.timeout = timeout;
     spec.num_workers = env.world_size;
+    c10::intrusive_ptr<compat::C10dStore> agent;
     try {
-      auto agent = compat::make_tcp_store(spec).first;
-      options.store(compat::make_prefix_store(str_cat("/worker/attempt_", env.restart_count), agent));
+      agent = compat::make_tcp_store(spec).first;
     } catch (const std::exception&) {
       rethrow_with_context(str_cat("rank ", env.rank, ": cannot reach the launcher's store at ", spec.host, ":",
                                    spec.port, " (TORCHELASTIC_USE_AGENT_STORE=True)"));
     }
+    auto job = job_view(agent, /*host=*/false, env.rank, str_cat(spec.host, ":", spec.port), timeout);
+    options.store(compat::make_prefix_store(str_cat("/worker/attempt_", env.restart_count), job));
   }
   return init_with_env(options, env);
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -17,6 +18,8 @@
 
 #include "lockstep/compat/c10d.h"
 #include "lockstep/core/error.h"
+#include "lockstep/dist/init.h"
+#include "lockstep/dist/job_identity.h"
 #include "lockstep/launch/line_prefixer.h"
 
 namespace lockstep {
@@ -56,6 +59,10 @@ int decode_status(int status) {
 std::string describe_exit(int code) {
   if (code > 128) return str_cat("was killed by signal ", code - 128, " (", strsignal(code - 128), ")");
   return str_cat("exited with code ", code);
+}
+
+bool is_loopback_address(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
 
 std::string random_run_id() {
@@ -110,8 +117,10 @@ struct Worker {
 
 class Supervisor {
  public:
-  Supervisor(const LaunchOptions& options, int master_port, std::string run_id)
-      : options_(options), master_port_(master_port), run_id_(std::move(run_id)), base_env_(current_environment()) {}
+  Supervisor(const LaunchOptions& options, int master_port, std::string run_id, const std::string& job_token)
+      : options_(options), master_port_(master_port), run_id_(std::move(run_id)), base_env_(current_environment()) {
+    if (!job_token.empty()) base_env_["LOCKSTEP_JOB_TOKEN"] = job_token;
+  }
 
   int run() {
     const int nproc = options_.nproc_per_node();
@@ -340,6 +349,26 @@ class Supervisor {
 
 int launch(const LaunchOptions& options) {
   validate_launch_options(options);
+  std::string token = options.job_token();
+  if (token.empty()) {
+    const char* from_env = std::getenv("LOCKSTEP_JOB_TOKEN");
+    token = from_env != nullptr ? from_env : "";
+  }
+  const bool one_launcher = options.standalone() || options.nnodes() == 1;
+  // Several launchers meeting on 127.0.0.1 are one machine (a test topology):
+  // nodes elsewhere could not reach that address.
+  const bool one_machine = one_launcher || is_loopback_address(options.master_addr());
+  if (token.empty()) {
+    LOCKSTEP_CHECK(one_machine, "lockstep run: a job on ", options.nnodes(), " nodes needs a job token shared by "
+                   "every node, so that no other process can join it: set LOCKSTEP_JOB_TOKEN (or pass --job-token) "
+                   "to the same secret on every node (e.g. the output of `openssl rand -hex 16`)");
+    if (one_launcher) {
+      token = random_job_token();
+    } else if (options.node_rank() == 0) {
+      say("no job token: any process on this machine can join the job; set LOCKSTEP_JOB_TOKEN on every launcher "
+          "to prevent that");
+    }
+  }
   const bool hosts_store = options.standalone() || options.node_rank() == 0;
   std::string host = options.standalone() ? "127.0.0.1" : options.master_addr();
   int port = options.standalone() ? 0 : options.master_port();
@@ -361,9 +390,32 @@ int launch(const LaunchOptions& options) {
                     " (is another job using it? choose another --master-port)");
     }
   }
-  std::string run_id = options.run_id().empty() ? random_run_id() : options.run_id();
+  std::string run_id = options.run_id();
+  if (hosts_store) {
+    if (run_id.empty()) run_id = random_run_id();
+    if (!token.empty()) publish_job(store, JobIdentity{run_id, token});
+  } else if (!token.empty()) {
+    // Check this node belongs to the job before starting any worker, and
+    // take the job's run id when none was given.
+    compat::TcpStoreSpec spec;
+    spec.host = host;
+    spec.port = port;
+    spec.timeout = default_timeout();
+    c10::intrusive_ptr<compat::C10dStore> client;
+    try {
+      client = compat::make_tcp_store(spec).first;
+    } catch (const std::exception& error) {
+      LOCKSTEP_FAIL("lockstep run: cannot reach node 0's rendezvous store at ", host, ":", port, ": ",
+                    short_torch_message(error));
+    }
+    try {
+      join_job(client, JobIdentity{run_id, token}, spec.timeout, str_cat(host, ":", port), &run_id);
+    } catch (const Error& error) {
+      LOCKSTEP_FAIL("lockstep run: node ", options.node_rank(), " ", error.what());
+    }
+  }
   SignalScope signals;
-  Supervisor supervisor(options, port, run_id);
+  Supervisor supervisor(options, port, run_id, token);
   return supervisor.run();
 }
 

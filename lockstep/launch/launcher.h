@@ -16,6 +16,9 @@
 //     TORCHELASTIC_USE_AGENT_STORE=True, workers connect as clients under
 //     "/worker/attempt_<restart>"); --standalone lets the OS pick its port;
 //   - every line a worker prints is prefixed with "[rank<R>]: ";
+//   - node 0 publishes the job's identity (run id, job token) on the store;
+//     other nodes' launchers and every worker check it, and a process with
+//     another run id or token is refused (lockstep/dist/job_identity.h);
 //   - SIGINT/SIGTERM are forwarded to the workers;
 //   - when a worker fails, the others get SIGTERM, then SIGKILL after
 //     kill_grace seconds; with restarts left every worker starts again with
@@ -48,6 +51,10 @@ struct LaunchOptions {
   // Seconds between SIGTERM and SIGKILL when stopping workers.
   TORCH_ARG(double, kill_grace) = 3.0;
   TORCH_ARG(std::string, run_id) = "";
+  // The secret every node of the job shares (see lockstep/dist/job_identity.h);
+  // empty: $LOCKSTEP_JOB_TOKEN, else a random one -- which only a single-node
+  // job may use. Workers get it as LOCKSTEP_JOB_TOKEN.
+  TORCH_ARG(std::string, job_token) = "";
   // Prefix each output line with "[rank<R>]: ".
   TORCH_ARG(bool, prefix_output) = true;
   TORCH_ARG(std::vector<std::string>, command);
