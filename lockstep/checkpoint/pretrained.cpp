@@ -8,6 +8,7 @@
 #include "lockstep/checkpoint/safetensors_tools.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
+#include "lockstep/strategy/fsdp_strategy.h"
 
 namespace lockstep {
 namespace fs = std::filesystem;
@@ -161,6 +162,9 @@ PretrainedReport load_pretrained(Strategy& strategy, const PretrainedOptions& op
     State state = read_checkpoint_file(path);
     if (is_sharded_fsdp(state)) {
       // Each rank reads its own shard file through the strategy.
+      LOCKSTEP_CHECK(dynamic_cast<FSDPStrategy*>(&strategy) != nullptr, path,
+                     ": a sharded FSDP checkpoint loads only into FSDPStrategy (this run uses ", strategy.name(),
+                     "); save it with state_dict_type: full to load it anywhere");
       LOCKSTEP_CHECK(remap.identity(), path, ": a sharded FSDP checkpoint loads only under its own key names; "
                      "drop strip_prefix/rename/add_prefix or save it with state_dict_type: full");
       strategy.load_checkpoint(path, /*load_optimizer=*/false, /*load_schedulers=*/false, options.strict());

@@ -224,6 +224,20 @@ TEST(LoadPretrainedTest, ShardedIndexMergesItsShards) {
   EXPECT_THAT(message, HasSubstr("m-2.safetensors"));
 }
 
+TEST(LoadPretrainedTest, ShardedFsdpCheckpointsAreNamedOutsideFsdp) {
+  testing::TempDir dir;
+  // What FSDPStrategy's rank 0 writes for state_dict_type: sharded: no model tensors in the main file.
+  State sharded;
+  sharded.values["fsdp"] = {{"state_dict_type", "sharded"}, {"world_size", 2}};
+  sharded.tensors["trainer/rng/cpu"] = torch::zeros({4}, torch::kUInt8);
+  write_checkpoint_file(dir.file("s.ckpt"), sharded);
+  EXPECT_THAT(error_of([&] { read_model_weights(dir.file("s.ckpt")); }), HasSubstr("a sharded FSDP checkpoint"));
+  auto strategy = prepared(std::make_shared<TwoLayers>());
+  std::string message = error_of([&] { load_pretrained(*strategy, PretrainedOptions().path(dir.file("s.ckpt"))); });
+  EXPECT_THAT(message, HasSubstr(dir.file("s.ckpt")));
+  EXPECT_THAT(message, HasSubstr("loads only into FSDPStrategy (this run uses SingleDeviceStrategy)"));
+}
+
 TEST(LoadPretrainedTest, BadFilesAreNamed) {
   testing::TempDir dir;
   auto strategy = prepared(std::make_shared<TwoLayers>());
