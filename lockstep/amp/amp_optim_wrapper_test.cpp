@@ -181,6 +181,16 @@ std::shared_ptr<AmpOptimWrapper> build_from(const std::string& yaml, torch::nn::
   return std::dynamic_pointer_cast<AmpOptimWrapper>(build_optim_wrapper(config.at("optim_wrapper"), model));
 }
 
+// Building `yaml` fails with an error that contains `needle`.
+void expect_build_error(const std::string& yaml, torch::nn::Module& model, const std::string& needle) {
+  try {
+    build_from(yaml, model);
+    ADD_FAILURE() << "accepted:\n" << yaml;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
 TEST(AmpOptimWrapper, BuildsFromConfig) {
   auto model = make_mlp();
   const std::string head = "optim_wrapper:\n  type: AmpOptimWrapper\n  optimizer: {type: SGD, lr: 0.1}\n";
@@ -200,12 +210,7 @@ TEST(AmpOptimWrapper, BuildsFromConfig) {
   EXPECT_EQ(custom->grad_scaler()->options().growth_interval(), 5);
 
   auto expect_error = [&](const std::string& extra, const std::string& needle) {
-    try {
-      build_from(head + extra, *model);
-      ADD_FAILURE() << "accepted: " << extra;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
+    expect_build_error(head + extra, *model, needle);
   };
   expect_error("  dtype: fp16\n", "amp.yaml:4 (key optim_wrapper.dtype)");
   expect_error("  dtype: fp8\n", "optim_wrapper.dtype");
@@ -236,12 +241,7 @@ TEST(AmpOptimWrapper, BuildsFromAnAmpSwitchOnThePlainWrapper) {
   EXPECT_NE(std::dynamic_pointer_cast<OptimWrapper>(plain), nullptr);
 
   auto expect_error = [&](const std::string& extra, const std::string& needle) {
-    try {
-      build_from(head + extra, *model);
-      ADD_FAILURE() << "accepted: " << extra;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
+    expect_build_error(head + extra, *model, needle);
   };
   expect_error("  amp: {dtype: fp16}\n", "optim_wrapper.amp.dtype");
   expect_error("  amp: {dtype: bf16, loss_scal: dynamic}\n", "loss_scal");
