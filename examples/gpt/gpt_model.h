@@ -1,6 +1,6 @@
 // A small decoder-only transformer language model (GPT-2's layout: pre-norm
 // blocks of causal self-attention and an MLP, learned positions, the output
-// layer tied to the token embedding), written as a lockstep::Model.
+// layer tied to the token embedding; no key bias), written as a lockstep::Model.
 //
 // Each Block opens lockstep::fsdp::unit_scope in its forward, so FSDP can
 // shard block by block (wrap policy {type: module_type, module_types: [Block]}):
@@ -34,8 +34,15 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
   explicit CausalSelfAttentionImpl(const GPTOptions& options) : n_head_(options.n_head()) {
     TORCH_CHECK(options.n_embd() % options.n_head() == 0, "n_embd must be a multiple of n_head");
-    qkv = register_module("qkv", torch::nn::Linear(options.n_embd(), 3 * options.n_embd()));
-    proj = register_module("proj", torch::nn::Linear(options.n_embd(), options.n_embd()));
+    const int64_t d = options.n_embd();
+    qkv = register_module("qkv", torch::nn::Linear(torch::nn::LinearOptions(d, 3 * d).bias(false)));
+    // No key bias (GPT-2 has one): it adds q.b to every score of a query, which
+    // softmax cancels, so its gradient is zero up to rounding, and Adam turns
+    // rounding into steps of size lr. Runs that split a batch differently
+    // (FSDP vs one process) would then drift apart in a parameter that does nothing.
+    q_bias = register_parameter("q_bias", torch::zeros({d}));
+    v_bias = register_parameter("v_bias", torch::zeros({d}));
+    proj = register_module("proj", torch::nn::Linear(d, d));
   }
 
   torch::Tensor forward(const torch::Tensor& x) {
@@ -43,7 +50,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
     const int64_t head_size = channels / n_head_;
     auto parts = qkv(x).split(channels, /*dim=*/2);
     auto heads = [&](const torch::Tensor& t) { return t.view({batch, steps, n_head_, head_size}).transpose(1, 2); };
-    torch::Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
+    torch::Tensor q = heads(parts[0] + q_bias), k = heads(parts[1]), v = heads(parts[2] + v_bias);
     torch::Tensor scores = q.matmul(k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_size));
     torch::Tensor future = torch::ones({steps, steps}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
     torch::Tensor attention = torch::softmax(scores.masked_fill(future, -INFINITY), -1);
@@ -52,6 +59,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   }
 
   torch::nn::Linear qkv{nullptr}, proj{nullptr};
+  torch::Tensor q_bias, v_bias;
 
  private:
   int64_t n_head_;
@@ -96,7 +104,7 @@ class GPT : public lockstep::Model {
       const std::string& name = item.key();
       torch::Tensor p = item.value();
       if (name.find("ln") != std::string::npos || name == "pos_emb") continue;
-      if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0) {
+      if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
         p.zero_();
       } else {
         const bool residual = name.find("proj.weight") != std::string::npos || name.find("mlp.2.weight") != std::string::npos;

@@ -1,5 +1,7 @@
 #include "lockstep/parallel/fsdp/flat_param.h"
 
+#include <limits>
+
 #include "lockstep/compat/storage.h"
 #include "lockstep/core/error.h"
 #include "lockstep/dist/process_group.h"
@@ -45,6 +47,7 @@ FlatParamUnit::FlatParamUnit(int index, std::string path, torch::nn::Module* mod
   }
   shard_.requires_grad_(true);
   empty_ = torch::empty({0}, full_.options());
+  nan_ = torch::full({1}, std::numeric_limits<double>::quiet_NaN(), full_.options());
   gathered_version_ = static_cast<int64_t>(shard_._version());
   point_params_at_full();
 }
@@ -73,7 +76,13 @@ void FlatParamUnit::point_params_at_full() {
 }
 
 void FlatParamUnit::point_params_at_empty() {
-  for (auto& slot : slots_) slot.param.set_data(empty_);
+  for (auto& slot : slots_) slot.param.set_data(intercepted_ ? empty_ : nan_.expand(slot.shape));
+}
+
+void FlatParamUnit::mark_intercepted() {
+  if (intercepted_) return;
+  intercepted_ = true;
+  if (state_ == State::kSharded) point_params_at_empty();
 }
 
 void FlatParamUnit::start_gather() {

@@ -6,9 +6,13 @@
 // use_orig_params=True).
 //   - gathered: each parameter is a view into `full`, the padded flat buffer
 //     in the compute dtype, filled by all_gather_into_tensor of the shards;
-//   - sharded: each parameter is an empty tensor (shape [0], so a stray read
-//     fails on its shape instead of reading freed memory) and `full`'s bytes
-//     are released inside its Storage, which autograd's saved views keep.
+//   - sharded: `full`'s bytes are released inside its Storage (which
+//     autograd's saved views keep) and each parameter is a placeholder that
+//     owns no memory: an empty tensor (shape [0], so a stray read fails on
+//     its shape instead of reading freed memory) once the unit is known to be
+//     intercepted, and before that a NaN of the parameter's shape (one element,
+//     expanded), so that a forward FSDP never saw still runs and FSDP can name
+//     the unit before backward (see FullyShardedDataParallel).
 // The rank's shard is a leaf tensor of its own (full precision, on the host
 // with offload): the optimizer steps it and gradients are reduce-scattered
 // into its .grad.
@@ -82,6 +86,9 @@ class FlatParamUnit {
   int shard_world() const { return shard_world_; }
   const UnitSetup& setup() const { return setup_; }
   bool persistent() const { return setup_.persistent; }
+  // The gathered buffer is the shard itself (one rank per shard group, same
+  // dtype and device): gathering and freeing are no-ops.
+  bool aliases_shard() const { return aliases_shard_; }
   // The optimizer's leaf: this rank's part of the flat parameter.
   const torch::Tensor& shard() const { return shard_; }
   // The gathered flat buffer (its storage holds 0 bytes while sharded).
@@ -101,6 +108,10 @@ class FlatParamUnit {
   void refresh();
   // Frees the gathered buffer (not for persistent units).
   void reshard();
+  // The unit's forward is known to be intercepted: from now on its sharded
+  // parameters are [0]-shaped (see the top of this file).
+  void mark_intercepted();
+  bool intercepted() const { return intercepted_; }
 
   // Flattens the parameters' gradients (zeros where a parameter has none)
   // into a padded buffer, drops them, and starts reducing it into this
@@ -139,6 +150,8 @@ class FlatParamUnit {
   torch::Tensor shard_;
   torch::Tensor full_;
   torch::Tensor empty_;         // what parameters point at while sharded
+  torch::Tensor nan_;           // one NaN, expanded to each shape while not intercepted yet
+  bool intercepted_ = false;
   State state_ = State::kGathered;
   int64_t gathered_version_ = 0;
   std::shared_ptr<Work> gather_work_;

@@ -121,6 +121,8 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
   for (const auto& unit : units_) {
     if (!unit->path().empty()) fsdp::detail::register_unit(unit->module(), this, unit->index());
   }
+  // From here on each rank holds its shards only (and the root).
+  for (auto& unit : units_) unit->reshard();
   reset_peak_stats();
   if (group_->rank() == 0) {
     int64_t largest = 0;

@@ -10,6 +10,7 @@
 #include "lockstep/model/model.h"
 #include "lockstep/parallel/fsdp/fully_sharded_data_parallel.h"
 #include "lockstep/strategy/strategy.h"
+#include "tests/fsdp/fsdp_test_util.h"
 
 namespace lockstep {
 namespace {
@@ -17,24 +18,6 @@ namespace {
 void ensure_world_of_one() {
   if (!is_initialized()) init_process_group(InitOptions());
 }
-
-// x -> Sequential(Linear, ReLU, Linear) * scale -> cross-entropy; the Linears are units.
-struct SequentialNet : Model {
-  SequentialNet() {
-    layers = register_module("layers", torch::nn::Sequential(torch::nn::Linear(6, 12), torch::nn::ReLU(),
-                                                             torch::nn::Linear(12, 4)));
-    scale = register_parameter("scale", torch::ones({4}));
-  }
-  torch::Tensor logits(const torch::Tensor& x) { return layers->forward(x) * scale; }
-  LossDict loss(const Batch& data) override {
-    LossDict losses;
-    losses.insert("loss", torch::nn::functional::cross_entropy(logits(data.at("x")), data.at("y")));
-    return losses;
-  }
-  Batch predict(const Batch& data) override { return {{"logits", logits(data.at("x"))}}; }
-  torch::nn::Sequential layers{nullptr};
-  torch::Tensor scale;
-};
 
 Batch make_batch(int64_t size, uint64_t seed, torch::Dtype dtype = torch::kFloat) {
   torch::manual_seed(seed);
@@ -64,35 +47,47 @@ TEST(FsdpSingleProcess, StorageIsFreedAndReallocatedInPlace) {
   EXPECT_TRUE(torch::equal(view, torch::tensor({4.f, 6.f, 8.f})));
 }
 
+// The MLP of the multi-process tests, in float64 (so its Linears, the units, are Sequential entries).
+Batch mlp_batch(int64_t size, uint64_t seed) {
+  Batch batch = testing::global_batch("mlp", size, seed);
+  return Batch{{"x", batch.at("x").to(torch::kFloat64)}, {"y", batch.at("y")}};
+}
+
 TEST(FsdpSingleProcess, SequentialUnitsAreGatheredForUseAndFreedBetween) {
   ensure_world_of_one();
-  torch::manual_seed(3);
-  auto model = std::make_shared<SequentialNet>();
-  torch::manual_seed(3);
-  auto reference = std::make_shared<SequentialNet>();
+  auto model = std::dynamic_pointer_cast<testing::FsdpMlp>(testing::make_model("mlp", 3));
+  auto reference = testing::make_model("mlp", 3);
   reference->to(torch::kFloat64);
   auto fsdp = std::make_shared<FullyShardedDataParallel>(model, world(), linear_units());
-  ASSERT_EQ(fsdp->units().size(), 3u);  // the root (scale) and two Linears
-  EXPECT_EQ(fsdp->units()[0]->path(), "");
-  EXPECT_EQ(fsdp->units()[1]->path(), "layers.0");
-  EXPECT_EQ(fsdp->units()[2]->path(), "layers.2");
-  EXPECT_EQ(fsdp->units()[1]->numel(), 6 * 12 + 12);
+  ASSERT_EQ(fsdp->units().size(), 4u);  // the root (gain) and three Linears
+  const std::vector<std::string> paths{"", "layers.0", "layers.2", "layers.4"};
+  for (size_t u = 0; u < paths.size(); ++u) EXPECT_EQ(fsdp->units()[u]->path(), paths[u]);
+  EXPECT_EQ(fsdp->units()[1]->numel(), 16 * 24 + 24);
+  // Sharded from construction on: no unit holds its gathered buffer, and
+  // until a unit is intercepted its parameters are memoryless NaNs of their shapes.
+  EXPECT_EQ(fsdp->max_gathered_units(), 0);
+  for (size_t u = 1; u < paths.size(); ++u) EXPECT_EQ(compat::storage_bytes(fsdp->units()[u]->full()), 0u) << u;
+  torch::Tensor placeholder = model->named_parameters()["layers.0.weight"];
+  EXPECT_EQ(placeholder.sizes(), (std::vector<int64_t>{24, 16}));
+  EXPECT_TRUE(placeholder.isnan().all().item<bool>());
+  EXPECT_EQ(compat::storage_bytes(placeholder), sizeof(double));
 
   auto optim = adam_over(fsdp->shard_parameters());
   optim->set_gradient_sync(fsdp);
   auto reference_optim = adam_over(reference->parameters());
   for (int step = 0; step < 5; ++step) {
-    model->train_step(make_batch(8, 100 + step, torch::kFloat64), *optim);
-    reference->train_step(make_batch(8, 100 + step, torch::kFloat64), *reference_optim);
+    model->train_step(mlp_batch(8, 100 + step), *optim);
+    reference->train_step(mlp_batch(8, 100 + step), *reference_optim);
     // Between uses the units hold no memory and their parameters are empty.
-    for (int u : {1, 2}) {
-      EXPECT_EQ(compat::storage_bytes(fsdp->units()[static_cast<size_t>(u)]->full()), 0u) << "unit " << u;
-      EXPECT_EQ(model->named_parameters()[u == 1 ? "layers.0.weight" : "layers.2.weight"].numel(), 0) << "unit " << u;
+    for (size_t u = 1; u < paths.size(); ++u) {
+      EXPECT_EQ(compat::storage_bytes(fsdp->units()[u]->full()), 0u) << "unit " << u;
+      EXPECT_EQ(model->named_parameters()[paths[u] + ".weight"].numel(), 0) << "unit " << u;
     }
-    EXPECT_EQ(model->scale.numel(), 4);  // the root stays gathered
+    EXPECT_EQ(model->gain.numel(), 5);  // the root stays gathered
   }
-  EXPECT_EQ(fsdp->forward_order(), (std::vector<int>{1, 2}));
-  EXPECT_EQ(fsdp->backward_order(), (std::vector<int>{2, 1}));
+  EXPECT_LE(fsdp->max_gathered_units(), 2);
+  EXPECT_EQ(fsdp->forward_order(), (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(fsdp->backward_order(), (std::vector<int>{3, 2, 1}));
   auto weights = fsdp->full_state_dict(/*rank0_only=*/false);
   for (const auto& item : reference->named_parameters()) {
     ASSERT_TRUE(weights.count(item.key())) << item.key();
@@ -101,7 +96,7 @@ TEST(FsdpSingleProcess, SequentialUnitsAreGatheredForUseAndFreedBetween) {
   // Evaluation (no grad) gathers and frees too, and computes with the gathered parameters.
   {
     torch::NoGradGuard no_grad;
-    Batch data = make_batch(5, 7, torch::kFloat64);
+    Batch data = mlp_batch(5, 7);
     torch::Tensor out = model->predict(data).at("logits");
     EXPECT_TRUE(torch::allclose(out, reference->predict(data).at("logits"), 1e-4, 1e-5));
   }

@@ -42,6 +42,7 @@ void FullyShardedDataParallel::enter_unit(int unit) {
       std::find(forward_order_.begin(), forward_order_.end(), unit) == forward_order_.end()) {
     forward_order_.push_back(unit);
   }
+  units_[static_cast<size_t>(unit)]->mark_intercepted();
   ensure_gathered(*units_[static_cast<size_t>(unit)]);
   if (options_.forward_prefetch()) prefetch(next_in_forward(unit));
   run.entered_ever = true;
@@ -88,7 +89,7 @@ void FullyShardedDataParallel::ensure_gathered(fsdp::FlatParamUnit& unit) {
 int FullyShardedDataParallel::gathered_units() const {
   int count = 0;
   for (const auto& unit : units_) {
-    if (!unit->persistent() && unit->state() != fsdp::FlatParamUnit::State::kSharded) ++count;
+    if (!unit->persistent() && !unit->aliases_shard() && unit->state() != fsdp::FlatParamUnit::State::kSharded) ++count;
   }
   return count;
 }

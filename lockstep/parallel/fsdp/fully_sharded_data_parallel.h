@@ -21,9 +21,11 @@
 //   - A unit must be intercepted when its forward runs: either it is an entry
 //     of a torch::nn::Sequential (automatic), or its forward opens
 //     `auto scope = lockstep::fsdp::unit_scope(*this);` and returns
-//     `scope.output(y)` (unit_scope.h). Every unit starts gathered; a unit
-//     that was not intercepted by the first backward is an error that names
-//     it and these two fixes.
+//     `scope.output(y)` (unit_scope.h). Units are sharded from construction
+//     on; until a unit has been intercepted once, its parameters read as NaN
+//     of their own shapes (holding no memory), so a forward that bypassed
+//     FSDP still runs and the backward that follows fails with an error that
+//     names the unit and these two fixes.
 //   - The root (the model and whatever no unit claimed) stays gathered, and is
 //     refreshed after each optimizer step; keep it small (embeddings, heads).
 //   - Every rank runs the same units and uses the same parameters in each
@@ -137,7 +139,8 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
   // The order units ran forward / began backward in the first iteration.
   const std::vector<int>& forward_order() const { return forward_order_; }
   const std::vector<int>& backward_order() const { return backward_order_; }
-  // The most units gathered at once since the last reset (root and NO_SHARD excluded).
+  // The most units gathered at once since the last reset (units that are
+  // never freed -- the root, NO_SHARD, shard groups of one -- excluded).
   int max_gathered_units() const { return max_gathered_; }
   FSDPMemoryStats memory_stats() const { return memory_; }
   void reset_peak_stats();
