@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 

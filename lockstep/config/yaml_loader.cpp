@@ -1,6 +1,7 @@
 // YAML text and files into ConfigNode trees, with mmengine's `_base_` and
 // `_delete_`. yaml-cpp parses; every node is copied into lockstep's own tree
 // together with its file and line, so merged trees keep each value's origin.
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
@@ -166,10 +167,35 @@ class BaseResolver {
 
 }  // namespace
 
+// Counts the documents of `text`, stopping at `limit`. yaml-cpp 0.7's
+// LoadAll never returns on a stray ',' outside brackets ("--set a=,"): it
+// keeps producing empty documents until memory runs out.
+size_t count_documents(const std::string& text, size_t limit) {
+  struct Ignore : YAML::EventHandler {
+    void OnDocumentStart(const YAML::Mark&) override {}
+    void OnDocumentEnd() override {}
+    void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+    void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+    void OnSequenceEnd() override {}
+    void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+    void OnMapEnd() override {}
+  } ignore;
+  std::stringstream stream(text);
+  YAML::Parser parser(stream);
+  size_t count = 0;
+  while (count < limit && parser.HandleNextDocument(ignore)) ++count;
+  return count;
+}
+
 NodePtr parse_yaml(const std::string& text, const std::string& file) {
   std::vector<YAML::Node> documents;
   try {
-    documents = YAML::LoadAll(text);
+    const size_t count = count_documents(text, 2);
+    LOCKSTEP_CHECK(count <= 1, file, ": holds more than one YAML document (a '---' separator, or a ',' outside "
+                   "brackets?); a config is one");
+    if (count == 1) documents.push_back(YAML::Load(text));
   } catch (const YAML::Exception& error) {
     if (error.mark.is_null()) LOCKSTEP_FAIL(file, ": ", error.msg);
     LOCKSTEP_FAIL(file, ":", error.mark.line + 1, ":", error.mark.column + 1, ": ", error.msg);

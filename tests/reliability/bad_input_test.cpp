@@ -101,6 +101,11 @@ TEST(BadInput, EveryBadInputFailsWithAMessageNamingItAndANonZeroExit) {
          return testing::train_argv(variant(d, "malformed.yaml", "hidden: [32]", "hidden: [32"), work(d, "m"));
        },
        [&](const auto& d) { return std::vector<std::string>{"end of sequence flow not found"}; }},
+      {"stray_comma_override",  // found by fuzz_config: yaml-cpp's LoadAll looped forever on it
+       [&](const auto& d) { return testing::train_argv(good, work(d, "c"), {"model.hidden=,"}); },
+       [&](const auto&) {
+         return std::vector<std::string>{"--set 'model.hidden=,': --set: holds more than one YAML document"};
+       }},
       {"unknown_type",
        [&](const auto& d) { return testing::train_argv(variant(d, "unknown.yaml", "type: MLP", "type: MLPP"), work(d, "u")); },
        [&](const auto& d) {
