@@ -110,17 +110,7 @@ std::optional<State> Checkpointer::resume() {
 State Checkpointer::load_weights(const std::string& path, bool strict) {
   LOCKSTEP_CHECK(fs::exists(path), "load_from: checkpoint ", path, " does not exist");
   logger().info("Loading weights from {}", path);
-  State state = read_checkpoint_file(path);
-  const auto weights = state.get("model").tensors;
-  // Weights kept elsewhere (sharded checkpoints): the strategy knows where.
-  if (weights.empty()) return strategy_->load_checkpoint(path, /*load_optimizer=*/false, /*load_schedulers=*/false, strict);
-  LoadReport report = strategy_->load_model_state_dict(weights, strict, path);
-  // A partial match is fine-tuning (a pretrained backbone, a new head); no
-  // match at all is a checkpoint of another model, and training on would
-  // silently start from scratch.
-  LOCKSTEP_CHECK(weights.size() > report.unexpected.size() + report.mismatched.size(), "load_from: not one tensor of ",
-                 path, " fits the model: it is a checkpoint of another model:\n", report.describe(path));
-  return state;
+  return strategy_->load_checkpoint(path, /*load_optimizer=*/false, /*load_schedulers=*/false, strict);
 }
 
 }  // namespace lockstep
