@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -122,13 +123,25 @@ torch::Tensor read_idx_file(const std::string& path, uint32_t expected_magic) {
     bytes *= sizes[d];
   }
 
-  auto tensor = torch::empty(sizes, torch::kUInt8);
-  got = reader.read(tensor.data_ptr<uint8_t>(), bytes);
+  // Memory grows as data arrives, not as the header claims: a 21-byte file
+  // claiming gigabytes fails as truncated instead of allocating them (fuzz_idx).
+  std::vector<uint8_t> data;
+  constexpr int64_t kChunk = int64_t{1} << 22;
+  got = 0;
+  while (got < bytes) {
+    const int64_t want = std::min(kChunk, bytes - got);
+    data.resize(static_cast<size_t>(got + want));
+    const int64_t arrived = reader.read(data.data() + got, want);
+    got += arrived;
+    if (arrived < want) break;
+  }
   LOCKSTEP_CHECK(got == bytes, path, ": truncated: header says ", shape, " = ", bytes, " bytes, file holds ", got,
                  reader.cut_short().empty() ? "" : str_cat(" (the gzip stream ends early: ", reader.cut_short(), ")"));
   const int64_t extra = reader.count_rest();
   LOCKSTEP_CHECK(extra == 0, path, ": ", extra, " trailing bytes: header says ", shape, " = ", bytes,
                  " bytes, file holds ", bytes + extra);
+  auto tensor = torch::empty(sizes, torch::kUInt8);
+  if (bytes > 0) std::memcpy(tensor.data_ptr<uint8_t>(), data.data(), static_cast<size_t>(bytes));
   return tensor;
 }
 

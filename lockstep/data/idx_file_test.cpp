@@ -70,6 +70,12 @@ TEST_P(IdxFileTest, TruncatedPayloadNamesFileAndCounts) {
   EXPECT_EQ(error_of(path), path + ": truncated: header says 3x2x2 = 12 bytes, file holds 5");
 }
 
+TEST_P(IdxFileTest, HugeClaimInATinyFileIsTruncatedNotAllocated) {
+  // 2.16 GB announced, 10 bytes present (found by fuzz_idx): memory follows the data.
+  const auto path = write("huge", idx_bytes(kIdxImagesMagic, {60000, 6000, 6}, ramp(10)));
+  EXPECT_EQ(error_of(path), path + ": truncated: header says 60000x6000x6 = 2160000000 bytes, file holds 10");
+}
+
 TEST_P(IdxFileTest, TrailingBytesAreAnError) {
   const auto path = write("long", idx_bytes(kIdxImagesMagic, {3, 2, 2}, ramp(14)));
   EXPECT_EQ(error_of(path), path + ": 2 trailing bytes: header says 3x2x2 = 12 bytes, file holds 14");
