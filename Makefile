@@ -7,7 +7,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: all deps configure build demo test test-unit test-sanitize bench clean
+.PHONY: all deps configure build demo test test-unit bench fuzz clean
 
 all: build
 
@@ -34,6 +34,12 @@ test-unit: build
 
 bench: build
 	@for b in $(BUILD_DIR)/bench/bench_*; do echo "== $$b"; $$b || exit 1; done
+
+# libFuzzer targets (clang, ASan+UBSan) for the config parser, IDX reader and checkpoint readers.
+FUZZ_SECONDS ?= 600
+fuzz:
+	@if [ -z "$$LOCKSTEP_SKIP_INSTALL" ]; then scripts/install-deps.sh --extra; fi
+	FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) scripts/fuzz.sh
 
 clean:
 	rm -rf $(BUILD_DIR)
