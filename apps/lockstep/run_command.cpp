@@ -37,11 +37,21 @@ CLI::App* add_run_command(CLI::App& app) {
                          "One machine: loopback and a free port");
   run->add_option_function<int>("--max-restarts,--max_restarts", [options](int n) { options->max_restarts(n); },
                                 "Restart all workers up to K times after a failure")->default_str("0");
+  run->add_option_function<double>("--join-timeout,--join_timeout", [options](double s) { options->join_timeout(s); },
+                                   "Seconds a node waits for the other nodes to join a restart")->default_str("600");
   run->add_option_function<double>("--monitor-interval,--monitor_interval",
                                    [options](double s) { options->monitor_interval(s); },
                                    "Seconds between worker state checks")->default_str("0.1");
   run->add_option_function<std::string>("--run-id,--run_id", [options](const std::string& id) { options->run_id(id); },
                                         "TORCHELASTIC_RUN_ID for the workers (default: random)");
+  run->add_option_function<std::string>(
+      "--job-token,--job_token", [options](const std::string& token) { options->job_token(token); },
+      "Secret shared by every node of a multi-node job (default: $LOCKSTEP_JOB_TOKEN, which is safer: "
+      "a command line is visible to every user; one node: random)");
+  run->add_option_function<std::string>(
+      "--socket-ifname,--socket_ifname", [options](const std::string& name) { options->socket_ifname(name); },
+      "Network interface(s) for the workers' Gloo transport, comma separated (sets GLOO_SOCKET_IFNAME; "
+      "default: the interface that routes to --master-addr)");
   run->add_flag_function("--no-prefix", [options](int64_t n) { options->prefix_output(n == 0); },
                          "Do not prefix worker output lines with [rank<R>]:");
   // CLI11 hands everything after "--" to the positional, options included.

@@ -7,8 +7,10 @@
 #include <mutex>
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/logging.h"
 #include "lockstep/dist/comm.h"
 #include "lockstep/dist/job_identity.h"
+#include "lockstep/dist/network.h"
 #include "lockstep/dist/rendezvous.h"
 
 namespace lockstep {
@@ -26,10 +28,6 @@ DistState& state() {
   // Never destroyed: Gloo's threads must not be joined during static destruction.
   static DistState* instance = new DistState();
   return *instance;
-}
-
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
 
 std::string host_name() {
@@ -87,6 +85,7 @@ std::shared_ptr<ProcessGroup> make_local_group(const std::shared_ptr<ProcessGrou
   for (int r = 0; r < world->size(); ++r) {
     if (keys[static_cast<size_t>(r)] == key) members.push_back(r);
   }
+  logger().info("rank {} of {}: node group '{}' = ranks {}", world->rank(), world->size(), key, format_ranks(members));
   if (static_cast<int>(members.size()) == world->size()) return world;
   return world->new_group(members, "local/" + key);
 }
@@ -149,7 +148,12 @@ static std::shared_ptr<ProcessGroup> init_with_env(const InitOptions& options, D
   parts.timeout = options.timeout();
   parts.root_store = root;
   parts.store = compat::make_prefix_store("group/world/", root);
-  parts.bind_host = is_loopback(options.master_addr()) || size == 1 ? "127.0.0.1" : "";
+  parts.bind_host = gloo_bind_address(options.master_addr(), options.master_port(), size);
+  const char* interfaces = std::getenv("GLOO_SOCKET_IFNAME");
+  logger().info("rank {} of {}: Gloo transport bound to {}", rank, size,
+                !parts.bind_host.empty() ? parts.bind_host
+                : interfaces != nullptr && *interfaces != '\0' ? str_cat("GLOO_SOCKET_IFNAME=", interfaces)
+                                         : std::string("the host name's address"));
   rendezvous(parts.store, "world", rank, size, options.timeout(),
              str_cat("check that the world size (", size, ") matches the number of workers started"));
   try {

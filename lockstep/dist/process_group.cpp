@@ -84,7 +84,8 @@ Staged contiguous(const at::Tensor& tensor) {
   return {tensor.contiguous(), true};
 }
 
-std::string rank_list(const std::vector<int>& ranks) {
+// "[0,2,5]": a group's ranks in its store key.
+std::string ranks_key(const std::vector<int>& ranks) {
   std::ostringstream out;
   out << "[";
   for (size_t i = 0; i < ranks.size(); ++i) out << (i ? "," : "") << ranks[i];
@@ -93,6 +94,14 @@ std::string rank_list(const std::vector<int>& ranks) {
 }
 
 }  // namespace
+
+std::string format_ranks(const std::vector<int>& ranks) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < ranks.size(); ++i) out << (i ? ", " : "") << ranks[i];
+  out << "]";
+  return out.str();
+}
 
 ProcessGroup::ProcessGroup(Parts parts) : parts_(std::move(parts)) {
   LOCKSTEP_CHECK(parts_.gloo, "ProcessGroup '", parts_.name, "': no Gloo backend");
@@ -464,7 +473,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks, st
   if (me == ranks.end()) return nullptr;
   std::string store_name;
   if (group_name.empty()) {
-    std::string base = str_cat(name() == "world" ? "" : name() + "/", "ranks", rank_list(ranks));
+    std::string base = str_cat(name() == "world" ? "" : name() + "/", "ranks", ranks_key(ranks));
     int count = ++child_names_[base];
     group_name = count > 1 ? str_cat(base, "#", count) : base;
   } else {

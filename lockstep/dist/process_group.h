@@ -136,4 +136,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::map<std::string, int> child_names_;
 };
 
+// "[0, 2, 5]": ranks as error and log messages show them.
+std::string format_ranks(const std::vector<int>& ranks);
+
 }  // namespace lockstep

@@ -115,18 +115,6 @@ std::string format_duration(std::chrono::milliseconds duration) {
 
 }  // namespace detail
 
-namespace {
-
-std::string rank_list(const std::vector<int>& ranks) {
-  std::ostringstream out;
-  out << "[";
-  for (size_t i = 0; i < ranks.size(); ++i) out << (i ? ", " : "") << ranks[i];
-  out << "]";
-  return out.str();
-}
-
-}  // namespace
-
 Work::Work(std::shared_ptr<const ProcessGroup> group, detail::OpInfo info)
     : group_(std::move(group)), info_(std::move(info)) {
   if (info_.seq > 0 && group_->size() > 1) {
@@ -221,11 +209,11 @@ void Work::fail_timeout(std::chrono::milliseconds waited) {
   for (int peer : late) late_world.push_back(group_->global_rank(peer));
   std::string waiting;
   if (!late_world.empty()) {
-    waiting = str_cat(" waiting for ranks ", rank_list(late_world));
+    waiting = str_cat(" waiting for ranks ", format_ranks(late_world));
   } else {
     std::vector<int> all;
     for (int peer : info_.peers) all.push_back(group_->global_rank(peer));
-    waiting = str_cat(" (ranks ", rank_list(all), " had all entered it; the transfer itself stalled)");
+    waiting = str_cat(" (ranks ", format_ranks(all), " had all entered it; the transfer itself stalled)");
   }
   throw TimeoutError(str_cat("rank ", group_->global_rank(group_->rank()), ": ", description(), " timed out after ",
                              detail::format_duration(waited), waiting));

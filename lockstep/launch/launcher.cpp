@@ -21,6 +21,7 @@
 #include "lockstep/dist/init.h"
 #include "lockstep/dist/job_identity.h"
 #include "lockstep/launch/line_prefixer.h"
+#include "lockstep/launch/restart_rounds.h"
 
 namespace lockstep {
 
@@ -120,6 +121,11 @@ class Supervisor {
   Supervisor(const LaunchOptions& options, int master_port, std::string run_id, const std::string& job_token)
       : options_(options), master_port_(master_port), run_id_(std::move(run_id)), base_env_(current_environment()) {
     if (!job_token.empty()) base_env_["LOCKSTEP_JOB_TOKEN"] = job_token;
+    if (!options_.standalone() && options_.nnodes() > 1 && options_.max_restarts() > 0) {
+      rounds_ = std::make_unique<RestartRounds>(
+          options_.master_addr(), master_port_, options_.nnodes(), options_.node_rank(),
+          std::chrono::milliseconds(static_cast<long long>(options_.join_timeout() * 1000)));
+    }
   }
 
   int run() {
@@ -129,6 +135,7 @@ class Supervisor {
     }
     int restart = 0;
     while (true) {
+      if (rounds_) rounds_->watch(restart);
       start_workers(restart);
       int code = supervise();
       if (signal_ != 0) return 128 + signal_;
@@ -138,6 +145,10 @@ class Supervisor {
         return code;
       }
       ++restart;
+      if (rounds_) {
+        say(str_cat("waiting for every node to join restart ", restart));
+        if (!rounds_->enter(restart, [this] { return interrupted(); })) return 128 + signal_;
+      }
       say(str_cat("restarting all workers (restart ", restart, " of ", options_.max_restarts(), ")"));
     }
   }
@@ -234,6 +245,14 @@ class Supervisor {
       poll(fds.data(), fds.size(), static_cast<int>(std::max<long long>(interval.count(), 1)));
       handle_signals(stopping, kill_at);
       drain_output();
+      if (rounds_ && !stopping && rounds_->node_waiting() >= 0) {
+        // Another node's workers failed and it waits for this node in the next round.
+        say(str_cat("node ", rounds_->node_waiting(), " is restarting the job; stopping this node's workers"));
+        failure_code = 1;
+        stopping = true;
+        kill_at = Clock::now() + grace();
+        signal_all(SIGTERM);
+      }
       for (auto& w : workers_) {
         if (!w.running) continue;
         int status = 0;
@@ -291,6 +310,18 @@ class Supervisor {
     }
   }
 
+  // Between restarts: whether SIGINT/SIGTERM/SIGHUP arrived (recorded in signal_).
+  bool interrupted() {
+    unsigned char byte;
+    while (read(g_signal_pipe[0], &byte, 1) == 1) {
+      if (byte != SIGCHLD && signal_ == 0) {
+        signal_ = byte;
+        say(str_cat("received ", strsignal(byte), " while waiting for the other nodes; stopping"));
+      }
+    }
+    return signal_ != 0;
+  }
+
   void signal_all(int s) {
     for (auto& w : workers_) {
       if (w.running) kill(-w.pid, s);
@@ -343,6 +374,7 @@ class Supervisor {
   Environment base_env_;
   std::vector<Worker> workers_;
   int signal_ = 0;
+  std::unique_ptr<RestartRounds> rounds_;  // multi-node jobs with restarts only
 };
 
 }  // namespace

@@ -11,7 +11,7 @@
 //   - each worker gets LOCAL_RANK, RANK, GROUP_RANK, ROLE_RANK, LOCAL_WORLD_SIZE,
 //     WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT,
 //     TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID and OMP_NUM_THREADS=1
-//     (when unset and N > 1);
+//     (when unset and N > 1), and GLOO_SOCKET_IFNAME with --socket-ifname;
 //   - node 0's launcher hosts the rendezvous TCPStore (the "agent store":
 //     TORCHELASTIC_USE_AGENT_STORE=True, workers connect as clients under
 //     "/worker/attempt_<restart>"); --standalone lets the OS pick its port;
@@ -23,7 +23,10 @@
 //   - when a worker fails, the others get SIGTERM, then SIGKILL after
 //     kill_grace seconds; with restarts left every worker starts again with
 //     TORCHELASTIC_RESTART_COUNT + 1, otherwise launch() returns the failed
-//     worker's exit code (128 + signal for a signal);
+//     worker's exit code (128 + signal for a signal); on several nodes the
+//     launchers restart together: a node whose workers failed announces the
+//     next round on node 0's store, the others stop their workers, and all
+//     wait for each other before starting the new attempt (--join-timeout);
 //   - each worker runs in its own process group, which is killed when the
 //     worker ends, so nothing it spawned is left behind.
 #pragma once
@@ -46,6 +49,9 @@ struct LaunchOptions {
   // One machine, loopback, a free port: master_addr/port/nnodes are ignored.
   TORCH_ARG(bool, standalone) = false;
   TORCH_ARG(int, max_restarts) = 0;
+  // Multi-node restarts: seconds a node's launcher waits for the others to
+  // join a restart before it gives up (lockstep/launch/restart_rounds.h).
+  TORCH_ARG(double, join_timeout) = 600;
   // How often (seconds) worker states are checked when nothing else happens.
   TORCH_ARG(double, monitor_interval) = 0.1;
   // Seconds between SIGTERM and SIGKILL when stopping workers.
@@ -55,6 +61,10 @@ struct LaunchOptions {
   // empty: $LOCKSTEP_JOB_TOKEN, else a random one -- which only a single-node
   // job may use. Workers get it as LOCKSTEP_JOB_TOKEN.
   TORCH_ARG(std::string, job_token) = "";
+  // The network interface(s) the workers' Gloo transport binds to, comma
+  // separated; exported as GLOO_SOCKET_IFNAME. Empty: $GLOO_SOCKET_IFNAME if
+  // set, else the interface that routes to the master (lockstep/dist/network.h).
+  TORCH_ARG(std::string, socket_ifname) = "";
   // Prefix each output line with "[rank<R>]: ".
   TORCH_ARG(bool, prefix_output) = true;
   TORCH_ARG(std::vector<std::string>, command);

@@ -54,6 +54,13 @@ TEST(WorkerEnv, OmpThreadsOnlyWhenUnsetAndShared) {
   EXPECT_EQ(build_worker_env(LaunchOptions().nproc_per_node(1), 0, 0, 1, "r", {}).count("OMP_NUM_THREADS"), 0u);
 }
 
+TEST(WorkerEnv, SocketInterfaceOnlyWhenNamed) {
+  auto named = LaunchOptions().nproc_per_node(1).socket_ifname("eth1,eth2");
+  EXPECT_EQ(build_worker_env(named, 0, 0, 1, "r", {{"GLOO_SOCKET_IFNAME", "lo"}})["GLOO_SOCKET_IFNAME"], "eth1,eth2");
+  EXPECT_EQ(build_worker_env(LaunchOptions(), 0, 0, 1, "r", {{"GLOO_SOCKET_IFNAME", "lo"}})["GLOO_SOCKET_IFNAME"], "lo");
+  EXPECT_EQ(build_worker_env(LaunchOptions(), 0, 0, 1, "r", {}).count("GLOO_SOCKET_IFNAME"), 0u);
+}
+
 TEST(LaunchOptionsCheck, NamesTheBadOption) {
   EXPECT_NE(error_of([] { validate_launch_options(LaunchOptions()); }).find("no command given"), std::string::npos);
   auto with_command = [] { return LaunchOptions().command({"true"}); };

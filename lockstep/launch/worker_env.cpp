@@ -14,6 +14,8 @@ void validate_launch_options(const LaunchOptions& options) {
   LOCKSTEP_CHECK(options.monitor_interval() > 0, "lockstep run: --monitor-interval must be positive, got ",
                  options.monitor_interval());
   LOCKSTEP_CHECK(options.kill_grace() >= 0, "lockstep run: the kill grace period must not be negative");
+  LOCKSTEP_CHECK(options.join_timeout() > 0, "lockstep run: --join-timeout must be positive, got ",
+                 options.join_timeout());
   if (options.standalone()) return;
   LOCKSTEP_CHECK(options.nnodes() >= 1, "lockstep run: --nnodes must be at least 1, got ", options.nnodes());
   LOCKSTEP_CHECK(options.node_rank() >= 0 && options.node_rank() < options.nnodes(), "lockstep run: --node-rank ",
@@ -46,6 +48,7 @@ Environment build_worker_env(const LaunchOptions& options, int local_rank, int r
   env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(options.max_restarts());
   env["TORCHELASTIC_RUN_ID"] = run_id;
   env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  if (!options.socket_ifname().empty()) env["GLOO_SOCKET_IFNAME"] = options.socket_ifname();
   // Several workers on one machine would each start one OpenMP thread per core.
   if (nproc > 1 && (base.find("OMP_NUM_THREADS") == base.end() || base.at("OMP_NUM_THREADS").empty())) {
     env["OMP_NUM_THREADS"] = "1";

@@ -1,0 +1,59 @@
+#include "lockstep/dist/network.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+namespace lockstep {
+
+namespace {
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+std::string source_address(const addrinfo& target) {
+  const int fd = ::socket(target.ai_family, SOCK_DGRAM, 0);
+  if (fd < 0) return "";
+  std::string address;
+  sockaddr_storage local{};
+  socklen_t length = sizeof(local);
+  if (::connect(fd, target.ai_addr, target.ai_addrlen) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0) {
+    char text[INET6_ADDRSTRLEN] = {0};
+    const void* raw = local.ss_family == AF_INET
+                          ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(&local)->sin_addr)
+                          : static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(&local)->sin6_addr);
+    if (::inet_ntop(local.ss_family, raw, text, sizeof(text)) != nullptr) address = text;
+  }
+  ::close(fd);
+  return address;
+}
+
+}  // namespace
+
+std::string local_address_towards(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return "";
+  std::string address;
+  for (addrinfo* entry = found; entry != nullptr && address.empty(); entry = entry->ai_next) {
+    address = source_address(*entry);
+  }
+  ::freeaddrinfo(found);
+  return address;
+}
+
+std::string gloo_bind_address(const std::string& master_addr, int master_port, int world_size) {
+  const char* interfaces = std::getenv("GLOO_SOCKET_IFNAME");
+  if (interfaces != nullptr && *interfaces != '\0') return "";
+  if (world_size == 1 || is_loopback(master_addr)) return "127.0.0.1";
+  return local_address_towards(master_addr, master_port);
+}
+
+}  // namespace lockstep

@@ -1,0 +1,31 @@
+// Which local address a process should bind its Gloo transport to, so that a
+// multi-host job talks over the interface that actually reaches the other
+// hosts, not over whatever the host name happens to resolve to.
+//
+//   std::string address = lockstep::local_address_towards("10.0.0.1", 29500);
+//   // "10.0.0.2" on the host whose route to 10.0.0.1 leaves through 10.0.0.2
+//
+// The choice made by init_process_group (lockstep/dist/init.h):
+//   1. GLOO_SOCKET_IFNAME set (by hand or `lockstep run --socket-ifname`):
+//      those interfaces, as in PyTorch;
+//   2. master on loopback, or one process: 127.0.0.1;
+//   3. otherwise the source address the kernel's routing table picks for the
+//      master's address -- the interface that reaches node 0 reaches the
+//      others in any flat network;
+//   4. if that cannot be determined: Gloo's default (the host name's address).
+#pragma once
+
+#include <string>
+
+namespace lockstep {
+
+// The local address of the interface this host uses to reach host:port,
+// found by connecting a UDP socket (no packet is sent). Empty when the host
+// does not resolve or no route leads to it.
+std::string local_address_towards(const std::string& host, int port);
+
+// The Gloo bind address by the rules above ("" = leave it to GLOO_SOCKET_IFNAME
+// or Gloo's default).
+std::string gloo_bind_address(const std::string& master_addr, int master_port, int world_size);
+
+}  // namespace lockstep
