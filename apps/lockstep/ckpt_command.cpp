@@ -149,10 +149,59 @@ std::optional<c10::ScalarType> parse_export_dtype(const std::string& name) {
   LOCKSTEP_FAIL("unknown --dtype ", name);
 }
 
+struct DiffArguments {
+  std::string first, second;
+  double atol = 0;
+};
+
+// Compares the model weights of two checkpoints tensor by tensor; prints what
+// differs and returns whether all is within `atol` (0: bitwise).
+bool diff_model_weights(const DiffArguments& args, std::ostream& out) {
+  const auto first = read_checkpoint_file(args.first).get("model").tensors;
+  const auto second = read_checkpoint_file(args.second).get("model").tensors;
+  size_t differing = 0;
+  double worst = 0;
+  for (const auto& [name, tensor] : first) {
+    auto other = second.find(name);
+    if (other == second.end()) {
+      out << name << ": only in " << args.first << "\n";
+      ++differing;
+      continue;
+    }
+    if (tensor.sizes() != other->second.sizes() || tensor.scalar_type() != other->second.scalar_type()) {
+      out << name << ": " << tensor.toString() << tensor.sizes() << " vs " << other->second.toString()
+          << other->second.sizes() << "\n";
+      ++differing;
+      continue;
+    }
+    if (torch::equal(tensor, other->second)) continue;
+    const double diff = (tensor.to(torch::kDouble) - other->second.to(torch::kDouble)).abs().max().item<double>();
+    worst = std::max(worst, diff);
+    if (diff > args.atol) {
+      out << name << ": max |difference| " << diff << "\n";
+      ++differing;
+    }
+  }
+  for (const auto& entry : second) {
+    if (first.count(entry.first) == 0) {
+      out << entry.first << ": only in " << args.second << "\n";
+      ++differing;
+    }
+  }
+  out << first.size() << " tensors compared: "
+      << (differing == 0 ? (worst == 0 ? std::string("bitwise equal")
+                                       : "equal within atol " + std::to_string(args.atol) + " (largest difference " +
+                                             std::to_string(worst) + ")")
+                         : std::to_string(differing) + " differ")
+      << std::endl;
+  return differing == 0;
+}
+
 }  // namespace
 
 CLI::App* add_ckpt_command(CLI::App& app) {
-  CLI::App* ckpt = app.add_subcommand("ckpt", "Inspect checkpoints and export their weights (lockstep ckpt inspect|export)");
+  CLI::App* ckpt = app.add_subcommand(
+      "ckpt", "Inspect, export and compare checkpoints (lockstep ckpt inspect|export|diff)");
   ckpt->require_subcommand(1);
 
   auto inspect_args = std::make_shared<InspectArguments>();
@@ -186,6 +235,17 @@ CLI::App* add_ckpt_command(CLI::App& app) {
     size_t count = export_safetensors(export_args->file, export_args->out,
                                       ExportOptions().dtype(parse_export_dtype(export_args->dtype)));
     std::cout << "Wrote " << count << " tensors of " << export_args->file << " to " << export_args->out << std::endl;
+  });
+
+  auto diff_args = std::make_shared<DiffArguments>();
+  CLI::App* differ = ckpt->add_subcommand(
+      "diff", "Compare the model weights of two checkpoints; exit 0 when they match (bitwise unless --atol)");
+  differ->add_option("first", diff_args->first, "A lockstep checkpoint (.ckpt)")->required();
+  differ->add_option("second", diff_args->second, "Another lockstep checkpoint")->required();
+  differ->add_option("--atol", diff_args->atol, "Largest absolute difference that still counts as equal")
+      ->capture_default_str();
+  differ->callback([diff_args]() {
+    if (!diff_model_weights(*diff_args, std::cout)) throw CLI::RuntimeError(1);
   });
   return ckpt;
 }

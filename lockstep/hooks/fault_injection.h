@@ -10,6 +10,12 @@
 //       custom_hooks:
 //         - {type: FaultInjection, kill_at_iter: 17, rank: 1, attempt: 0}
 //
+//     With step_delay_ms every step of every rank sleeps that long first, so
+//     a test can act on a run while it is in flight (take a network link
+//     down, say); kill_at_iter may then be left out:
+//
+//         - {type: FaultInjection, step_delay_ms: 100}
+//
 //   - Named fault points in library code: with LOCKSTEP_FAULT_KILL_AT=<point>
 //     (or <point>@<n> for the n-th time it is reached, default 1) a process
 //     SIGKILLs itself when it reaches that point. AtomicFileWriter reaches
@@ -32,12 +38,14 @@ namespace lockstep {
 
 class FaultInjectionHook : public Hook {
  public:
-  // attempt -1: every attempt (the job can then never finish).
-  FaultInjectionHook(int64_t kill_at_iter, int rank, int attempt);
+  // attempt -1: every attempt (the job can then never finish);
+  // kill_at_iter -1: never.
+  FaultInjectionHook(int64_t kill_at_iter, int rank, int attempt, int64_t step_delay_ms = 0);
   void before_step() override;
 
  private:
   int64_t kill_at_iter_;
+  int64_t step_delay_ms_;
   int rank_;
   int attempt_;
 };

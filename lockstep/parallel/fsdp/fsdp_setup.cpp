@@ -108,6 +108,9 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
       for (int b = 0; b < world_size / size; ++b) replica_ranks.push_back(b * size + rank % size);
       shard_group_ = group_->new_group(shard_ranks, name + ".shard" + std::to_string(block));
       replicate_group_ = group_->new_group(replica_ranks, name + ".replica" + std::to_string(rank % size));
+      logger().info("FSDP HYBRID_SHARD: rank {} shards with ranks {} and replicates with ranks {}",
+                    get_rank(), format_ranks(shard_group_->global_ranks()),
+                    format_ranks(replicate_group_->global_ranks()));
       break;
     }
   }

@@ -1,0 +1,294 @@
+#!/usr/bin/env bash
+# Multi-host tests over a real (virtual) network: two namespace hosts from
+# netns_hosts.sh, each running `lockstep run --nnodes 2 --node-rank R
+# --nproc-per-node 2`, against the same job on one host's loopback.
+#
+#   tests/multinode/multinode_test.sh SCENARIO BUILD_DIR
+#
+# SCENARIO
+#   ddp       2 hosts x 2 processes of DDP end with the weights of 4 processes
+#             on loopback, bitwise; ranks, local ranks, node groups and the
+#             Gloo interface (automatic on host 0, --socket-ifname on host 1)
+#             come out right
+#   hybrid    the same with FSDP HYBRID_SHARD: shard groups are the hosts
+#   linkdown  host 1's link is pulled mid-run: every rank on both hosts ends
+#             with the timeout error, both launchers fail, nothing is left running
+#   restart   the same under --max-restarts: once the link is back the job
+#             resumes from its checkpoint and ends bitwise equal to a run that
+#             never lost its link
+#   peerfail  a worker on host 1 fails before it connects: host 1's launcher
+#             announces the restart and host 0 stops its own (healthy, waiting)
+#             workers at once instead of after the 120 s timeout; the job ends
+#             bitwise equal to the loopback run
+#   token     node 1 with another job token is refused by node 0 across the
+#             network; both launchers end, nothing is left running
+#
+# Exit 0: passed, 1: failed, 77: skipped (no root or no network namespaces).
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=netns_hosts.sh
+source "$here/netns_hosts.sh"
+
+scenario=${1:?usage: multinode_test.sh SCENARIO BUILD_DIR}
+build=$(cd "${2:?usage: multinode_test.sh SCENARIO BUILD_DIR}" && pwd)
+lockstep="$build/bin/lockstep"
+[ -x "$lockstep" ] || { echo "FAIL: no $lockstep (build first)"; exit 1; }
+
+if ! why=$(netns_hosts_usable); then
+  echo "SKIP: $why"
+  exit 77
+fi
+
+work=$(mktemp -d /tmp/lockstep-multinode-"$scenario".XXXXXX)
+cleanup() {
+  netns_hosts_down
+  [ -n "${KEEP_WORK:-}" ] || rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+netns_hosts_up "lsmn-$scenario" 2 || { echo "FAIL: could not build the namespace hosts"; exit 1; }
+
+fail() {
+  echo "FAIL ($scenario): $*"
+  for log in "$work"/*.log; do
+    [ -f "$log" ] || continue
+    echo "----- $(basename "$log") (last 40 lines)"
+    tail -n 40 "$log"
+  done
+  exit 1
+}
+expect_in() {  # file text
+  grep -qF -- "$2" "$1" || fail "'$2' not in $(basename "$1")"
+}
+
+# 6 iterations per epoch and rank on 4 ranks; checkpoints every 5 iterations.
+cat >"$work/job.yaml" <<'YAML'
+randomness: {seed: 11}
+model:
+  type: MLP
+  in_features: 64
+  hidden: [32, 32]
+  data_preprocessor: {type: ImgDataPreprocessor, mean: [100.0], std: [60.0]}
+train_dataloader:
+  batch_size: 4
+  sampler: {type: DefaultSampler, shuffle: true}
+  dataset: {type: SyntheticImages, size: 96, height: 8, width: 8, seed: 1}
+train_cfg: {max_iters: 30, by_epoch: false}
+optim_wrapper:
+  optimizer: {type: SGD, lr: 0.05, momentum: 0.9, weight_decay: 0.0001}
+default_hooks:
+  logger: {interval: 5}
+  checkpoint: {by_epoch: false, interval: 5, max_keep_ckpts: 10}
+YAML
+ddp='strategy={type: DDPStrategy, launcher: pytorch, backend: gloo}'
+hybrid='strategy={type: FSDPStrategy, launcher: pytorch, backend: gloo, state_dict_type: full, model_wrapper: {sharding_strategy: HYBRID_SHARD, auto_wrap_policy: {type: size_based, min_num_params: 1000}}}'
+export LOCKSTEP_JOB_TOKEN="multinode-test-$$-$RANDOM"
+master=$(host_addr 0)
+
+# train_argv WORK_DIR SETS... -> `lockstep train` argv
+train_argv() {
+  local dir=$1
+  shift
+  printf '%s\n' "$lockstep" train "$work/job.yaml" --work-dir "$dir"
+  local set
+  for set in "$@"; do printf '%s\n' --set "$set"; done
+}
+
+# node HOST NODE_RANK LOG MASTER [launcher args] -- command...: starts one
+# node's launcher in the background on namespace host HOST.
+node() {
+  local host=$1 node_rank=$2 log=$3 master_addr=$4
+  shift 4
+  on_host "$host" timeout -k 5 240 "$lockstep" run --nnodes 2 --node-rank "$node_rank" --nproc-per-node 2 \
+    --master-addr "$master_addr" --master-port 29500 "$@" >"$log" 2>&1 &
+}
+
+# two_hosts NAME [launcher args] -- command...: the job across both hosts.
+# Leaves the launchers' pids in NODE_PIDS.
+two_hosts() {
+  local name=$1
+  shift
+  node 0 0 "$work/$name-host0.log" "$master" "$@"
+  NODE_PIDS=($!)
+  node 1 1 "$work/$name-host1.log" "$master" "$@"
+  NODE_PIDS+=($!)
+}
+
+# loopback NAME [launcher args] -- command...: the same job, both "nodes" on
+# host 0's loopback (its own port space, so nothing else on the machine interferes).
+loopback() {
+  local name=$1
+  shift
+  node 0 0 "$work/$name-node0.log" 127.0.0.1 "$@"
+  local first=$!
+  node 0 1 "$work/$name-node1.log" 127.0.0.1 "$@"
+  local second=$!
+  wait "$first" || fail "$name: node 0 on loopback exited with $?"
+  wait "$second" || fail "$name: node 1 on loopback exited with $?"
+}
+
+wait_nodes() {  # NAME: both launchers must succeed
+  wait "${NODE_PIDS[0]}" || fail "$1: host 0's launcher exited with $?"
+  wait "${NODE_PIDS[1]}" || fail "$1: host 1's launcher exited with $?"
+}
+
+same_weights() {  # A B
+  "$lockstep" ckpt diff "$1" "$2" >"$work/diff.log" 2>&1 || fail "weights differ: $(cat "$work/diff.log")"
+  echo "$(basename "$(dirname "$1")") vs $(basename "$(dirname "$2")"): $(tail -n 1 "$work/diff.log")"
+}
+
+wait_for_file() {  # FILE SECONDS
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    [ -e "$1" ] && return 0
+    sleep 0.1
+  done
+  fail "$1 did not appear within $2 s"
+}
+
+wait_for_text() {  # FILE TEXT SECONDS
+  local i
+  for ((i = 0; i < $3 * 10; i++)); do
+    grep -qF -- "$2" "$1" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  fail "'$2' did not appear in $(basename "$1") within $3 s"
+}
+
+nothing_left_running() {
+  local host pids
+  for host in 0 1; do
+    pids=$(host_pids "$host")
+    [ -z "$pids" ] || fail "left running on host $host: $(ps -o pid=,args= -p "$(echo "$pids" | paste -sd,)")"
+  done
+}
+
+# Placement: what init_process_group reports on each host.
+check_placement() {  # NAME
+  local h0="$work/$1-host0.log" h1="$work/$1-host1.log"
+  expect_in "$h0" "[rank0]: "
+  expect_in "$h0" "rank 0 of 4: Gloo transport bound to $(host_addr 0)"
+  expect_in "$h0" "rank 1 of 4: Gloo transport bound to $(host_addr 0)"
+  expect_in "$h1" "rank 2 of 4: Gloo transport bound to GLOO_SOCKET_IFNAME=eth0"
+  expect_in "$h1" "rank 3 of 4: Gloo transport bound to GLOO_SOCKET_IFNAME=eth0"
+  expect_in "$h0" "rank 1 of 4: node group 'node0' = ranks [0, 1]"
+  expect_in "$h1" "rank 2 of 4: node group 'node1' = ranks [2, 3]"
+  expect_in "$h1" "[rank3]: "
+}
+
+case "$scenario" in
+  ddp | hybrid)
+    strategy=$ddp
+    [ "$scenario" = hybrid ] && strategy=$hybrid
+    mapfile -t job < <(train_argv "$work/loopback" "$strategy")
+    loopback loopback -- "${job[@]}"
+    mapfile -t job < <(train_argv "$work/hosts" "$strategy")
+    node 0 0 "$work/hosts-host0.log" "$master" -- "${job[@]}"
+    NODE_PIDS=($!)
+    node 1 1 "$work/hosts-host1.log" "$master" --socket-ifname eth0 -- "${job[@]}"
+    NODE_PIDS+=($!)
+    wait_nodes hosts
+    check_placement hosts
+    if [ "$scenario" = hybrid ]; then
+      expect_in "$work/hosts-host0.log" "FSDP HYBRID_SHARD: rank 0 shards with ranks [0, 1] and replicates with ranks [0, 2]"
+      expect_in "$work/hosts/log_rank3.txt" "FSDP HYBRID_SHARD: rank 3 shards with ranks [2, 3] and replicates with ranks [1, 3]"
+    fi
+    same_weights "$work/loopback/model_final.ckpt" "$work/hosts/model_final.ckpt"
+    # The comparison can fail: the weights moved during training.
+    if "$lockstep" ckpt diff "$work/hosts/model_final.ckpt" "$work/hosts/model_0000004.ckpt" >/dev/null 2>&1; then
+      fail "the weights did not change between iterations 5 and 30"
+    fi
+    ;;
+  linkdown)
+    mapfile -t job < <(train_argv "$work/hosts" "$ddp" "train_cfg.max_iters=100000" \
+      "custom_hooks=[{type: FaultInjection, step_delay_ms: 50}]")
+    export LOCKSTEP_TIMEOUT_S=6
+    two_hosts hosts -- "${job[@]}"
+    wait_for_file "$work/hosts/model_0000009.ckpt" 120
+    link_down 1
+    pulled=$SECONDS
+    wait "${NODE_PIDS[0]}" && fail "host 0's launcher succeeded without its peer host"
+    code0=$?
+    wait "${NODE_PIDS[1]}" && fail "host 1's launcher succeeded without its link"
+    code1=$?
+    [ "$code0" != 124 ] && [ "$code1" != 124 ] || fail "a launcher hung until the test's own timeout"
+    echo "both launchers ended $((SECONDS - pulled)) s after the link went down (exit $code0, $code1)"
+    for rank in 0 1; do expect_in "$work/hosts-host0.log" "[rank$rank]: "; done
+    for host in 0 1; do
+      grep -q "timed out after 6s\|timed out after 6 s\|timed out after 6.0" "$work/hosts-host$host.log" ||
+        grep -q "timed out" "$work/hosts-host$host.log" || fail "no timeout error on host $host"
+    done
+    for rank in 0 1 2 3; do
+      host=$((rank / 2))
+      grep -q "^\[rank$rank\]: .*timed out" "$work/hosts-host$host.log" ||
+        fail "rank $rank did not end with the timeout error"
+    done
+    nothing_left_running
+    ;;
+  restart)
+    mapfile -t job < <(train_argv "$work/loopback" "$ddp")
+    loopback loopback -- "${job[@]}"
+    mapfile -t job < <(train_argv "$work/hosts" "$ddp" "custom_hooks=[{type: FaultInjection, step_delay_ms: 150}]")
+    export LOCKSTEP_TIMEOUT_S=6
+    two_hosts hosts --max-restarts 3 -- "${job[@]}"
+    wait_for_file "$work/hosts/model_0000009.ckpt" 120
+    link_down 1
+    # Host 0 notices first and waits for host 1 to join the restart; host 1
+    # cannot reach node 0's store until its link is back.
+    wait_for_text "$work/hosts-host0.log" "waiting for every node to join restart 1" 60
+    wait_for_text "$work/hosts-host1.log" "waiting for every node to join restart 1" 60
+    sleep 2
+    link_up 1
+    wait_nodes hosts
+    for host in 0 1; do
+      expect_in "$work/hosts-host$host.log" "timed out"
+      expect_in "$work/hosts-host$host.log" "restarting all workers (restart 1 of 3)"
+      grep -q "restart 2 of 3" "$work/hosts-host$host.log" && fail "host $host restarted twice for one lost link"
+    done
+    expect_in "$work/hosts-host0.log" "Restart 1 of this job: resuming"
+    same_weights "$work/loopback/model_final.ckpt" "$work/hosts/model_final.ckpt"
+    nothing_left_running
+    ;;
+  peerfail)
+    mapfile -t job < <(train_argv "$work/loopback" "$ddp")
+    loopback loopback -- "${job[@]}"
+    mapfile -t job < <(train_argv "$work/hosts" "$ddp")
+    # Rank 2 fails at start-up in the first attempt, before it ever connects:
+    # the other ranks would wait in the rendezvous for the whole 120 s
+    # timeout; host 0 must learn of the failure from host 1's launcher.
+    export LOCKSTEP_TIMEOUT_S=120
+    started=$SECONDS
+    node 0 0 "$work/hosts-host0.log" "$master" --max-restarts 1 -- "${job[@]}"
+    NODE_PIDS=($!)
+    node 1 1 "$work/hosts-host1.log" "$master" --max-restarts 1 -- bash -c \
+      'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 2 ]; then echo "rank 2 fails to start"; exit 3; fi; exec "$@"' \
+      worker "${job[@]}"
+    NODE_PIDS+=($!)
+    wait_nodes hosts
+    [ $((SECONDS - started)) -lt 60 ] || fail "the job took $((SECONDS - started)) s: host 0 waited for its timeout"
+    expect_in "$work/hosts-host1.log" "worker rank 2 (pid"
+    expect_in "$work/hosts-host0.log" "node 1 is restarting the job; stopping this node's workers"
+    for host in 0 1; do expect_in "$work/hosts-host$host.log" "restarting all workers (restart 1 of 1)"; done
+    same_weights "$work/loopback/model_final.ckpt" "$work/hosts/model_final.ckpt"
+    nothing_left_running
+    ;;
+  token)
+    mapfile -t job < <(train_argv "$work/hosts" "$ddp")
+    export LOCKSTEP_TIMEOUT_S=8
+    node 0 0 "$work/token-host0.log" "$master" -- "${job[@]}"
+    NODE_PIDS=($!)
+    LOCKSTEP_JOB_TOKEN=not-the-job-token node 1 1 "$work/token-host1.log" "$master" -- "${job[@]}"
+    NODE_PIDS+=($!)
+    wait "${NODE_PIDS[1]}" && fail "node 1 with a wrong token was let in"
+    expect_in "$work/token-host1.log" "lockstep run: node 1 refused by the job at $master:29500: wrong job token"
+    wait "${NODE_PIDS[0]}" && fail "node 0 finished a job without node 1"
+    [ $? != 124 ] || fail "node 0 hung until the test's own timeout"
+    nothing_left_running
+    [ ! -e "$work/hosts/model_final.ckpt" ] || fail "a job with a refused node wrote a final checkpoint"
+    ;;
+  *)
+    echo "unknown scenario '$scenario'"
+    exit 2
+    ;;
+esac
+echo "PASS: $scenario"
