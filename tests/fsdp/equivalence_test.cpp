@@ -48,6 +48,7 @@ std::vector<Case> cases_for(int world_size) {
   cases.push_back({"FULL_SHARD/post + forward_prefetch, limit_all_gathers 1",
                    with(S::kFullShard, P::kPost).forward_prefetch(true).limit_all_gathers(1)});
   cases.push_back({"SHARD_GRAD_OP/pre + forward_prefetch", with(S::kShardGradOp).forward_prefetch(true)});
+  cases.push_back({"FULL_SHARD/none, no reduction overlap", with(S::kFullShard, P::kNone).overlap_reductions(false)});
   if (world_size == 4) {
     cases.push_back({"HYBRID_SHARD/post + forward_prefetch", with(S::kHybridShard, P::kPost).forward_prefetch(true)});
   }

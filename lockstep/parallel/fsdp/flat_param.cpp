@@ -133,16 +133,23 @@ void FlatParamUnit::reshard() {
   state_ = State::kSharded;
 }
 
-void FlatParamUnit::start_reduce() {
-  LOCKSTEP_CHECK(!reduce_pending(), "FSDP internal: unit '", path_, "' reduces twice in one backward");
+void FlatParamUnit::absorb_grad(size_t index) {
+  FlatSlot& slot = slots_.at(index);
+  torch::Tensor& grad = slot.param.mutable_grad();
+  if (!grad.defined()) return;
+  LOCKSTEP_CHECK(!reduce_work_, "FSDP internal: unit '", path_, "' got a gradient while its reduction runs");
   torch::NoGradGuard no_grad;
-  reduce_in_ = torch::zeros({padded_numel_}, full_.options().dtype(setup_.reduce_dtype));
-  for (auto& slot : slots_) {
-    torch::Tensor& grad = slot.param.mutable_grad();
-    if (!grad.defined()) continue;
-    reduce_in_.narrow(0, slot.offset, slot.numel).copy_(grad.reshape(-1));
-    grad.reset();
-  }
+  if (!reduce_in_.defined()) reduce_in_ = torch::zeros({padded_numel_}, full_.options().dtype(setup_.reduce_dtype));
+  reduce_in_.narrow(0, slot.offset, slot.numel).copy_(grad.reshape(-1));
+  grad.reset();
+}
+
+void FlatParamUnit::start_reduce() {
+  LOCKSTEP_CHECK(!reduce_work_ && !reduce_out_.defined(), "FSDP internal: unit '", path_,
+                 "' reduces twice in one backward");
+  for (size_t s = 0; s < slots_.size(); ++s) absorb_grad(s);
+  torch::NoGradGuard no_grad;
+  if (!reduce_in_.defined()) reduce_in_ = torch::zeros({padded_numel_}, full_.options().dtype(setup_.reduce_dtype));
   if (shard_world_ > 1) {
     reduce_out_ = torch::empty({shard_numel_}, reduce_in_.options());
     reduce_work_ = setup_.shard_group->reduce_scatter_tensor(reduce_out_, reduce_in_, ReduceOp::kAvg, /*async=*/true);

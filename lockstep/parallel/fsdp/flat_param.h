@@ -113,9 +113,13 @@ class FlatParamUnit {
   void mark_intercepted();
   bool intercepted() const { return intercepted_; }
 
-  // Flattens the parameters' gradients (zeros where a parameter has none)
-  // into a padded buffer, drops them, and starts reducing it into this
-  // rank's shard of the gradient (reduce-scatter, or all-reduce without sharding).
+  // Moves slot `slot`'s gradient into the padded flat buffer of this unit's
+  // next reduction (allocated, zeroed, on first use) and drops it from the
+  // parameter, so a unit's gradients never exist twice while its backward runs.
+  void absorb_grad(size_t slot);
+  // Absorbs the gradients still on the parameters (none: zeros) and starts
+  // reducing the flat buffer into this rank's shard of the gradient
+  // (reduce-scatter, or all-reduce without sharding).
   void start_reduce();
   bool reduce_pending() const { return reduce_work_ != nullptr || reduce_out_.defined(); }
   // Waits, averages across replicas (HYBRID_SHARD), adds into shard().grad().

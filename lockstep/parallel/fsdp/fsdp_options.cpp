@@ -116,6 +116,7 @@ FSDPOptions parse_fsdp_options(const Config& config, const FSDPOptions& defaults
   LOCKSTEP_CHECK(options.hybrid_shard_size() >= 0, config.where("hybrid_shard_size"),
                  ": hybrid_shard_size must not be negative");
   options.accumulate_unsharded(config.get<bool>("accumulate_unsharded", defaults.accumulate_unsharded()));
+  options.overlap_reductions(config.get<bool>("overlap_reductions", defaults.overlap_reductions()));
   options.sync_module_states(config.get<bool>("sync_module_states", defaults.sync_module_states()));
   return options;
 }

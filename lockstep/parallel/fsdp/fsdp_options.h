@@ -17,6 +17,7 @@
 //   auto_wrap_policy: {type: size_based, min_num_params: 1e6}
 //   hybrid_shard_size: 0                   # HYBRID_SHARD: ranks per shard group (0: the node)
 //   accumulate_unsharded: false            # see below
+//   overlap_reductions: true               # see below
 #pragma once
 
 #include <memory>
@@ -81,6 +82,12 @@ struct FSDPOptions {
   // its parameters and skip communication, and the syncing micro-step reduces
   // the sum (PyTorch's no_sync: less communication, full-size gradients).
   TORCH_ARG(bool, accumulate_unsharded) = false;
+  // true (default): a unit's gradient reduction runs while the next unit's
+  // backward computes (one reduction in flight). false: it finishes before
+  // the next unit's backward starts; with backward_prefetch none, at most one
+  // unit's parameters and one unit's gradients are unsharded at any moment --
+  // the least memory FSDP can train in, paid for in lost overlap.
+  TORCH_ARG(bool, overlap_reductions) = true;
   // Copy rank 0's parameters and buffers to every rank before sharding.
   TORCH_ARG(bool, sync_module_states) = true;
 };

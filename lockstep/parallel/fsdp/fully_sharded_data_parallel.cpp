@@ -4,8 +4,9 @@
 //             leave_unit: FULL_SHARD / HYBRID_SHARD free; SHARD_GRAD_OP keeps
 //   backward  pre_backward (hook on the unit's output gradient): gather again,
 //               BACKWARD_PRE prefetches the next unit
-//             on_grad_ready (AccumulateGrad post hook) x every parameter, then
-//             post_backward: flatten gradients, reduce-scatter, free, BACKWARD_POST prefetch
+//             on_grad_ready (AccumulateGrad post hook) x every parameter: the
+//               gradient moves into the unit's flat buffer; then
+//             post_backward: reduce-scatter the buffer, free, BACKWARD_POST prefetch
 //             finish_backward_pass (autograd's final callback): wait for the
 //               reductions, free what backward left gathered
 //   step      after_step: re-gather the units that stay gathered (the root)
@@ -23,8 +24,10 @@
 
 namespace lockstep {
 namespace {
-// Reductions in flight before the oldest is finished: bounds the memory of flat gradients.
-constexpr size_t kMaxReductionsInFlight = 2;
+// Reductions left in flight while the next unit's backward runs: each holds
+// a unit-sized flat gradient, so one overlaps communication with computation
+// and keeps the unsharded gradients at two units (this one's, the next one's).
+constexpr size_t kMaxReductionsInFlight = 1;
 }  // namespace
 
 // --- forward ---------------------------------------------------------------
@@ -230,6 +233,7 @@ void FullyShardedDataParallel::on_grad_ready(int unit, size_t slot) {
   if (run.slot_ready[slot]) return;
   run.slot_ready[slot] = 1;
   run.ready_grads += 1;
+  if (!options_.accumulate_unsharded() || sync_) units_[static_cast<size_t>(unit)]->absorb_grad(slot);
   const int expected = expectations_set_ ? run.expected_grads : static_cast<int>(run.slot_ready.size());
   if (run.ready_grads >= expected && !run.post_backward_done) post_backward(unit);
 }
@@ -238,13 +242,16 @@ void FullyShardedDataParallel::post_backward(int unit) {
   UnitRun& run = runs_[static_cast<size_t>(unit)];
   run.post_backward_done = true;
   auto& flat = *units_[static_cast<size_t>(unit)];
+  // Backward is done with the parameters: they go before the reduction's
+  // buffers are allocated.
+  flat.reshard();
   if (!options_.accumulate_unsharded() || sync_) {
     flat.start_reduce();
     reducing_.push_back(unit);
     sample_memory();
-    while (reducing_.size() > kMaxReductionsInFlight) finish_oldest_reduction();
+    const size_t in_flight = options_.overlap_reductions() ? kMaxReductionsInFlight : 0;
+    while (reducing_.size() > in_flight) finish_oldest_reduction();
   }
-  flat.reshard();
   if (options_.backward_prefetch() == BackwardPrefetch::kPost) prefetch(next_in_backward(unit));
   sample_memory();
 }

@@ -104,6 +104,8 @@ TEST(FsdpOptions, ParsedWithMmengineSpellings) {
   EXPECT_EQ(options.auto_wrap_policy()->describe(), "size_based(min_num_params=1000)");
   EXPECT_TRUE(parse_fsdp_options(Config::parse("cpu_offload: true\n")).offload_params());
   EXPECT_EQ(parse_fsdp_options(Config::parse("limit_all_gathers: 3\n")).limit_all_gathers(), 3);
+  EXPECT_TRUE(parse_fsdp_options(Config::parse("x: 1\n")).overlap_reductions());
+  EXPECT_FALSE(parse_fsdp_options(Config::parse("overlap_reductions: false\n")).overlap_reductions());
   try {
     parse_fsdp_options(Config::parse("x: 1\nsharding_strategy: ZERO3\n", "bad.yaml"));
     ADD_FAILURE() << "bad strategy accepted";

@@ -1,0 +1,276 @@
+// bench/fsdp: memory and step time of FSDP's sharding strategies against DDP.
+//
+// A decoder-only transformer of ~100M parameters (examples/gpt/gpt_model.h:
+// 14 blocks, 768 wide), Adam, Gloo on CPU, one torch thread per rank, a small
+// batch per rank (the bench measures memory and the cost of sharding, not
+// throughput). For world 2 and 4 it launches, one after another:
+//   DDP            - lockstep DDP (gradients as bucket views)
+//   FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, and HYBRID_SHARD (2 "nodes" x 2, world 4)
+//                  - FullyShardedDataParallel, one unit per block, prefetch pre
+//   FULL_SHARD_LEAN - FULL_SHARD with backward_prefetch none and
+//                     overlap_reductions false: the least memory
+// and prints, per mode, the largest value over the ranks of:
+//   params / grads / optim  - peak bytes held by parameters, gradients and
+//                             optimizer state; total - the peak of their sum at
+//                             one moment. Tracked: FSDP counts every gather,
+//                             free and reduction it makes (memory_stats());
+//                             DDP's are measured after every backward, when all
+//                             three are alive (unique storages, so bucket views
+//                             count once)
+//   VmHWM                   - the process's resident high-water mark
+//   step                    - median step time after a warm-up step
+// and the targets for FULL_SHARD (and its lean form): total <= DDP's / N
+// + the two largest gathered units, and step <= 1.5 x DDP's at world 2.
+//
+//   build/bench/bench_fsdp                       # BENCH_STEPS=3 BENCH_TOKENS=64 BENCH_WORLDS=2,4
+//   bin/lockstep run --standalone --nproc-per-node 2 -- build/bench/bench_fsdp worker FULL_SHARD 3
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "bench/bench_util.h"
+#include "examples/gpt/gpt_model.h"
+#include "lockstep/core/logging.h"
+#include "lockstep/dist/comm.h"
+#include "lockstep/dist/init.h"
+#include "lockstep/dist/process_group.h"
+#include "lockstep/optim/optimizer_state.h"
+#include "lockstep/parallel/ddp/distributed_data_parallel.h"
+#include "lockstep/parallel/fsdp/fully_sharded_data_parallel.h"
+#include "tests/support/test_support.h"
+
+using namespace lockstep;
+
+namespace {
+
+constexpr int kWarmup = 1;
+
+gpt::GPTOptions bench_model() {
+  return gpt::GPTOptions().vocab_size(96).block_size(64).n_layer(14).n_head(12).n_embd(768);
+}
+
+int64_t vm_hwm_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return -1;
+}
+
+int64_t unique_bytes(const std::vector<torch::Tensor>& tensors) {
+  std::set<const void*> seen;
+  int64_t bytes = 0;
+  for (const auto& t : tensors) {
+    if (!t.defined() || !t.has_storage()) continue;
+    if (seen.insert(t.storage().unsafeGetStorageImpl()).second) bytes += static_cast<int64_t>(t.storage().nbytes());
+  }
+  return bytes;
+}
+
+int64_t optimizer_bytes(const torch::optim::Optimizer& optimizer) {
+  int64_t bytes = 0;
+  for (const auto& entry : save_optimizer_state(optimizer).tensors) {
+    bytes += static_cast<int64_t>(entry.second.numel() * entry.second.element_size());
+  }
+  return bytes;
+}
+
+struct Peaks {
+  int64_t params = 0, grads = 0, optimizer = 0, total = 0;
+};
+
+int worker(const std::string& mode, int steps, int64_t tokens) {
+  torch::set_num_threads(1);
+  init_from_env();
+  logger().set_level(spdlog::level::warn);
+  torch::manual_seed(0);
+  auto model = std::make_shared<gpt::GPT>(bench_model());
+  int64_t numel = 0;
+  for (const auto& p : model->parameters()) numel += p.numel();
+
+  std::shared_ptr<FullyShardedDataParallel> fsdp;
+  std::shared_ptr<OptimWrapper> optim;
+  Peaks ddp_peaks;
+  std::vector<int64_t> unit_bytes;
+  if (mode == "DDP") {
+    auto ddp = std::make_shared<DistributedDataParallel>(
+        model, world(), DDPOptions().gradient_as_bucket_view(true).broadcast_buffers(false));
+    optim = std::make_shared<OptimWrapper>(std::make_shared<torch::optim::Adam>(model->parameters(), 1e-4));
+    optim->set_gradient_sync(ddp);
+    auto* adam = &optim->optimizer();
+    optim->set_after_backward([&ddp_peaks, model, adam] {
+      std::vector<torch::Tensor> params, grads;
+      for (const auto& p : model->parameters()) {
+        params.push_back(p);
+        grads.push_back(p.grad());
+      }
+      Peaks now{unique_bytes(params), unique_bytes(grads), optimizer_bytes(*adam), 0};
+      now.total = now.params + now.grads + now.optimizer;
+      ddp_peaks.params = std::max(ddp_peaks.params, now.params);
+      ddp_peaks.grads = std::max(ddp_peaks.grads, now.grads);
+      ddp_peaks.optimizer = std::max(ddp_peaks.optimizer, now.optimizer);
+      ddp_peaks.total = std::max(ddp_peaks.total, now.total);
+    });
+  } else {
+    // FULL_SHARD_LEAN: FULL_SHARD with no prefetch and no reduction overlap.
+    const bool lean = mode == "FULL_SHARD_LEAN";
+    FSDPOptions options = FSDPOptions()
+                              .sharding_strategy(parse_sharding_strategy(lean ? "FULL_SHARD" : mode, "mode"))
+                              .backward_prefetch(lean ? BackwardPrefetch::kNone : BackwardPrefetch::kPre)
+                              .overlap_reductions(!lean)
+                              .hybrid_shard_size(2)
+                              .auto_wrap_policy(module_type_wrap_policy({"Block"}));
+    fsdp = std::make_shared<FullyShardedDataParallel>(model, world(), options);
+    for (const auto& unit : fsdp->units()) {
+      if (!unit->persistent()) unit_bytes.push_back(unit->padded_numel() * unit->full().element_size());
+    }
+    auto adam = std::make_shared<torch::optim::Adam>(fsdp->shard_parameters(), 1e-4);
+    optim = std::make_shared<OptimWrapper>(adam);
+    optim->set_gradient_sync(fsdp);
+    fsdp->track_optimizer(adam);
+  }
+  std::sort(unit_bytes.rbegin(), unit_bytes.rend());
+  unit_bytes.resize(2, 0);
+
+  torch::manual_seed(get_rank() + 1);
+  torch::Tensor data = torch::randint(0, 96, {2, 1, tokens + 1}, torch::kLong);
+  std::vector<double> times;
+  for (int i = 0; i < steps + kWarmup; ++i) {
+    torch::Tensor sequence = data[i % 2];
+    Batch batch{{"input", sequence.narrow(1, 0, tokens).contiguous()}, {"target", sequence.narrow(1, 1, tokens).contiguous()}};
+    synchronize();
+    const double start = bench::now_seconds();
+    model->train_step(batch, *optim);
+    if (i >= kWarmup) times.push_back(bench::now_seconds() - start);
+  }
+  Peaks peaks = ddp_peaks;
+  if (fsdp) {
+    const FSDPMemoryStats stats = fsdp->memory_stats();
+    peaks = Peaks{stats.peak_params, stats.peak_grads, stats.peak_optimizer, stats.peak_total};
+  }
+  // One line per rank, in rank order.
+  for (int r = 0; r < get_world_size(); ++r) {
+    if (r == get_rank()) {
+      std::printf("RESULT %s %d %lld %lld %lld %lld %lld %.6f %lld %lld %lld\n", mode.c_str(), r,
+                  static_cast<long long>(peaks.params), static_cast<long long>(peaks.grads),
+                  static_cast<long long>(peaks.optimizer), static_cast<long long>(peaks.total),
+                  static_cast<long long>(vm_hwm_bytes()), bench::median(times), static_cast<long long>(unit_bytes[0]),
+                  static_cast<long long>(unit_bytes[1]), static_cast<long long>(numel));
+      std::fflush(stdout);
+    }
+    synchronize();
+  }
+  destroy_process_group();
+  return 0;
+}
+
+struct Result {
+  int64_t params = 0, grads = 0, optimizer = 0, total = 0, hwm = 0, unit1 = 0, unit2 = 0, numel = 0;
+  double step = 0;
+  int ranks = 0;
+};
+
+// The largest value of each column over the ranks.
+Result parse(const testing::CommandResult& output, const std::string& what) {
+  Result result;
+  std::istringstream lines(output.output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const auto at = line.find("RESULT ");
+    if (at == std::string::npos) continue;
+    std::istringstream fields(line.substr(at + 7));
+    std::string mode;
+    int rank = 0;
+    long long params, grads, optimizer, total, hwm, unit1, unit2, numel;
+    double step = 0;
+    if (!(fields >> mode >> rank >> params >> grads >> optimizer >> total >> hwm >> step >> unit1 >> unit2 >> numel)) continue;
+    result.params = std::max<int64_t>(result.params, params);
+    result.grads = std::max<int64_t>(result.grads, grads);
+    result.optimizer = std::max<int64_t>(result.optimizer, optimizer);
+    result.total = std::max<int64_t>(result.total, total);
+    result.hwm = std::max<int64_t>(result.hwm, hwm);
+    result.step = std::max(result.step, step);
+    result.unit1 = unit1;
+    result.unit2 = unit2;
+    result.numel = numel;
+    result.ranks += 1;
+  }
+  if (result.ranks == 0) {
+    std::fprintf(stderr, "%s produced no result (exit %d):\n%s\n", what.c_str(), output.exit_code, output.output.c_str());
+    std::exit(1);
+  }
+  return result;
+}
+
+std::string self_path() {
+  char buffer[4096];
+  ssize_t n = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
+  buffer[n > 0 ? n : 0] = '\0';
+  return buffer;
+}
+
+double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+int driver() {
+  const int steps = static_cast<int>(bench::env_int("BENCH_STEPS", 3));
+  const int64_t tokens = bench::env_int("BENCH_TOKENS", 64);
+  const char* worlds_env = std::getenv("BENCH_WORLDS");
+  const std::string worlds_text = worlds_env != nullptr && *worlds_env != '\0' ? worlds_env : "2,4";
+  const std::string launcher = std::string(LOCKSTEP_BINARY_DIR) + "/bin/lockstep";
+  const std::string self = self_path();
+  std::printf("bench/fsdp: GPT 14 x 768 (vocab 96), Adam, Gloo, CPU, 1 torch thread per rank, 1 sequence of %lld "
+              "tokens per rank; %d warm-up + %d timed steps per mode\n",
+              static_cast<long long>(tokens), kWarmup, steps);
+  std::istringstream worlds(worlds_text);
+  std::string world_text;
+  while (std::getline(worlds, world_text, ',')) {
+    const int world_size = std::stoi(world_text);
+    std::vector<std::string> modes{"DDP", "FULL_SHARD", "FULL_SHARD_LEAN", "SHARD_GRAD_OP", "NO_SHARD"};
+    if (world_size % 2 == 0 && world_size > 2) modes.push_back("HYBRID_SHARD");
+    std::map<std::string, Result> results;
+    for (const auto& mode : modes) {
+      auto output = testing::run_command({launcher, "run", "--standalone", "--nproc-per-node", std::to_string(world_size),
+                                          "--", self, "worker", mode, std::to_string(steps), std::to_string(tokens)},
+                                         {}, 1800);
+      results[mode] = parse(output, mode + " on " + std::to_string(world_size) + " ranks");
+    }
+    const Result& ddp = results["DDP"];
+    std::printf("\nworld %d, %lld parameters (MiB; largest over ranks)\n", world_size,
+                static_cast<long long>(ddp.numel));
+    std::printf("| mode | params peak | grads peak | optim peak | total peak | total / DDP | VmHWM | step | step / DDP |\n"
+                "|---|---|---|---|---|---|---|---|---|\n");
+    for (const auto& mode : modes) {
+      const Result& r = results[mode];
+      std::printf("| %s | %.1f | %.1f | %.1f | %.1f | %.3f | %.1f | %.3f s | %.2f |\n", mode.c_str(), mib(r.params),
+                  mib(r.grads), mib(r.optimizer), mib(r.total), static_cast<double>(r.total) / ddp.total, mib(r.hwm),
+                  r.step, r.step / ddp.step);
+    }
+    for (const char* name : {"FULL_SHARD", "FULL_SHARD_LEAN"}) {
+      const Result& full = results[name];
+      const double bound = static_cast<double>(ddp.total) / world_size + full.unit1 + full.unit2;
+      std::printf("%s total peak %.1f MiB vs DDP/%d + two largest units (%.1f + %.1f + %.1f) = %.1f MiB: "
+                  "ratio %.3f (target <= 1); step / DDP step = %.2f (target <= 1.5 at world 2)\n",
+                  name, mib(full.total), world_size, mib(ddp.total) / world_size, mib(full.unit1), mib(full.unit2),
+                  bound / (1 << 20), full.total / bound, full.step / ddp.step);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (argc >= 5 && std::string(argv[1]) == "worker") return worker(argv[2], std::stoi(argv[3]), std::stoll(argv[4]));
+    return driver();
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "bench_fsdp: %s\n", error.what());
+    return 1;
+  }
+}
