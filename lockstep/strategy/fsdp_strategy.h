@@ -23,7 +23,7 @@
 //     model_wrapper:                       # FSDPOptions (fsdp_options.h)
 //       type: MMFullyShardedDataParallel   # or FullyShardedDataParallel
 //       sharding_strategy: FULL_SHARD
-//       backward_prefetch: pre
+//       backward_prefetch: pre             # none + overlap_reductions: false = least memory
 //       cpu_offload: false
 //       auto_wrap_policy: {type: size_based, min_num_params: 1e6}
 //       mixed_precision: {param_dtype: bf16, reduce_dtype: fp32}
