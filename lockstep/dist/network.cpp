@@ -11,10 +11,6 @@ namespace lockstep {
 
 namespace {
 
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
-}
-
 std::string source_address(const addrinfo& target) {
   const int fd = ::socket(target.ai_family, SOCK_DGRAM, 0);
   if (fd < 0) return "";
@@ -35,6 +31,10 @@ std::string source_address(const addrinfo& target) {
 
 }  // namespace
 
+bool is_loopback_host(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
 std::string local_address_towards(const std::string& host, int port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -52,7 +52,7 @@ std::string local_address_towards(const std::string& host, int port) {
 std::string gloo_bind_address(const std::string& master_addr, int master_port, int world_size) {
   const char* interfaces = std::getenv("GLOO_SOCKET_IFNAME");
   if (interfaces != nullptr && *interfaces != '\0') return "";
-  if (world_size == 1 || is_loopback(master_addr)) return "127.0.0.1";
+  if (world_size == 1 || is_loopback_host(master_addr)) return "127.0.0.1";
   return local_address_towards(master_addr, master_port);
 }
 

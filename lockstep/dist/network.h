@@ -19,6 +19,9 @@
 
 namespace lockstep {
 
+// "localhost", 127.x.x.x or ::1.
+bool is_loopback_host(const std::string& host);
+
 // The local address of the interface this host uses to reach host:port,
 // found by connecting a UDP socket (no packet is sent). Empty when the host
 // does not resolve or no route leads to it.

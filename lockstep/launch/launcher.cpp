@@ -20,6 +20,7 @@
 #include "lockstep/core/error.h"
 #include "lockstep/dist/init.h"
 #include "lockstep/dist/job_identity.h"
+#include "lockstep/dist/network.h"
 #include "lockstep/launch/line_prefixer.h"
 #include "lockstep/launch/restart_rounds.h"
 
@@ -60,10 +61,6 @@ int decode_status(int status) {
 std::string describe_exit(int code) {
   if (code > 128) return str_cat("was killed by signal ", code - 128, " (", strsignal(code - 128), ")");
   return str_cat("exited with code ", code);
-}
-
-bool is_loopback_address(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
 
 std::string random_run_id() {
@@ -389,7 +386,7 @@ int launch(const LaunchOptions& options) {
   const bool one_launcher = options.standalone() || options.nnodes() == 1;
   // Several launchers meeting on 127.0.0.1 are one machine (a test topology):
   // nodes elsewhere could not reach that address.
-  const bool one_machine = one_launcher || is_loopback_address(options.master_addr());
+  const bool one_machine = one_launcher || is_loopback_host(options.master_addr());
   if (token.empty()) {
     LOCKSTEP_CHECK(one_machine, "lockstep run: a job on ", options.nnodes(), " nodes needs a job token shared by "
                    "every node, so that no other process can join it: set LOCKSTEP_JOB_TOKEN (or pass --job-token) "

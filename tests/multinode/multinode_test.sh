@@ -137,23 +137,17 @@ same_weights() {  # A B
   echo "$(basename "$(dirname "$1")") vs $(basename "$(dirname "$2")"): $(tail -n 1 "$work/diff.log")"
 }
 
-wait_for_file() {  # FILE SECONDS
-  local i
-  for ((i = 0; i < $2 * 10; i++)); do
-    [ -e "$1" ] && return 0
+wait_until() {  # SECONDS WHAT COMMAND...: polls COMMAND every 0.1 s
+  local seconds=$1 what=$2 i
+  shift 2
+  for ((i = 0; i < seconds * 10; i++)); do
+    "$@" 2>/dev/null && return 0
     sleep 0.1
   done
-  fail "$1 did not appear within $2 s"
+  fail "$what did not happen within $seconds s"
 }
-
-wait_for_text() {  # FILE TEXT SECONDS
-  local i
-  for ((i = 0; i < $3 * 10; i++)); do
-    grep -qF -- "$2" "$1" 2>/dev/null && return 0
-    sleep 0.1
-  done
-  fail "'$2' did not appear in $(basename "$1") within $3 s"
-}
+wait_for_file() { wait_until "$2" "$1 to appear" test -e "$1"; }                        # FILE SECONDS
+wait_for_text() { wait_until "$3" "'$2' in $(basename "$1")" grep -qF -- "$2" "$1"; }  # FILE TEXT SECONDS
 
 nothing_left_running() {
   local host pids
@@ -213,11 +207,6 @@ case "$scenario" in
     code1=$?
     [ "$code0" != 124 ] && [ "$code1" != 124 ] || fail "a launcher hung until the test's own timeout"
     echo "both launchers ended $((SECONDS - pulled)) s after the link went down (exit $code0, $code1)"
-    for rank in 0 1; do expect_in "$work/hosts-host0.log" "[rank$rank]: "; done
-    for host in 0 1; do
-      grep -q "timed out after 6s\|timed out after 6 s\|timed out after 6.0" "$work/hosts-host$host.log" ||
-        grep -q "timed out" "$work/hosts-host$host.log" || fail "no timeout error on host $host"
-    done
     for rank in 0 1 2 3; do
       host=$((rank / 2))
       grep -q "^\[rank$rank\]: .*timed out" "$work/hosts-host$host.log" ||
