@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <functional>
 #include <string>
 #include <vector>
@@ -56,10 +57,12 @@ std::string human(int64_t bytes) {
   return buffer;
 }
 
-// Per variant: the median seconds per call over `blocks` alternating blocks
-// of `iters` calls, and the median over blocks of its time relative to
-// variant 0's in the same block (robust against drift on a busy machine).
-// Every rank reports the slowest rank's numbers.
+// Per variant: the median seconds per call over `blocks` blocks of `iters`
+// rounds, and the median over blocks of its time relative to variant 0's in
+// the same block. Inside a block the variants alternate call by call (and
+// the order flips every round), so both see the same moment of a shared,
+// noisy 2-core machine: the ratio compares like with like. Every rank
+// reports the slowest rank's numbers.
 struct Timing {
   std::vector<double> seconds;
   std::vector<double> ratio_to_first;
@@ -70,16 +73,18 @@ Timing measure(ProcessGroup& group, const std::vector<std::function<void()>>& va
   std::vector<std::vector<double>> samples(count), ratios(count);
   for (auto& variant : variants) variant();  // warm-up: buffers, connections
   for (int b = 0; b < blocks; ++b) {
-    std::vector<double> block(count);
-    for (size_t k = 0; k < count; ++k) {
-      size_t v = (k + static_cast<size_t>(b)) % count;  // rotate who goes first
-      group.barrier();
-      auto start = Clock::now();
-      for (int i = 0; i < iters; ++i) variants[v]();
-      block[v] = std::chrono::duration<double>(Clock::now() - start).count() / iters;
+    std::vector<double> block(count, 0.0);
+    group.barrier();
+    for (int i = 0; i < iters; ++i) {
+      for (size_t k = 0; k < count; ++k) {
+        size_t v = (k + static_cast<size_t>(i + b)) % count;  // rotate who goes first
+        auto start = Clock::now();
+        variants[v]();
+        block[v] += std::chrono::duration<double>(Clock::now() - start).count();
+      }
     }
     for (size_t v = 0; v < count; ++v) {
-      samples[v].push_back(block[v]);
+      samples[v].push_back(block[v] / iters);
       ratios[v].push_back(block[v] / block[0]);
     }
   }
@@ -97,6 +102,12 @@ Timing measure(ProcessGroup& group, const std::vector<std::function<void()>>& va
   return timing;
 }
 
+double thread_cpu_seconds() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
+}
+
 void wait_raw(const c10::intrusive_ptr<lockstep::compat::C10dWork>& work) { work->wait(); }
 
 int run_benchmark() {
@@ -105,7 +116,7 @@ int run_benchmark() {
   auto raw = world->raw();
   const bool main = rank == 0;
   const int64_t max_bytes = env_long("BENCH_MAX_MIB", 64) << 20;
-  const int blocks = static_cast<int>(env_long("BENCH_BLOCKS", 15));
+  const int blocks = static_cast<int>(env_long("BENCH_BLOCKS", 21));
   if (main) {
     std::printf("bench_collectives: libtorch %s, %d ranks, float32, Gloo over loopback, %d cores\n",
                 lockstep::compat::torch_version().c_str(), n, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
@@ -130,7 +141,7 @@ int run_benchmark() {
   int tag = 0;  // raw ring calls use their own tags, below the facade's
   for (int64_t bytes = 4 << 10; bytes <= max_bytes; bytes *= 4) {
     const int64_t numel = bytes / 4;
-    const int iters = static_cast<int>(std::clamp<int64_t>((int64_t{8} << 20) / bytes, 1, 50));
+    const int iters = static_cast<int>(std::clamp<int64_t>((int64_t{32} << 20) / bytes, 3, 50));
     auto full = torch::rand({numel});
     auto part = torch::empty({numel / n});
     auto gathered = torch::empty({numel});
@@ -211,6 +222,34 @@ int run_benchmark() {
       std::fflush(stdout);
     }
   }
+  // The facade's own cost per call, free of the network's noise: CPU time of
+  // the calling thread (a blocked wait costs none; Gloo moves the bytes on its
+  // own threads), facade and raw all_reduce of 1 MiB alternating.
+  double facade_cpu = 0, raw_cpu = 0, raw_wall = 0;
+  if (max_bytes >= (1 << 20)) {
+    auto tensor = torch::rand({(1 << 20) / 4});
+    std::vector<at::Tensor> tensors{tensor};
+    const int calls = static_cast<int>(env_long("BENCH_CPU_CALLS", 400));
+    world->barrier();
+    for (int i = 0; i < 2 * calls; ++i) {
+      const bool facade = (i % 4 == 0 || i % 4 == 3);  // facade, raw, raw, facade, ...
+      double start = thread_cpu_seconds();
+      auto wall_start = Clock::now();
+      if (facade) {
+        world->all_reduce(tensor);
+      } else {
+        wait_raw(raw->allreduce(tensors));
+      }
+      double cpu = thread_cpu_seconds() - start;
+      (facade ? facade_cpu : raw_cpu) += cpu;
+      if (!facade) raw_wall += std::chrono::duration<double>(Clock::now() - wall_start).count();
+    }
+    auto sums = torch::tensor({facade_cpu / calls, raw_cpu / calls, raw_wall / calls}, torch::kDouble);
+    world->all_reduce(sums, lockstep::ReduceOp::kMax);
+    facade_cpu = sums[0].item<double>();
+    raw_cpu = sums[1].item<double>();
+    raw_wall = sums[2].item<double>();
+  }
   // bfloat16 all_reduce goes through float32 on Gloo 1.13: what that costs.
   std::vector<std::pair<int64_t, std::pair<double, double>>> bf16_rows;
   for (int64_t bytes : {int64_t{1} << 20, int64_t{16} << 20}) {
@@ -253,6 +292,11 @@ int run_benchmark() {
     }
     std::printf("%+.1f%%, worst %+.1f%%\n", overheads.empty() ? 0.0 : median(overheads) * 100,
                 overheads.empty() ? 0.0 : *std::max_element(overheads.begin(), overheads.end()) * 100);
+    if (raw_wall > 0) {
+      std::printf("facade's own cost (calling-thread CPU per 1 MiB all_reduce): facade %.1f us, raw %.1f us; "
+                  "the difference is %.2f%% of the raw call's %.3f ms\n",
+                  facade_cpu * 1e6, raw_cpu * 1e6, (facade_cpu - raw_cpu) / raw_wall * 100, raw_wall * 1e3);
+    }
   }
   lockstep::destroy_process_group();
   return 0;
