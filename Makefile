@@ -7,7 +7,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: all deps configure build demo test test-unit bench fuzz clean
+.PHONY: all deps configure build demo test test-unit test-sanitize bench fuzz clean
 
 all: build
 
@@ -31,6 +31,20 @@ test: build
 
 test-unit: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -L unit -j $(JOBS) $(CTEST_FLAGS)
+
+# Every test (unit, multi-process, end-to-end) built with AddressSanitizer and
+# UndefinedBehaviorSanitizer in its own build folder. Any report fails the
+# test: invalid accesses and leaks through ASan, undefined behaviour through
+# halt_on_error. Workers started by the launcher inherit the options.
+SANITIZE_BUILD_DIR ?= build-sanitize
+SANITIZE_ENV = ASAN_OPTIONS=detect_leaks=1:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=0 \
+	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/support/lsan.supp:print_suppressions=0 \
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+test-sanitize: deps
+	@cmake -S . -B $(SANITIZE_BUILD_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOCKSTEP_SANITIZE=ON \
+		-DLOCKSTEP_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
+	@$(SANITIZE_ENV) cmake --build $(SANITIZE_BUILD_DIR) -j $(JOBS)
+	cd $(SANITIZE_BUILD_DIR) && $(SANITIZE_ENV) ctest --output-on-failure --timeout 1800 -j $(JOBS) $(CTEST_FLAGS)
 
 bench: build
 	@for b in $(BUILD_DIR)/bench/bench_*; do echo "== $$b"; $$b || exit 1; done
