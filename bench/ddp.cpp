@@ -10,7 +10,7 @@
 //               on the same libtorch (gradient_as_bucket_view=True)
 // and prints median step times and the ratios the DDP issue asks for.
 //
-//   build/bench/bench_ddp                      # BENCH_ROUNDS=3 BENCH_ITERS=40
+//   build/bench/bench_ddp                      # BENCH_ROUNDS=5 BENCH_ITERS=40
 //   bin/lockstep run --standalone --nproc-per-node 2 -- build/bench/bench_ddp worker lockstep cnn 40
 #include <torch/csrc/utils/tensor_flatten.h>
 #include <torch/torch.h>
@@ -111,7 +111,7 @@ double parse_result(const testing::CommandResult& result, const std::string& wha
 }
 
 int driver() {
-  const int rounds = static_cast<int>(bench::env_int("BENCH_ROUNDS", 3));
+  const int rounds = static_cast<int>(bench::env_int("BENCH_ROUNDS", 5));
   const int iters = static_cast<int>(bench::env_int("BENCH_ITERS", 40));
   const std::string self = self_path();
   const std::string source = LOCKSTEP_SOURCE_DIR;
@@ -145,14 +145,23 @@ int driver() {
               "lockstep / PyTorch | lockstep / no-comm |\n|---|---|---|---|---|---|---|\n");
   for (const std::string model : {"cnn", "mlp"}) {
     auto& m = times[model];
-    double lockstep = bench::median(m["lockstep"]);
-    double none = bench::median(m["none"]);
-    double after = bench::median(m["after"]);
+    // Ratios pair the runs of one round (they ran minutes apart at most), and
+    // take the median over rounds: the machine's speed drifts more between
+    // rounds than the ratios differ.
+    auto paired = [&](const std::string& other) {
+      std::vector<double> ratios;
+      for (size_t r = 0; r < m["lockstep"].size() && r < m[other].size(); ++r) {
+        ratios.push_back(m["lockstep"][r] / m[other][r]);
+      }
+      return bench::median(ratios);
+    };
     double pytorch = have_python ? bench::median(m["pytorch"]) : 0;
-    std::printf("| %s | %.2f ms | %.2f ms | %.2f ms | %s | %s | %.3f |\n", model.c_str(), lockstep * 1e3, none * 1e3,
-                after * 1e3, have_python ? (std::to_string(pytorch * 1e3).substr(0, 6) + " ms").c_str() : "n/a",
-                have_python ? std::to_string(lockstep / pytorch).substr(0, 5).c_str() : "n/a", lockstep / none);
+    std::printf("| %s | %.2f ms | %.2f ms | %.2f ms | %s | %s | %.3f |\n", model.c_str(),
+                bench::median(m["lockstep"]) * 1e3, bench::median(m["none"]) * 1e3, bench::median(m["after"]) * 1e3,
+                have_python ? (std::to_string(pytorch * 1e3).substr(0, 6) + " ms").c_str() : "n/a",
+                have_python ? std::to_string(paired("pytorch")).substr(0, 5).c_str() : "n/a", paired("none"));
   }
+  std::printf("times: medians over rounds; ratios: median over rounds of the ratio within a round\n");
   std::printf("targets: lockstep / PyTorch <= 0.85 on both models; lockstep / no-comm <= 1.10 on the CNN\n");
   return 0;
 }
