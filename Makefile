@@ -33,18 +33,26 @@ test-unit: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -L unit -j $(JOBS) $(CTEST_FLAGS)
 
 # Every test (unit, multi-process, end-to-end) built with AddressSanitizer and
-# UndefinedBehaviorSanitizer in its own build folder. Any report fails the
-# test: invalid accesses and leaks through ASan, undefined behaviour through
-# halt_on_error. Workers started by the launcher inherit the options.
+# UndefinedBehaviorSanitizer in its own build folder. Workers started by the
+# launcher inherit the options. Every report (invalid access, leak, undefined
+# behaviour) is also written under sanitizer-reports/ there, and any report
+# fails the target, even one from a process a test expected to fail.
 SANITIZE_BUILD_DIR ?= build-sanitize
-SANITIZE_ENV = ASAN_OPTIONS=detect_leaks=1:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=0 \
+SANITIZE_REPORTS = $(abspath $(SANITIZE_BUILD_DIR))/sanitizer-reports
+SANITIZE_ENV = ASAN_OPTIONS=detect_leaks=1:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=0:log_path=$(SANITIZE_REPORTS)/asan \
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/support/lsan.supp:print_suppressions=0 \
-	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:log_path=$(SANITIZE_REPORTS)/ubsan
 test-sanitize: deps
 	@cmake -S . -B $(SANITIZE_BUILD_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOCKSTEP_SANITIZE=ON \
 		-DLOCKSTEP_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
+	@rm -rf $(SANITIZE_REPORTS) && mkdir -p $(SANITIZE_REPORTS)
 	@$(SANITIZE_ENV) cmake --build $(SANITIZE_BUILD_DIR) -j $(JOBS)
-	cd $(SANITIZE_BUILD_DIR) && $(SANITIZE_ENV) ctest --output-on-failure --timeout 1800 -j $(JOBS) $(CTEST_FLAGS)
+	@cd $(SANITIZE_BUILD_DIR) && $(SANITIZE_ENV) ctest --output-on-failure --timeout 1800 -j $(JOBS) $(CTEST_FLAGS); \
+	status=$$?; \
+	if [ -n "$$(ls -A $(SANITIZE_REPORTS))" ]; then \
+	  echo "test-sanitize: sanitizer reports in $(SANITIZE_REPORTS):"; head -n 60 $(SANITIZE_REPORTS)/*; exit 1; \
+	fi; \
+	echo "test-sanitize: no sanitizer reports"; exit $$status
 
 bench: build
 	@for b in $(BUILD_DIR)/bench/bench_*; do echo "== $$b"; $$b || exit 1; done

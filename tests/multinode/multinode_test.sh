@@ -55,6 +55,12 @@ fail() {
     echo "----- $(basename "$log") (last 40 lines)"
     tail -n 40 "$log"
   done
+  # Whatever is still alive on the hosts, and where it waits in the kernel.
+  local host pids
+  for host in 0 1; do
+    pids=$(host_pids "$host" | tr '\n' ',')
+    [ -n "$pids" ] && echo "----- still running on host $host" && ps -o pid,ppid,pgid,stat,wchan:24,etime,args -p "${pids%,}"
+  done
   exit 1
 }
 expect_in() {  # file text
