@@ -40,7 +40,6 @@ test-unit: build
 SANITIZE_BUILD_DIR ?= build-sanitize
 SANITIZE_REPORTS = $(abspath $(SANITIZE_BUILD_DIR))/sanitizer-reports
 SANITIZE_ENV = ASAN_OPTIONS=detect_leaks=1:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=0:log_path=$(SANITIZE_REPORTS)/asan \
-	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/support/lsan.supp:print_suppressions=0 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:log_path=$(SANITIZE_REPORTS)/ubsan
 test-sanitize: deps
 	@cmake -S . -B $(SANITIZE_BUILD_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOCKSTEP_SANITIZE=ON \

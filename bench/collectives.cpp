@@ -244,11 +244,11 @@ int run_benchmark() {
       (facade ? facade_cpu : raw_cpu) += cpu;
       if (!facade) raw_wall += std::chrono::duration<double>(Clock::now() - wall_start).count();
     }
-    auto sums = torch::tensor({facade_cpu / calls, raw_cpu / calls, raw_wall / calls}, torch::kDouble);
-    world->all_reduce(sums, lockstep::ReduceOp::kMax);
-    facade_cpu = sums[0].item<double>();
-    raw_cpu = sums[1].item<double>();
-    raw_wall = sums[2].item<double>();
+    auto means = torch::tensor({facade_cpu / calls, raw_cpu / calls, raw_wall / calls}, torch::kDouble);
+    world->all_reduce(means, lockstep::ReduceOp::kMax);  // the slowest rank's
+    facade_cpu = means[0].item<double>();
+    raw_cpu = means[1].item<double>();
+    raw_wall = means[2].item<double>();
   }
   // bfloat16 all_reduce goes through float32 on Gloo 1.13: what that costs.
   std::vector<std::pair<int64_t, std::pair<double, double>>> bf16_rows;
