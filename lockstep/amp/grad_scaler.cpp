@@ -37,6 +37,12 @@ std::vector<std::vector<torch::Tensor>> gradient_groups(torch::optim::Optimizer&
       if (!grad.defined()) continue;
       LOCKSTEP_CHECK(!grad.is_sparse(), "GradScaler cannot unscale sparse gradients (a parameter of shape ",
                      param.sizes(), " has one)");
+      // As torch.amp.GradScaler: scaled fp16 gradients unscaled in fp16 lose
+      // the small values the scale was there to keep.
+      LOCKSTEP_CHECK(grad.scalar_type() != torch::kHalf, "GradScaler: attempting to unscale FP16 gradients (a "
+                     "parameter of shape ", param.sizes(), " is float16). Keep the parameters in float32 and let "
+                     "autocast compute in float16 (optim_wrapper.amp: {dtype: fp16}), or under FSDP use "
+                     "mixed_precision: {param_dtype: fp16} (the optimizer then steps float32 shards).");
       bool placed = false;
       for (auto& existing : groups) {
         if (existing.front().device() == grad.device() && existing.front().scalar_type() == grad.scalar_type()) {

@@ -319,3 +319,24 @@ TEST(AmpKernels, FusedKernelsMatchPortableOnesWherePresent) {
 
 }  // namespace
 }  // namespace lockstep
+
+namespace lockstep {
+namespace {
+
+// As torch.amp.GradScaler: fp16 gradients are refused (unscaling them in fp16
+// would flush the small values the scale was there to keep).
+TEST(GradScaler, RefusesToUnscaleFloat16Gradients) {
+  torch::Tensor param = torch::ones({3}, torch::kHalf).requires_grad_();
+  torch::optim::SGD sgd{std::vector<torch::Tensor>{param}, torch::optim::SGDOptions(1.0)};
+  param.mutable_grad() = torch::full({3}, 1024.0, torch::kHalf);
+  GradScaler scaler;
+  try {
+    scaler.unscale_(sgd, nullptr);
+    FAIL() << "fp16 gradients were unscaled";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("attempting to unscale FP16 gradients"), std::string::npos) << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -2,17 +2,11 @@
 
 #include <map>
 
+#include "lockstep/core/rng.h"
 #include "lockstep/data/batch_pipeline.h"
 
 namespace lockstep {
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 
 // The sampler's epochs, computed once each: a shuffled epoch costs a randperm
 // of the whole dataset, far too much to repeat per batch. Keeps the two most

@@ -6,7 +6,15 @@
 
 namespace lockstep {
 
-Batch DataPreprocessor::operator()(const Batch& batch, bool /*training*/) const {
+Batch DataPreprocessor::operator()(const Batch& batch, bool training) const {
+  Batch result = transform(batch, training);
+  if (!input_dtype_) return result;
+  Batch cast;
+  for (const auto& [name, value] : result) cast.set(name, value.is_floating_point() ? value.to(*input_dtype_) : value);
+  return cast;
+}
+
+Batch DataPreprocessor::transform(const Batch& batch, bool /*training*/) const {
   return batch.to(device_, /*non_blocking=*/device_.is_cuda());
 }
 
@@ -17,8 +25,8 @@ ImgDataPreprocessor::ImgDataPreprocessor(std::vector<double> mean, std::vector<d
   for (double s : std_) LOCKSTEP_CHECK(s > 0, "ImgDataPreprocessor: std must be positive, got ", s);
 }
 
-Batch ImgDataPreprocessor::operator()(const Batch& batch, bool training) const {
-  Batch moved = DataPreprocessor::operator()(batch, training);
+Batch ImgDataPreprocessor::transform(const Batch& batch, bool training) const {
+  Batch moved = DataPreprocessor::transform(batch, training);
   torch::Tensor image = moved.at(key_).to(torch::kFloat);
   if (!mean_.empty()) {
     LOCKSTEP_CHECK(image.dim() >= 2 && image.size(1) == static_cast<int64_t>(mean_.size()),

@@ -24,20 +24,31 @@ namespace lockstep {
 class DataPreprocessor {
  public:
   virtual ~DataPreprocessor() = default;
-  // Moves every tensor to device(); subclasses add their own transforms.
-  virtual Batch operator()(const Batch& batch, bool training) const;
+  // transform(), then floating-point tensors cast to input_dtype() when set.
+  Batch operator()(const Batch& batch, bool training) const;
   void set_device(const torch::Device& device) { device_ = device; }
   const torch::Device& device() const { return device_; }
+  // The dtype floating-point inputs reach the model in. FSDP's mixed
+  // precision sets it to param_dtype (PyTorch's cast_root_forward_inputs).
+  void set_input_dtype(c10::optional<torch::Dtype> dtype) { input_dtype_ = dtype; }
+  c10::optional<torch::Dtype> input_dtype() const { return input_dtype_; }
+
+ protected:
+  // Moves every tensor to device(); subclasses add their own transforms.
+  virtual Batch transform(const Batch& batch, bool training) const;
 
  private:
   torch::Device device_ = torch::kCPU;
+  c10::optional<torch::Dtype> input_dtype_;
 };
 
 // Normalises `key` to float: (x - mean[c]) / std[c] per channel (dimension 1).
 class ImgDataPreprocessor : public DataPreprocessor {
  public:
   ImgDataPreprocessor(std::vector<double> mean, std::vector<double> std, std::string key = "image");
-  Batch operator()(const Batch& batch, bool training) const override;
+
+ protected:
+  Batch transform(const Batch& batch, bool training) const override;
 
  private:
   std::string key_;

@@ -46,6 +46,10 @@ FSDPStrategy::FSDPStrategy(FSDPStrategyOptions options)
 void FSDPStrategy::place_model(Model& model) {
   model.move_to(device_);
   fsdp_ = std::make_shared<FullyShardedDataParallel>(model.shared_from_this(), world_, options_.fsdp);
+  const auto& precision = options_.fsdp.mixed_precision();
+  if (precision.param_dtype() && precision.cast_root_forward_inputs()) {
+    model.data_preprocessor().set_input_dtype(precision.param_dtype());
+  }
 }
 
 std::shared_ptr<OptimWrapperBase> FSDPStrategy::build_optim_wrapper_for(const Config& config, Model& /*model*/) {
@@ -56,7 +60,7 @@ std::shared_ptr<OptimWrapperBase> FSDPStrategy::build_optim_wrapper_for(const Co
                  ": paramwise_cfg is not supported with FSDPStrategy: the optimizer steps flat shards, each mixing "
                  "the parameters of one unit, so per-parameter options cannot apply");
   auto optimizer = build_optimizer(config.at("optimizer"), Config(), fsdp_->named_shard_parameters());
-  return optim_wrapper_registry().build_as(config.get<std::string>("type", "OptimWrapper"), config, optimizer);
+  return wrap_optimizer(config, optimizer);
 }
 
 OptimWrapper& FSDPStrategy::single_wrapper() const {

@@ -106,6 +106,49 @@ void clean_steps_grow_the_scale_and_match_one_process() {
   testing::expect_matches(run.weights, testing::parameters_of(*reference), 2e-2, 2e-3, "AMP under FSDP vs one process");
 }
 
+// A float16 reduction divides before it sums, as PyTorch's FSDP does (by 2
+// of N=2, 2 of N=4, then by the rest): a gradient g on every rank then
+// reduces to g as long as g * N / predivide fits float16. Summing first would
+// overflow from g > 65504 / N. With g = 40000 (N=2) or 20000 (N=4) each rank's
+// sum would be 80000 > 65504, an inf; divided first it is g exactly.
+struct Scaled : Model {
+  // 8 elements: no padding on 2 or 4 ranks.
+  Scaled() { weight = register_parameter("weight", torch::ones({8})); }
+  LossDict loss(const Batch& data) override {
+    LossDict losses;
+    losses.insert("loss", (weight * data.at("g")).sum());  // d loss / d weight = g
+    return losses;
+  }
+  Batch predict(const Batch&) override { return {}; }
+  torch::Tensor weight;
+};
+
+void fp16_reduction_divides_before_summing(ShardingStrategy strategy) {
+  SCOPED_TRACE(to_string(strategy));
+  const double g = get_world_size() == 2 ? 40000 : 20000;
+  auto model = std::make_shared<Scaled>();
+  auto fsdp = std::make_shared<FullyShardedDataParallel>(
+      model, world(),
+      FSDPOptions().sharding_strategy(strategy).hybrid_shard_size(2).mixed_precision(
+          MixedPrecision().reduce_dtype(torch::kHalf)));
+  auto optim = std::make_shared<OptimWrapper>(
+      std::make_shared<torch::optim::SGD>(fsdp->shard_parameters(), torch::optim::SGDOptions(0.0)));
+  optim->set_gradient_sync(fsdp);
+  optim->backward(model->loss(Batch{{"g", torch::full({8}, g)}})["loss"]);
+  for (const auto& shard : fsdp->shard_parameters()) {
+    torch::Tensor grad = shard.grad();
+    ASSERT_TRUE(grad.defined());
+    EXPECT_TRUE(torch::equal(grad, torch::full_like(grad, g))) << grad;
+  }
+}
+
+LOCKSTEP_WORKER_TEST(FsdpWorker, Fp16ReductionDividesBeforeSumming) {
+  testing::WorkerWorld world_guard;
+  fp16_reduction_divides_before_summing(ShardingStrategy::kFullShard);
+  fp16_reduction_divides_before_summing(ShardingStrategy::kNoShard);
+  if (get_world_size() == 4) fp16_reduction_divides_before_summing(ShardingStrategy::kHybridShard);
+}
+
 LOCKSTEP_WORKER_TEST(FsdpWorker, AmpSkipsTheSameStepsOnEveryRank) {
   testing::WorkerWorld world_guard;
   inf_on_one_rank_skips_everywhere(ShardingStrategy::kFullShard);

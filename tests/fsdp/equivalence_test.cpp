@@ -3,7 +3,8 @@
 // an MLP and a small transformer to the same parameters as one process
 // training on the whole batch (10 Adam steps, float32, rtol 1e-5, atol 1e-6);
 // so do clipping by global norm (the norm itself is compared too), gradient
-// accumulation (sharded and unsharded) and offloading.
+// accumulation (sharded and unsharded) and offloading; mixed precision
+// (param_dtype, reduce_dtype) within the tolerance its precision allows.
 //
 // The parent test that launches these workers is in fsdp_test.cpp.
 #include <gtest/gtest.h>
@@ -26,6 +27,8 @@ struct Case {
   FSDPOptions options;
   int64_t accumulation = 1;
   double max_norm = 0;
+  double rtol = 1e-5;  // against the float32 run in one process
+  double atol = 1e-6;
 };
 
 FSDPOptions with(ShardingStrategy strategy, BackwardPrefetch prefetch = BackwardPrefetch::kPre) {
@@ -59,6 +62,19 @@ std::vector<Case> cases_for(int world_size) {
   cases.push_back({"FULL_SHARD, accumulation 3 (unsharded, no_sync)", with(S::kFullShard).accumulate_unsharded(true), 3});
   if (world_size == 4) cases.push_back({"HYBRID_SHARD, accumulation 3 (sharded)", with(S::kHybridShard), 3});
   cases.push_back({"FULL_SHARD, cpu_offload", with(S::kFullShard).offload_params(true)});
+  // Mixed precision against float32. bfloat16 keeps 8 bits of mantissa; in
+  // 10 Adam steps of lr 3e-3 the parameters move by ~3e-2, and bfloat16
+  // compute or reduction leaves them within 5e-3 of float32's (measured up to
+  // 3.4e-3: Adam turns a rounded small gradient into a full lr-sized step).
+  // That mixed precision took effect at all is checked too (mixed_precision_shows).
+  const auto bf16 = torch::kBFloat16;
+  cases.push_back({"FULL_SHARD, param_dtype bf16, reduce_dtype fp32",
+                   with(S::kFullShard).mixed_precision(MixedPrecision().param_dtype(bf16).reduce_dtype(torch::kFloat)),
+                   1, 0, 1e-2, 5e-3});
+  cases.push_back({"FULL_SHARD, reduce_dtype bf16", with(S::kFullShard).mixed_precision(MixedPrecision().reduce_dtype(bf16)),
+                   1, 0, 1e-2, 5e-3});
+  cases.push_back({"NO_SHARD, param_dtype bf16", with(S::kNoShard).mixed_precision(MixedPrecision().param_dtype(bf16)),
+                   1, 0, 1e-2, 5e-3});
   return cases;
 }
 
@@ -97,6 +113,8 @@ void run_case(const std::string& kind, const Case& setup) {
   FSDPOptions options = setup.options;
   options.auto_wrap_policy(testing::policy_for(kind));
   auto fsdp = std::make_shared<FullyShardedDataParallel>(model, world(), options);
+  // What FSDPStrategy does for mixed precision (cast_root_forward_inputs).
+  model->data_preprocessor().set_input_dtype(options.mixed_precision().param_dtype());
   auto optim = testing::adam(fsdp->shard_parameters(), setup.accumulation, setup.max_norm);
   optim->set_gradient_sync(fsdp);
   optim->initialize_count_status(0, kSteps * setup.accumulation);
@@ -117,7 +135,14 @@ void run_case(const std::string& kind, const Case& setup) {
   }
   if (rank != 0) return;
   const Reference& reference = reference_for(kind, setup.accumulation, setup.max_norm);
-  testing::expect_matches(weights, reference.params, 1e-5, 1e-6, setup.name);
+  testing::expect_matches(weights, reference.params, setup.rtol, setup.atol, setup.name);
+  if (options.mixed_precision().enabled()) {
+    double largest = 0;
+    for (const auto& [name, value] : reference.params) {
+      largest = std::max(largest, (weights.at(name) - value).abs().max().item<double>());
+    }
+    EXPECT_GT(largest, 1e-5) << setup.name << ": indistinguishable from float32, so mixed precision did nothing";
+  }
   if (setup.max_norm > 0) {
     ASSERT_EQ(grad_norms.size(), reference.grad_norms.size());
     EXPECT_GT(reference.grad_norms.front(), setup.max_norm) << "the test needs clipping to happen";

@@ -8,6 +8,28 @@
 
 namespace lockstep::fsdp {
 
+namespace {
+
+// Waits for a unit's collective; a timeout says what it means for FSDP.
+void wait_for_unit(Work& work, const std::string& path, const char* what) {
+  try {
+    work.wait();
+  } catch (const TimeoutError& error) {
+    LOCKSTEP_FAIL("FSDP unit '", path.empty() ? "(root)" : path, "': ", what, ": ", error.what(),
+                  ". The ranks named did not take part at this point of the step: they ran different units "
+                  "(one skipped this unit, or took a data-dependent branch around it) or a different number of "
+                  "steps, or stopped.");
+  }
+}
+
+}  // namespace
+
+std::pair<double, double> gradient_divide_factors(int world_size) {
+  int factor = 1;
+  while (world_size % factor == 0 && world_size / factor > factor) factor *= 2;
+  return {static_cast<double>(factor), static_cast<double>(world_size) / factor};
+}
+
 FlatParamUnit::FlatParamUnit(int index, std::string path, torch::nn::Module* module, std::vector<FlatSlot> slots,
                              UnitSetup setup)
     : index_(index), path_(std::move(path)), module_(module), slots_(std::move(slots)), setup_(std::move(setup)) {
@@ -61,18 +83,49 @@ FlatParamUnit::~FlatParamUnit() {
   }
 }
 
+// Note [Shard staleness]
+// A unit that stays gathered (the root, SHARD_GRAD_OP between forward and
+// backward, summon_full_params) holds a copy of the shards that goes out of
+// date when the shard changes. The shard's version counter cannot tell on its
+// own: libtorch's C++ SGD updates `p.data()`, a tensor with a version counter
+// of its own, so after an SGD step the shard's counter has not moved. (This
+// is how FSDP once trained the root unit with step-0 weights forever.) So a
+// change is recorded explicitly -- after every optimizer step and every load
+// -- and the version counter only adds in-place changes made some other way.
 bool FlatParamUnit::stale() const {
   return !aliases_shard_ && state_ != State::kSharded &&
-         gathered_version_ != static_cast<int64_t>(shard_._version());
+         (shard_updated_ || gathered_version_ != static_cast<int64_t>(shard_._version()));
 }
+
+void FlatParamUnit::mark_shard_updated() { shard_updated_ = true; }
 
 int64_t FlatParamUnit::gathered_bytes() const {
   if (aliases_shard_) return 0;
   return static_cast<int64_t>(compat::storage_bytes(full_));
 }
 
-void FlatParamUnit::point_params_at_full() {
-  for (auto& slot : slots_) slot.param.set_data(full_.narrow(0, slot.offset, slot.numel).view(slot.shape));
+void FlatParamUnit::point_params_at_full() { point_params_at(full_); }
+
+void FlatParamUnit::point_params_at(const torch::Tensor& flat) {
+  for (auto& slot : slots_) slot.param.set_data(flat.narrow(0, slot.offset, slot.numel).view(slot.shape));
+}
+
+void FlatParamUnit::restore_param_views() {
+  if (state_ == State::kSharded) {
+    point_params_at_empty();
+  } else {
+    point_params_at_full();
+  }
+}
+
+torch::Tensor FlatParamUnit::gather_full_precision() {
+  torch::NoGradGuard no_grad;
+  if (shard_world_ == 1) return shard_.detach();
+  torch::Tensor flat = torch::empty({padded_numel_}, shard_.options().requires_grad(false));
+  torch::Tensor source = shard_.detach();
+  if (setup_.step_check) setup_.step_check->record(index_, StepCheck::Kind::kGather);
+  setup_.shard_group->all_gather_into_tensor(flat, source);
+  return flat;
 }
 
 void FlatParamUnit::point_params_at_empty() {
@@ -90,6 +143,7 @@ void FlatParamUnit::start_gather() {
   torch::NoGradGuard no_grad;
   compat::allocate_storage(full_);
   gathered_version_ = static_cast<int64_t>(shard_._version());
+  shard_updated_ = false;
   torch::Tensor source = shard_.detach();
   if (source.scalar_type() != full_.scalar_type() || source.device() != full_.device()) {
     source = source.to(full_.options());
@@ -101,6 +155,7 @@ void FlatParamUnit::start_gather() {
     return;
   }
   gather_source_ = source;
+  if (setup_.step_check) setup_.step_check->record(index_, StepCheck::Kind::kGather);
   gather_work_ = setup_.shard_group->all_gather_into_tensor(full_, gather_source_, /*async=*/true);
   state_ = State::kGathering;
 }
@@ -110,7 +165,7 @@ void FlatParamUnit::finish_gather() {
   if (state_ == State::kGathered) return;
   auto work = std::move(gather_work_);
   gather_work_.reset();
-  work->wait();
+  wait_for_unit(*work, path_, "gathering its parameters");
   gather_source_ = torch::Tensor();
   state_ = State::kGathered;
   point_params_at_full();
@@ -150,13 +205,16 @@ void FlatParamUnit::start_reduce() {
   for (size_t s = 0; s < slots_.size(); ++s) absorb_grad(s);
   torch::NoGradGuard no_grad;
   if (!reduce_in_.defined()) reduce_in_ = torch::zeros({padded_numel_}, full_.options().dtype(setup_.reduce_dtype));
+  if (setup_.predivide != 1) reduce_in_.div_(setup_.predivide);
   if (shard_world_ > 1) {
     reduce_out_ = torch::empty({shard_numel_}, reduce_in_.options());
-    reduce_work_ = setup_.shard_group->reduce_scatter_tensor(reduce_out_, reduce_in_, ReduceOp::kAvg, /*async=*/true);
+    if (setup_.step_check) setup_.step_check->record(index_, StepCheck::Kind::kReduce);
+    reduce_work_ = setup_.shard_group->reduce_scatter_tensor(reduce_out_, reduce_in_, ReduceOp::kSum, /*async=*/true);
   } else {
     reduce_out_ = reduce_in_;
     if (setup_.replicate_group && setup_.replicate_group->size() > 1) {
-      reduce_work_ = setup_.replicate_group->all_reduce(reduce_out_, ReduceOp::kAvg, /*async=*/true);
+      if (setup_.step_check) setup_.step_check->record(index_, StepCheck::Kind::kReplicaReduce);
+      reduce_work_ = setup_.replicate_group->all_reduce(reduce_out_, ReduceOp::kSum, /*async=*/true);
     }
   }
 }
@@ -167,11 +225,13 @@ void FlatParamUnit::finish_reduce() {
   if (reduce_work_) {
     auto work = std::move(reduce_work_);
     reduce_work_.reset();
-    work->wait();
+    wait_for_unit(*work, path_, "reducing its gradients");
   }
   if (shard_world_ > 1 && setup_.replicate_group && setup_.replicate_group->size() > 1) {
-    setup_.replicate_group->all_reduce(reduce_out_, ReduceOp::kAvg);
+    if (setup_.step_check) setup_.step_check->record(index_, StepCheck::Kind::kReplicaReduce);
+    setup_.replicate_group->all_reduce(reduce_out_, ReduceOp::kSum);
   }
+  if (setup_.postdivide != 1) reduce_out_.div_(setup_.postdivide);
   torch::Tensor result = reduce_out_;
   reduce_in_ = torch::Tensor();
   reduce_out_ = torch::Tensor();
@@ -203,6 +263,7 @@ void FlatParamUnit::load_flat(const torch::Tensor& flat) {
                  " elements cannot load into a layout of ", padded_numel_);
   torch::NoGradGuard no_grad;
   shard_.copy_(flat.reshape(-1).narrow(0, shard_rank_ * shard_numel_, shard_numel_));
+  shard_updated_ = true;
 }
 
 void FlatParamUnit::load_slice(int64_t offset, const torch::Tensor& values) {
@@ -212,6 +273,7 @@ void FlatParamUnit::load_slice(int64_t offset, const torch::Tensor& values) {
   torch::NoGradGuard no_grad;
   shard_.narrow(0, begin - shard_rank_ * shard_numel_, end - begin)
       .copy_(values.reshape(-1).narrow(0, begin - offset, end - begin));
+  shard_updated_ = true;
 }
 
 }  // namespace lockstep::fsdp

@@ -29,11 +29,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
 
 #include "lockstep/compat/autograd.h"
+#include "lockstep/parallel/fsdp/step_check.h"
 
 namespace lockstep {
 class ProcessGroup;
@@ -61,7 +63,20 @@ struct UnitSetup {
   torch::Device compute_device = torch::kCPU;
   torch::Device shard_device = torch::kCPU;
   bool persistent = false;                        // never freed (root, NO_SHARD)
+  // Gradients are divided by `predivide` before the reduction (a sum) and by
+  // `postdivide` after it; their product is the data-parallel world size.
+  // PyTorch's FSDP splits the division this way (about sqrt(N) each) so that
+  // low-precision gradients neither overflow in the sum nor underflow before it.
+  double predivide = 1;
+  double postdivide = 1;
+  StepCheck* step_check = nullptr;                // told about every collective the unit issues
 };
+
+// PyTorch's split of the world size N into (pre, post) divisors, as
+// DefaultState._get_gradient_predivide_factor computes it: pre doubles from 1
+// while it divides N and N / pre > pre (N=2: 2, 1; N=4: 2, 2; N=8: 4, 2;
+// N=16: 4, 4); post = N / pre.
+std::pair<double, double> gradient_divide_factors(int world_size);
 
 class FlatParamUnit {
  public:
@@ -94,10 +109,24 @@ class FlatParamUnit {
   // The gathered flat buffer (its storage holds 0 bytes while sharded).
   const torch::Tensor& full() const { return full_; }
   State state() const { return state_; }
-  // The shard changed (an optimizer step, a load) since the last gather.
+  // The gathered copy may be older than the shard: the shard was loaded, or
+  // stepped (mark_shard_updated), or changed in place through an operation
+  // that bumps its version counter, since the last gather. See Note [Shard
+  // staleness] in flat_param.cpp.
   bool stale() const;
+  // The optimizer stepped the shard (FSDP calls it after every step).
+  void mark_shard_updated();
   // Bytes of the gathered buffer while it holds memory of its own.
   int64_t gathered_bytes() const;
+
+  // The whole flat parameter (padded layout) in the shard's own dtype -- full
+  // precision under mixed precision -- gathered from every rank's shard
+  // (collective over the shard group); the shard itself with one rank.
+  torch::Tensor gather_full_precision();
+  // Points the parameters at views of `flat` (this unit's padded layout), or
+  // back at what the unit's state says: the gathered buffer or placeholders.
+  void point_params_at(const torch::Tensor& flat);
+  void restore_param_views();
 
   // Starts the all-gather (collective over the shard group; no-op unless sharded).
   void start_gather();
@@ -158,6 +187,7 @@ class FlatParamUnit {
   bool intercepted_ = false;
   State state_ = State::kGathered;
   int64_t gathered_version_ = 0;
+  bool shard_updated_ = false;  // since the last gather
   std::shared_ptr<Work> gather_work_;
   torch::Tensor gather_source_;
   std::shared_ptr<Work> reduce_work_;

@@ -102,7 +102,9 @@ FSDPOptions parse_fsdp_options(const Config& config, const FSDPOptions& defaults
     options.mixed_precision(MixedPrecision()
                                 .param_dtype(read_dtype(precision, "param_dtype"))
                                 .reduce_dtype(read_dtype(precision, "reduce_dtype"))
-                                .buffer_dtype(read_dtype(precision, "buffer_dtype")));
+                                .buffer_dtype(read_dtype(precision, "buffer_dtype"))
+                                .cast_root_forward_inputs(precision.get<bool>("cast_root_forward_inputs", true))
+                                .cast_forward_inputs(precision.get<bool>("cast_forward_inputs", false)));
     precision.check_all_used("mixed_precision");
   } else {
     LOCKSTEP_CHECK(precision.is_null(), config.where("mixed_precision"),

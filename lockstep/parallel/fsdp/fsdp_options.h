@@ -13,7 +13,8 @@
 //   forward_prefetch: false
 //   limit_all_gathers: 2                   # units gathered at once by prefetching; true = 2, false = no limit
 //   cpu_offload: false                     # or {offload_params: true}
-//   mixed_precision: {param_dtype: bf16, reduce_dtype: fp32, buffer_dtype: fp32}
+//   mixed_precision: {param_dtype: bf16, reduce_dtype: fp32, buffer_dtype: fp32,
+//                     cast_root_forward_inputs: true, cast_forward_inputs: false}
 //   auto_wrap_policy: {type: size_based, min_num_params: 1e6}
 //   hybrid_shard_size: 0                   # HYBRID_SHARD: ranks per shard group (0: the node)
 //   accumulate_unsharded: false            # see below
@@ -53,10 +54,15 @@ BackwardPrefetch parse_backward_prefetch(const std::string& text, const std::str
 // Dtypes for computation; unset keeps the parameter's / buffer's own dtype.
 // The optimizer always steps full-precision shards.
 struct MixedPrecision {
+  bool enabled() const { return param_dtype_.has_value() || reduce_dtype_.has_value() || buffer_dtype_.has_value(); }
   TORCH_ARG(c10::optional<torch::Dtype>, param_dtype);   // gathered parameters (forward and backward)
   TORCH_ARG(c10::optional<torch::Dtype>, reduce_dtype);  // gradient communication (default: param_dtype)
-  TORCH_ARG(c10::optional<torch::Dtype>, buffer_dtype);  // buffers, cast once at wrapping
-  bool enabled() const { return param_dtype_.has_value() || reduce_dtype_.has_value() || buffer_dtype_.has_value(); }
+  TORCH_ARG(c10::optional<torch::Dtype>, buffer_dtype);  // buffers while training (state dicts keep their own dtype)
+  // Floating-point inputs of the model (its data preprocessor's output) are
+  // cast to param_dtype; and with cast_forward_inputs, the input of every
+  // unit that is a Sequential entry too. PyTorch's MixedPrecision defaults.
+  TORCH_ARG(bool, cast_root_forward_inputs) = true;
+  TORCH_ARG(bool, cast_forward_inputs) = false;
 };
 
 struct FSDPOptions {

@@ -34,11 +34,17 @@ bool path_contains(const std::string& unit_path, const std::string& name) {
 // forward inside its scope.
 class UnitEntryImpl : public torch::nn::Module {
  public:
-  UnitEntryImpl(torch::nn::AnyModule inner, const torch::nn::Module* unit, std::string path)
-      : torch::nn::Module("lockstep::FSDPUnitEntry"), inner_(std::move(inner)), unit_(unit), path_(std::move(path)) {}
+  UnitEntryImpl(torch::nn::AnyModule inner, const torch::nn::Module* unit, std::string path,
+                c10::optional<torch::Dtype> input_dtype)
+      : torch::nn::Module("lockstep::FSDPUnitEntry"),
+        inner_(std::move(inner)),
+        unit_(unit),
+        path_(std::move(path)),
+        input_dtype_(input_dtype) {}
 
   torch::Tensor forward(torch::Tensor input) {
     auto scope = fsdp::unit_scope(*unit_);
+    if (input_dtype_ && input.is_floating_point()) input = input.to(*input_dtype_);
     torch::Tensor output;
     try {
       output = inner_.forward(std::move(input));
@@ -56,6 +62,7 @@ class UnitEntryImpl : public torch::nn::Module {
   torch::nn::AnyModule inner_;
   const torch::nn::Module* unit_;
   std::string path_;
+  c10::optional<torch::Dtype> input_dtype_;  // cast_forward_inputs
 };
 
 }  // namespace
@@ -77,6 +84,8 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
   std::vector<int> members(static_cast<size_t>(group->size()));
   for (int r = 0; r < group->size(); ++r) members[static_cast<size_t>(r)] = r;
   group_ = group->new_group(members, name);
+  step_check_ = std::make_unique<fsdp::StepCheck>(group_->size() > 1 ? group_->new_group(members, name + ".check")
+                                                                       : nullptr);
 
   const int world_size = group_->size();
   switch (options_.sharding_strategy()) {
@@ -201,6 +210,7 @@ void FullyShardedDataParallel::build_units(const std::vector<std::string>& unit_
   std::unordered_set<const void*> buffer_seen;
   for (const auto& item : module_->named_buffers(true)) {
     buffers_.emplace_back(item.key(), item.value());
+    buffer_dtypes_[item.key()] = item.value().scalar_type();
     if (buffer_seen.insert(item.value().unsafeGetTensorImpl()).second && options_.mixed_precision().buffer_dtype() &&
         item.value().is_floating_point()) {
       torch::Tensor buffer = item.value();
@@ -233,6 +243,7 @@ void FullyShardedDataParallel::build_units(const std::vector<std::string>& unit_
   }
 
   const auto& precision = options_.mixed_precision();
+  const auto [predivide, postdivide] = fsdp::gradient_divide_factors(group_->size());
   for (size_t u = 0; u < paths.size(); ++u) {
     if (slots[u].empty()) {
       if (u > 0) logger().warn("FSDP unit {} holds no trainable parameters of its own; it is not sharded", display(paths[u]));
@@ -247,6 +258,9 @@ void FullyShardedDataParallel::build_units(const std::vector<std::string>& unit_
     setup.compute_device = first.device();
     setup.shard_device = options_.offload_params() ? torch::Device(torch::kCPU) : first.device();
     setup.persistent = u == 0 || options_.sharding_strategy() == ShardingStrategy::kNoShard;
+    setup.predivide = predivide;
+    setup.postdivide = postdivide;
+    setup.step_check = step_check_.get();
     const int index = static_cast<int>(units_.size());
     units_.push_back(std::make_unique<fsdp::FlatParamUnit>(index, paths[u], modules.at(paths[u]),
                                                            std::move(slots[u]), setup));
@@ -278,7 +292,10 @@ void FullyShardedDataParallel::intercept_sequential_entries() {
     size_t index = 0;
     for (auto& entry : *sequential) {
       if (entry.ptr().get() == unit->module()) {
-        auto wrapper = std::make_shared<UnitEntryImpl>(entry, unit->module(), unit->path());
+        const auto& precision = options_.mixed_precision();
+        auto wrapper = std::make_shared<UnitEntryImpl>(
+            entry, unit->module(), unit->path(),
+            precision.cast_forward_inputs() ? precision.param_dtype() : c10::optional<torch::Dtype>());
         sequential_entries_.push_back(std::make_unique<SequentialEntry>(SequentialEntry{sequential, index, entry}));
         entry = torch::nn::AnyModule(wrapper);
       }

@@ -103,6 +103,63 @@ TEST(FsdpSingleProcess, SequentialUnitsAreGatheredForUseAndFreedBetween) {
   EXPECT_EQ(compat::storage_bytes(fsdp->units()[1]->full()), 0u);
 }
 
+// libtorch's C++ SGD updates `p.data()`, a tensor with a version counter of
+// its own: the shard's counter does not move, yet the root unit (gathered all
+// the time) must see every step. FSDP once trained with the root's step-0
+// weights forever after an SGD step; Adam updates in place and hid it.
+TEST(FsdpSingleProcess, SgdStepsReachTheUnitThatStaysGathered) {
+  ensure_world_of_one();
+  auto model = testing::make_model("mlp", 3);
+  auto reference = testing::make_model("mlp", 3);
+  reference->to(torch::kFloat64);
+  auto fsdp = std::make_shared<FullyShardedDataParallel>(model, world(), linear_units());
+  auto sgd = [](std::vector<torch::Tensor> params) {
+    return std::make_shared<OptimWrapper>(std::make_shared<torch::optim::SGD>(
+        std::move(params), torch::optim::SGDOptions(0.2).momentum(0.9)));
+  };
+  auto optim = sgd(fsdp->shard_parameters());
+  optim->set_gradient_sync(fsdp);
+  auto reference_optim = sgd(reference->parameters());
+  for (int step = 0; step < 6; ++step) {
+    model->train_step(mlp_batch(8, 300 + step), *optim);
+    reference->train_step(mlp_batch(8, 300 + step), *reference_optim);
+  }
+  auto weights = fsdp->full_state_dict(/*rank0_only=*/false);
+  for (const auto& item : reference->named_parameters()) {
+    EXPECT_TRUE(torch::allclose(weights[item.key()].to(torch::kFloat64), item.value(), 1e-4, 1e-5)) << item.key();
+  }
+}
+
+// summon_full_params gives every parameter whole and in the shards' own
+// dtype (not mixed precision's param_dtype, here float64), and writes changes
+// back into the shards.
+TEST(FsdpSingleProcess, SummonFullParamsIsFullPrecisionAndWritesBack) {
+  ensure_world_of_one();
+  auto model = std::dynamic_pointer_cast<testing::FsdpMlp>(testing::make_model("mlp", 3));
+  auto fsdp = std::make_shared<FullyShardedDataParallel>(model, world(), linear_units());
+  auto optim = adam_over(fsdp->shard_parameters());
+  optim->set_gradient_sync(fsdp);
+  model->train_step(mlp_batch(8, 400), *optim);
+  auto expected = fsdp->full_state_dict(/*rank0_only=*/false);
+  {
+    auto full = fsdp->summon_full_params(/*writeback=*/true);
+    for (const auto& item : model->named_parameters()) {
+      EXPECT_EQ(item.value().scalar_type(), torch::kFloat) << item.key();
+      EXPECT_TRUE(torch::equal(item.value(), expected.at(item.key()))) << item.key();
+    }
+    torch::NoGradGuard no_grad;
+    model->named_parameters()["layers.2.bias"].fill_(0.5);
+    model->gain.fill_(2.0);
+  }
+  // Back to the compute dtype (the root) and placeholders (the units), with the changes kept.
+  EXPECT_EQ(model->gain.scalar_type(), torch::kFloat64);
+  EXPECT_TRUE(torch::equal(model->gain, torch::full({5}, 2.0, torch::kFloat64)));
+  EXPECT_EQ(model->named_parameters()["layers.2.bias"].numel(), 0);
+  auto after = fsdp->full_state_dict(/*rank0_only=*/false);
+  EXPECT_TRUE(torch::equal(after.at("layers.2.bias"), torch::full({24}, 0.5)));
+  EXPECT_TRUE(torch::equal(after.at("layers.0.weight"), expected.at("layers.0.weight")));
+}
+
 struct MemberNet : Model {
   MemberNet() { fc = register_module("fc", torch::nn::Linear(6, 4)); }
   LossDict loss(const Batch& data) override {

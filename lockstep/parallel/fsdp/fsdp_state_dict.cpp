@@ -61,7 +61,10 @@ std::map<std::string, torch::Tensor> FullyShardedDataParallel::full_state_dict(b
   }
   if (!keep) return weights;
   for (const auto& [name, tensor] : frozen_) weights[name] = tensor.detach().to(torch::kCPU).clone();
-  for (const auto& [name, tensor] : buffers_) weights[name] = tensor.detach().to(torch::kCPU).clone();
+  // Buffers in their own dtype (mixed precision's buffer_dtype is for training only), as PyTorch's FSDP.
+  for (const auto& [name, tensor] : buffers_) {
+    weights[name] = tensor.detach().to(torch::kCPU, buffer_dtypes_.at(name), /*non_blocking=*/false, /*copy=*/true);
+  }
   return weights;
 }
 

@@ -142,14 +142,19 @@ void FullyShardedDataParallel::throw_pending_error() {
 
 void FullyShardedDataParallel::begin_forward(bool sync) {
   throw_pending_error();
+  step_check_->verify();
   sync_ = sync;
   refresh_persistent_units();
 }
 
-void FullyShardedDataParallel::begin_backward(const torch::Tensor& loss, bool sync, int64_t /*iteration*/) {
+void FullyShardedDataParallel::begin_backward(const torch::Tensor& loss, bool sync, int64_t iteration) {
   throw_pending_error();
   check_interception();
   sync_ = sync;
+  iteration_ = iteration;
+  // The forward's unit collectives are compared while backward computes its
+  // first layers; checked before backward issues any collective of its own.
+  step_check_->launch(iteration_);
   // Which parameters this loss reaches: a unit is complete when those have their gradients.
   std::unordered_set<const torch::autograd::Node*> graph;
   for (const auto* node : compat::reachable_nodes(loss)) graph.insert(node);
@@ -168,23 +173,34 @@ void FullyShardedDataParallel::begin_backward(const torch::Tensor& loss, bool sy
 void FullyShardedDataParallel::end_backward(bool /*sync*/) {
   if (backward_active_) {
     finish_backward_pass();  // autograd never ran the final callback (no hook fired after it was queued)
-    return;
+  } else {
+    // A backward that reached none of FSDP's parameters: only clean up.
+    for (auto& unit : units_) unit->reshard();
+    for (auto& run : runs_) {
+      run.pre_backward_done = run.post_backward_done = false;
+      run.ready_grads = 0;
+      std::fill(run.slot_ready.begin(), run.slot_ready.end(), 0);
+    }
+    expectations_set_ = false;
   }
-  // A backward that reached none of FSDP's parameters: only clean up.
-  for (auto& unit : units_) unit->reshard();
-  for (auto& run : runs_) {
-    run.pre_backward_done = run.post_backward_done = false;
-    run.ready_grads = 0;
-    std::fill(run.slot_ready.begin(), run.slot_ready.end(), 0);
-  }
-  expectations_set_ = false;
+  // Every rank ends each backward here: the backward's unit collectives are
+  // compared while the optimizer steps, and checked before the update is used.
+  step_check_->verify();  // a backward that issued no collective never checked the forward's
+  step_check_->launch(iteration_);
 }
 
-double FullyShardedDataParallel::reduce_grad_norm_power(double local, double norm_type) {
+torch::Tensor FullyShardedDataParallel::reduce_grad_norm(const torch::Tensor& local, double norm_type) {
   if (!shard_group_ || shard_group_->size() == 1) return local;
-  torch::Tensor value = torch::tensor({local}, torch::kDouble);
-  shard_group_->all_reduce(value, std::isinf(norm_type) ? ReduceOp::kMax : ReduceOp::kSum);
-  return value.item<double>();
+  // Gradients are identical across replicas (HYBRID_SHARD), so the shard group holds each element once.
+  torch::NoGradGuard no_grad;
+  if (std::isinf(norm_type)) {
+    torch::Tensor value = local.detach().to(torch::kFloat).reshape({1}).clone();
+    shard_group_->all_reduce(value, ReduceOp::kMax);
+    return value.reshape({});
+  }
+  torch::Tensor value = local.detach().to(torch::kFloat).pow(norm_type).reshape({1});
+  shard_group_->all_reduce(value, ReduceOp::kSum);
+  return value.pow(1.0 / norm_type).reshape({});
 }
 
 bool FullyShardedDataParallel::any_rank_true(bool local) {
@@ -195,6 +211,8 @@ bool FullyShardedDataParallel::any_rank_true(bool local) {
 }
 
 void FullyShardedDataParallel::after_step() {
+  step_check_->verify();
+  for (auto& unit : units_) unit->mark_shard_updated();
   refresh_persistent_units();
   if (optimizer_) {
     int64_t bytes = 0;
@@ -209,6 +227,7 @@ void FullyShardedDataParallel::after_step() {
 // --- backward --------------------------------------------------------------
 
 void FullyShardedDataParallel::begin_backward_pass() {
+  step_check_->verify();  // before this backward pairs a collective with another rank's
   backward_active_ = true;
   compat::queue_backward_callback([this] { finish_backward_pass(); });
 }
@@ -331,31 +350,21 @@ void FullyShardedDataParallel::reset_peak_stats() {
 FullyShardedDataParallel::FullParams::FullParams(FullyShardedDataParallel* fsdp, bool writeback)
     : fsdp_(fsdp), writeback_(writeback) {
   LOCKSTEP_CHECK(!fsdp_->backward_active_, "summon_full_params during backward");
-  fsdp_->refresh_persistent_units();
   for (auto& unit : fsdp_->units_) {
-    if (unit->state() == fsdp::FlatParamUnit::State::kSharded) {
-      unit->start_gather();
-      gathered_.push_back(unit->index());
-    }
+    if (unit->state() == fsdp::FlatParamUnit::State::kGathering) unit->finish_gather();
+    flats_.push_back(unit->gather_full_precision());
+    unit->point_params_at(flats_.back());
   }
-  for (auto& unit : fsdp_->units_) {
-    if (unit->state() != fsdp::FlatParamUnit::State::kSharded) unit->finish_gather();
-  }
-  // Units gathered since construction may be stale (never intercepted yet).
-  for (auto& unit : fsdp_->units_) unit->refresh();
 }
 
 FullyShardedDataParallel::FullParams::~FullParams() {
   try {
-    if (writeback_) {
-      for (auto& unit : fsdp_->units_) {
-        LOCKSTEP_CHECK(unit->full().scalar_type() == unit->shard().scalar_type(),
-                       "summon_full_params(writeback) needs parameters in their own dtype (no mixed precision)");
-        unit->load_flat(unit->full());
-        unit->refresh();  // the gathered copy is current again (collective; every rank does it)
-      }
+    for (auto& unit : fsdp_->units_) {
+      if (writeback_) unit->load_flat(flats_[static_cast<size_t>(unit->index())]);
+      unit->restore_param_views();
     }
-    for (int index : gathered_) fsdp_->units_[static_cast<size_t>(index)]->reshard();
+    // Units that stay gathered see the written-back shards (collective; every rank does it).
+    if (writeback_) fsdp_->refresh_persistent_units();
   } catch (const std::exception& error) {
     logger().error("summon_full_params: {}", error.what());
   }

@@ -80,7 +80,7 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
   void begin_forward(bool sync) override;
   void begin_backward(const torch::Tensor& loss, bool sync, int64_t iteration) override;
   void end_backward(bool sync) override;
-  double reduce_grad_norm_power(double local, double norm_type) override;
+  torch::Tensor reduce_grad_norm(const torch::Tensor& local, double norm_type) override;
   bool any_rank_true(bool local) override;
   void after_step() override;
 
@@ -91,9 +91,10 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
   // Optimizer state counts towards memory_stats() (FSDPStrategy sets it).
   void track_optimizer(std::shared_ptr<torch::optim::Optimizer> optimizer);
 
-  // Gathers every unit while alive (collective on enter and exit). With
-  // `writeback`, changes made to the parameters are copied into the shards
-  // on exit (needs param_dtype == the parameters' dtype).
+  // Every parameter, whole and in full precision (the shards' dtype, not
+  // mixed precision's param_dtype), while alive: collective on enter (and on
+  // exit with writeback). With `writeback`, changes made to the parameters
+  // are copied into the shards on exit. As PyTorch's summon_full_params.
   class FullParams {
    public:
     ~FullParams();
@@ -105,7 +106,7 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
     FullParams(FullyShardedDataParallel* fsdp, bool writeback);
     FullyShardedDataParallel* fsdp_;
     bool writeback_;
-    std::vector<int> gathered_;
+    std::vector<torch::Tensor> flats_;  // by unit
   };
   [[nodiscard]] std::unique_ptr<FullParams> summon_full_params(bool writeback = false);
 
@@ -196,10 +197,13 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
   std::vector<UnitRun> runs_;
   std::vector<std::pair<std::string, torch::Tensor>> frozen_;  // parameters without gradients
   std::vector<std::pair<std::string, torch::Tensor>> buffers_;
+  std::map<std::string, torch::Dtype> buffer_dtypes_;  // before buffer_dtype cast them; state dicts use these
   int64_t trainable_count_ = 0;                     // unique trainable parameters of the model
   struct SequentialEntry;
   std::vector<std::unique_ptr<SequentialEntry>> sequential_entries_;
   std::shared_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<fsdp::StepCheck> step_check_;  // ranks ran the same step and units (step_check.h)
+  int64_t iteration_ = 0;                         // of the current backward, for the step check
 
   bool sync_ = true;
   bool backward_active_ = false;
