@@ -19,6 +19,8 @@
 
 #include <torch/types.h>
 
+#include "lockstep/core/state.h"
+
 namespace lockstep {
 
 class GradientSync {
@@ -36,10 +38,12 @@ class GradientSync {
   virtual void begin_backward(const torch::Tensor& loss, bool sync, int64_t iteration) = 0;
   // loss.backward() has returned.
   virtual void end_backward(bool sync) = 0;
-  // Reduces the local sum of |g|^norm_type over this process's gradients into
-  // the global sum (FSDP shards gradients; DDP's are already identical on every
-  // rank and return `local` unchanged).
-  virtual double reduce_grad_norm_power(double local, double norm_type) { return local; }
+  // Turns the norm of this process's gradients (a 0-dim tensor) into the norm
+  // of all of them: FSDP shards gradients and combines the shards' norms as
+  // PyTorch's FSDP clip_grad_norm_ does (sum of norm^p, then the p-th root;
+  // max for the infinity norm). DDP's gradients are already identical on
+  // every rank, so the default returns `local` unchanged.
+  virtual torch::Tensor reduce_grad_norm(const torch::Tensor& local, double /*norm_type*/) { return local; }
   // Whether `local` is true on any rank that holds part of, or a replica of,
   // these gradients. The loss scaler (amp/grad_scaler.h) asks it whether some
   // rank found an inf/NaN gradient, so every rank skips the same steps and
@@ -54,6 +58,12 @@ class GradientSync {
   // Whether .grad tensors alias communication buffers (then zero_grad must
   // zero them in place instead of dropping them).
   virtual bool grads_are_views() const { return false; }
+  // What a resumed run needs to continue bitwise (DDP: the order its buckets
+  // were rebuilt in, which fixes the order gradients are summed in). Saved
+  // and loaded with the optim wrapper that drives this sync; every rank loads
+  // the same state.
+  virtual State state() const { return State(); }
+  virtual void load_state(const State& /*state*/) {}
 };
 
 }  // namespace lockstep

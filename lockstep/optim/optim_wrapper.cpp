@@ -125,28 +125,26 @@ void OptimWrapper::clip_gradients() {
     for (auto& g : grads) g.clamp_(-clip.clip_value, clip.clip_value);
     return;
   }
-  // Norm clipping as torch.nn.utils.clip_grad_norm_, except that the local
-  // sum of powers goes through the GradientSync so sharded gradients (FSDP)
-  // contribute to one global norm.
-  double total = 0;
-  const bool infinity_norm = std::isinf(clip.norm_type);
-  if (!grads.empty()) {
+  // Norm clipping as torch.nn.utils.clip_grad_norm_, operation for operation
+  // (the same bits as PyTorch's): the norm of the per-tensor norms, in the
+  // gradients' dtype, and every gradient multiplied by the clamped
+  // coefficient. Sharded gradients (FSDP) combine their norms through the
+  // GradientSync, as PyTorch's FSDP.clip_grad_norm_ does.
+  torch::NoGradGuard no_grad;
+  torch::Tensor total;
+  if (grads.empty()) {
+    total = torch::zeros({}, torch::kFloat);
+  } else {
     std::vector<torch::Tensor> norms;
     norms.reserve(grads.size());
-    for (const auto& g : grads) norms.push_back(g.detach().norm(clip.norm_type).to(torch::kDouble));
-    torch::Tensor stacked = torch::stack(norms);
-    total = infinity_norm ? stacked.max().item<double>() : stacked.pow(clip.norm_type).sum().item<double>();
+    for (const auto& g : grads) norms.push_back(torch::norm(g.detach(), clip.norm_type));
+    total = torch::norm(torch::stack(norms), clip.norm_type);
   }
-  if (gradient_sync_) {
-    total = infinity_norm ? gradient_sync_->reduce_grad_norm_power(total, INFINITY)
-                          : gradient_sync_->reduce_grad_norm_power(total, clip.norm_type);
-  }
-  const double norm = infinity_norm ? total : std::pow(total, 1.0 / clip.norm_type);
-  last_metrics_["grad_norm"] = norm;
-  const double coefficient = clip.max_norm / (norm + 1e-6);
-  if (coefficient < 1.0) {
-    for (auto& g : grads) g.mul_(coefficient);
-  }
+  if (gradient_sync_) total = gradient_sync_->reduce_grad_norm(total, clip.norm_type);
+  last_metrics_["grad_norm"] = total.item<double>();
+  // Python's `max_norm / tensor` is tensor.reciprocal() * max_norm (two roundings, unlike C++'s division).
+  torch::Tensor coefficient = torch::clamp((total + 1e-6).reciprocal() * clip.max_norm, c10::nullopt, 1.0);
+  for (auto& g : grads) g.mul_(coefficient.to(g.device()));
 }
 
 bool OptimWrapper::optimizer_step() {
@@ -206,6 +204,10 @@ State OptimWrapper::state() const {
   State state;
   state.put("optimizer", save_optimizer_state(*optimizer_));
   save_extra_state(state);
+  if (gradient_sync_) {
+    State sync = gradient_sync_->state();
+    if (!sync.empty()) state.put("gradient_sync", std::move(sync));
+  }
   return state;
 }
 
@@ -213,6 +215,8 @@ void OptimWrapper::load_state(const State& state) {
   LOCKSTEP_CHECK(state.contains("optimizer"), "the checkpoint holds no optimizer state");
   load_optimizer_state(*optimizer_, state.get("optimizer"));
   load_extra_state(state);
+  // Absent from checkpoints written without a parallel wrapper (or before it existed): the sync starts afresh.
+  if (gradient_sync_ && state.contains("gradient_sync")) gradient_sync_->load_state(state.get("gradient_sync"));
 }
 
 // ---- OptimWrapperDict ------------------------------------------------------

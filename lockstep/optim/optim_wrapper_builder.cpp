@@ -48,8 +48,7 @@ ClipGradOptions parse_clip_grad(const Config& config) {
   return clip;
 }
 
-std::shared_ptr<OptimWrapper> build_single_optim_wrapper(const Config& config, torch::nn::Module& module) {
-  auto optimizer = build_optimizer(config.at("optimizer"), config.child("paramwise_cfg"), module);
+std::shared_ptr<OptimWrapper> wrap_optimizer(const Config& config, std::shared_ptr<torch::optim::Optimizer> optimizer) {
   std::string type = config.get<std::string>("type", "OptimWrapper");
   // `amp: {dtype: bf16, ...}` (or `amp: true`) is mixed precision as a switch
   // of the plain wrapper, so a config can add it to a base that names
@@ -63,6 +62,10 @@ std::shared_ptr<OptimWrapper> build_single_optim_wrapper(const Config& config, t
     }
   }
   return optim_wrapper_registry().build_as(type, config, std::move(optimizer));
+}
+
+std::shared_ptr<OptimWrapper> build_single_optim_wrapper(const Config& config, torch::nn::Module& module) {
+  return wrap_optimizer(config, build_optimizer(config.at("optimizer"), config.child("paramwise_cfg"), module));
 }
 
 std::shared_ptr<OptimWrapperBase> build_optim_wrapper(const Config& config, torch::nn::Module& model) {

@@ -38,6 +38,11 @@ OptimWrapperOptions parse_optim_wrapper_options(const Config& config);
 //     generator: {optimizer: {type: Adam, lr: 0.0002}}
 //     discriminator: {optimizer: {type: Adam, lr: 0.0002}}
 std::shared_ptr<OptimWrapperBase> build_optim_wrapper(const Config& config, torch::nn::Module& model);
+// Wraps an optimizer that is already built (FSDP builds it over flat shards):
+// the wrapper type (`type`, or `amp` turning OptimWrapper into
+// AmpOptimWrapper) and the wrapper's own keys. The one place that decides
+// which wrapper a section builds, for every strategy.
+std::shared_ptr<OptimWrapper> wrap_optimizer(const Config& config, std::shared_ptr<torch::optim::Optimizer> optimizer);
 // The wrapper for one set of named parameters.
 std::shared_ptr<OptimWrapper> build_single_optim_wrapper(
     const Config& config, torch::nn::Module& module);

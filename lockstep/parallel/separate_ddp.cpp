@@ -61,4 +61,19 @@ bool SeparateDistributedDataParallel::grads_are_views() const {
   return false;
 }
 
+State SeparateDistributedDataParallel::state() const {
+  State state;
+  for (const auto& [name, ddp] : children_) {
+    State child = ddp->state();
+    if (!child.empty()) state.put(name, std::move(child));
+  }
+  return state;
+}
+
+void SeparateDistributedDataParallel::load_state(const State& state) {
+  for (auto& [name, ddp] : children_) {
+    if (state.contains(name)) ddp->load_state(state.get(name));
+  }
+}
+
 }  // namespace lockstep

@@ -39,6 +39,9 @@ class SeparateDistributedDataParallel : public GradientSync {
   void begin_backward(const torch::Tensor& loss, bool sync, int64_t iteration) override;
   void end_backward(bool sync) override;
   bool grads_are_views() const override;
+  // Each child's state under its name (a single OptimWrapper driving them all).
+  State state() const override;
+  void load_state(const State& state) override;
 
  private:
   std::map<std::string, std::shared_ptr<DistributedDataParallel>> children_;

@@ -32,6 +32,31 @@ struct DdpMlp : Model {
   torch::nn::Linear fc1{nullptr}, fc2{nullptr}, unused{nullptr};
 };
 
+// DdpMlp plus an auxiliary head that only some samples use: a sample whose
+// "aux" flag is set adds 0.5 * mean(aux(h)^2) to the loss. A batch slice
+// without flagged samples leaves `aux` out of this rank's graph, so the head
+// can be used on some ranks and unused on others in the same step.
+struct SometimesAuxMlp : Model {
+  SometimesAuxMlp() {
+    fc1 = register_module("fc1", torch::nn::Linear(16, 32));
+    fc2 = register_module("fc2", torch::nn::Linear(32, 5));
+    aux = register_module("aux", torch::nn::Linear(32, 3));
+  }
+  LossDict loss(const Batch& data) override {
+    torch::Tensor h = torch::relu(fc1(data.at("x")));
+    LossDict losses;
+    losses.insert("loss", torch::nn::functional::cross_entropy(fc2(h), data.at("y")));
+    torch::Tensor flags = data.at("aux");
+    if (flags.any().item<bool>()) {
+      torch::Tensor picked = h.index({flags});
+      losses.insert("loss_aux", 0.5 * aux(picked).pow(2).mean());
+    }
+    return losses;
+  }
+  Batch predict(const Batch& data) override { return {{"logits", fc2(torch::relu(fc1(data.at("x"))))}}; }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, aux{nullptr};
+};
+
 // fc -> BatchNorm1d -> relu -> fc: with SyncBatchNorm under DDP it must match
 // BatchNorm over the whole batch in one process.
 struct BatchNormMlp : Model {

@@ -122,6 +122,123 @@ LOCKSTEP_WORKER_TEST(DdpWorker, Fp16CompressionStaysWithinItsTolerance) {
   run_equivalence(setup);
 }
 
+// A parameter used on some ranks and unused on others: rank 0's slices flag
+// samples for the auxiliary head in some micro-steps, the other ranks' never.
+// Against one process that adds every rank's and micro-step's loss (each
+// divided by world size x accumulation) and steps once.
+void run_rank_dependent_usage(int64_t accumulation) {
+  testing::WorkerWorld world_guard;
+  const int rank = get_rank();
+  const int world_size = get_world_size();
+  const int64_t per_rank = 6;
+  const int64_t steps = 6;
+  torch::manual_seed(11);
+  auto model = std::make_shared<testing::SometimesAuxMlp>();
+  torch::manual_seed(11);
+  auto reference = std::make_shared<testing::SometimesAuxMlp>();
+  auto ddp = std::make_shared<DistributedDataParallel>(model, world(), options_from_env().find_unused_parameters(true));
+  auto optim = testing::sgd_momentum(*model, accumulation);
+  optim->set_gradient_sync(ddp);
+  optim->initialize_count_status(0, steps * accumulation);
+  auto reference_optim = testing::sgd_momentum(*reference);
+  for (int64_t step = 0; step < steps; ++step) {
+    const int64_t global = per_rank * world_size * accumulation;
+    Batch batch = testing::global_batch(global, static_cast<uint64_t>(500 + step));
+    torch::Tensor flags = torch::zeros({global}, torch::kBool);
+    for (int64_t micro = 0; micro < accumulation; ++micro) {
+      // Rank 0 uses the head in every other micro-step of even steps (and in odd steps never).
+      if (step % 2 == 0 && micro % 2 == 0) flags[(micro * world_size) * per_rank + 1] = true;
+    }
+    batch.set("aux", flags);
+    for (int64_t micro = 0; micro < accumulation; ++micro) {
+      model->train_step(batch.slice((micro * world_size + rank) * per_rank, per_rank), *optim);
+    }
+    torch::Tensor total = torch::zeros({});
+    for (int64_t slice = 0; slice < world_size * accumulation; ++slice) {
+      LossDict losses = reference->loss(batch.slice(slice * per_rank, per_rank));
+      for (const auto& item : losses) total = total + item.value();
+    }
+    reference_optim->update_params(total / static_cast<double>(world_size * accumulation));
+  }
+  testing::expect_same_state(*model, *reference, 1e-5, 1e-6);
+}
+
+LOCKSTEP_WORKER_TEST(DdpWorker, ParameterUsedOnSomeRanksMatchesOneProcess) { run_rank_dependent_usage(1); }
+
+LOCKSTEP_WORKER_TEST(DdpWorker, ParameterUsedOnSomeRanksWithNoSyncMicroStepsMatchesOneProcess) {
+  run_rank_dependent_usage(4);
+}
+
+TEST(Ddp, ParameterUsedOnSomeRanksOnly) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  for (const char* view : {"0", "1"}) {
+    for (const char* test : {"DdpWorker.ParameterUsedOnSomeRanksMatchesOneProcess",
+                             "DdpWorker.ParameterUsedOnSomeRanksWithNoSyncMicroStepsMatchesOneProcess"}) {
+      auto result = testing::run_workers(2, test, {std::string("DDP_VIEW=") + view});
+      EXPECT_WORKERS_OK(result) << test << " gradient_as_bucket_view " << view;
+    }
+  }
+}
+
+// A custom train_step that runs loss.backward() itself, outside the optim
+// wrapper, would train each rank on its own: DDP fails instead, naming the
+// parameter and the fix. Inside no_sync() local accumulation stays allowed.
+LOCKSTEP_WORKER_TEST(DdpWorker, BackwardOutsideTheOptimWrapperFails) {
+  testing::WorkerWorld world_guard;
+  torch::manual_seed(3);
+  auto model = std::make_shared<DdpMlp>();
+  auto ddp = std::make_shared<DistributedDataParallel>(model, world());
+  auto optim = testing::sgd_momentum(*model);
+  optim->set_gradient_sync(ddp);
+  Batch batch = testing::global_batch(8, 1);
+  {
+    auto local = ddp->no_sync();
+    model->loss(batch)["loss"].backward();  // allowed: accumulates locally
+  }
+  optim->zero_grad();
+  try {
+    model->loss(batch)["loss"].backward();
+    ADD_FAILURE() << "a backward DDP was not told about trained each rank on its own";
+  } catch (const std::exception& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("received a gradient from a backward pass DDP was not told about"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("optim_wrapper.update_params(loss)"), std::string::npos) << message;
+  }
+}
+
+// The one-time bucket rebuild happens when the second forward begins, not
+// after it (when activations fill memory).
+LOCKSTEP_WORKER_TEST(DdpWorker, BucketsAreRebuiltBeforeTheSecondForward) {
+  testing::WorkerWorld world_guard;
+  torch::manual_seed(1);
+  auto model = std::make_shared<DdpMlp>(512);
+  auto ddp = std::make_shared<DistributedDataParallel>(model, world(),
+                                                       DDPOptions().first_bucket_cap_mb(0.001).bucket_cap_mb(0.01));
+  auto optim = testing::sgd_momentum(*model);
+  optim->set_gradient_sync(ddp);
+  optim->initialize_count_status(0, 3);
+  model->train_step(testing::global_batch(64, 5), *optim);
+  EXPECT_FALSE(ddp->reducer().buckets_rebuilt());
+  {
+    auto context = optim->optim_context();
+    EXPECT_TRUE(ddp->reducer().buckets_rebuilt()) << "the rebuild waited for the backward pass";
+    model->loss(testing::global_batch(64, 6));
+  }
+  EXPECT_TRUE(ddp->reducer().buckets_rebuilt());
+}
+
+TEST(Ddp, CustomBackwardAndBucketRebuild) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  for (const char* test : {"DdpWorker.BackwardOutsideTheOptimWrapperFails", "DdpWorker.BucketsAreRebuiltBeforeTheSecondForward"}) {
+    testing::WorkersOptions options;
+    options.env = {"LOCKSTEP_TIMEOUT_S=20"};
+    options.timeout_s = 90;
+    auto result = testing::run_workers(2, test, options);
+    EXPECT_WORKERS_OK(result) << test;
+  }
+}
+
 TEST(Ddp, EquivalenceOnTwoAndFourRanks) {
   LOCKSTEP_REQUIRE_LAUNCHER();
   for (int nproc : {2, 4}) {

@@ -1,6 +1,7 @@
 #include "lockstep/parallel/ddp/bucket_assignment.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <numeric>
 
@@ -69,6 +70,17 @@ std::vector<std::vector<size_t>> assign_buckets(const std::vector<torch::Tensor>
   std::stable_sort(buckets.begin(), buckets.end(), [&](const auto& a, const auto& b) {
     return first_position(a) < first_position(b);
   });
+  return buckets;
+}
+
+std::vector<std::vector<size_t>> initial_buckets(const std::vector<torch::Tensor>& params,
+                                                 const std::vector<int64_t>& byte_limits, bool single_bucket) {
+  std::vector<size_t> model_order(params.size());
+  std::iota(model_order.begin(), model_order.end(), size_t{0});
+  const std::vector<int64_t> limits =
+      single_bucket ? std::vector<int64_t>{std::numeric_limits<int64_t>::max()} : byte_limits;
+  auto buckets = assign_buckets(params, model_order, limits);
+  std::reverse(buckets.begin(), buckets.end());
   return buckets;
 }
 

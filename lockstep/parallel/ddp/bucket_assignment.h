@@ -30,4 +30,16 @@ std::vector<std::vector<size_t>> assign_buckets(const std::vector<torch::Tensor>
 // {n-1, n-2, ..., 0}
 std::vector<size_t> reverse_order(size_t n);
 
+// The buckets of DDP's first iteration, exactly as PyTorch's
+// DistributedDataParallel builds them (so that a 4-rank run sums in the same
+// order as PyTorch's and stays bitwise equal to it): with `single_bucket`
+// (no find_unused_parameters, or static_graph) one bucket holding every
+// parameter in model order, reduced once the whole backward is done -- the
+// real gradient order is unknown until then, and buckets are rebuilt in the
+// observed order after the first iteration; otherwise the model order cut at
+// the size limits, the buckets listed last-first (the last layers' gradients
+// come first) and each keeping model order inside.
+std::vector<std::vector<size_t>> initial_buckets(const std::vector<torch::Tensor>& params,
+                                                 const std::vector<int64_t>& byte_limits, bool single_bucket);
+
 }  // namespace lockstep

@@ -151,8 +151,17 @@ void DistributedDataParallel::begin_forward(bool sync) {
                  "previous synchronised forward never ran backward. Every rank must run backward after each "
                  "synchronised forward (otherwise ranks fall out of step); use no_sync / accumulation for "
                  "forward passes without a reduction.");
+  reducer_->prepare_for_forward();
   if (options_.broadcast_buffers()) broadcast_from_rank0(buffers_);
   forward_awaits_backward_ = sync && no_sync_depth_ == 0;
+}
+
+void DistributedDataParallel::enter_no_sync() {
+  if (no_sync_depth_++ == 0) reducer_->set_local_accumulation_allowed(true);
+}
+
+void DistributedDataParallel::leave_no_sync() {
+  if (--no_sync_depth_ == 0) reducer_->set_local_accumulation_allowed(false);
 }
 
 std::vector<std::string> DistributedDataParallel::parameters_outside_graph(const torch::Tensor& loss) const {
@@ -178,6 +187,19 @@ void DistributedDataParallel::begin_backward(const torch::Tensor& loss, bool syn
 }
 
 void DistributedDataParallel::end_backward(bool /*sync*/) { reducer_->finish_backward(); }
+
+State DistributedDataParallel::state() const {
+  State state;
+  const auto order = reducer_->rebuilt_order();
+  if (!order.empty()) state.values["bucket_order"] = order;
+  return state;
+}
+
+void DistributedDataParallel::load_state(const State& state) {
+  if (state.values.contains("bucket_order")) {
+    reducer_->restore_rebuilt_order(state.values["bucket_order"].get<std::vector<int64_t>>());
+  }
+}
 
 void DistributedDataParallel::register_comm_hook(std::shared_ptr<CommHook> hook) { reducer_->set_comm_hook(std::move(hook)); }
 

@@ -63,13 +63,16 @@ class DistributedDataParallel : public GradientSync {
   void begin_backward(const torch::Tensor& loss, bool sync, int64_t iteration) override;
   void end_backward(bool sync) override;
   bool grads_are_views() const override { return options_.gradient_as_bucket_view(); }
+  // The rebuilt bucket order (see Reducer::rebuilt_order).
+  State state() const override;
+  void load_state(const State& state) override;
 
   // Skips gradient communication while alive (accumulate locally); the next
   // synchronised backward reduces the accumulated sum.
   class NoSync {
    public:
-    explicit NoSync(DistributedDataParallel* ddp) : ddp_(ddp) { ddp_->no_sync_depth_ += 1; }
-    ~NoSync() { ddp_->no_sync_depth_ -= 1; }
+    explicit NoSync(DistributedDataParallel* ddp) : ddp_(ddp) { ddp_->enter_no_sync(); }
+    ~NoSync() { ddp_->leave_no_sync(); }
     NoSync(const NoSync&) = delete;
     NoSync& operator=(const NoSync&) = delete;
 
@@ -99,6 +102,9 @@ class DistributedDataParallel : public GradientSync {
   std::vector<torch::Tensor> params_;
   std::vector<torch::Tensor> buffers_;
   std::unique_ptr<Reducer> reducer_;
+  void enter_no_sync();
+  void leave_no_sync();
+
   int no_sync_depth_ = 0;
   bool forward_awaits_backward_ = false;
 };

@@ -49,7 +49,8 @@ Reducer::Reducer(std::vector<torch::Tensor> params, std::vector<std::string> nam
   locally_used_.assign(params_.size(), 0);
   globally_used_.assign(params_.size(), 1);
   expected_hook_calls_.assign(params_.size(), 0);
-  build_buckets(reverse_order(params_.size()));
+  build_buckets_from(initial_buckets(params_, {options_.first_bucket_bytes(), options_.bucket_bytes()},
+                                     options_.static_graph() || !options_.find_unused_parameters()));
   hooks_.reserve(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     hooks_.push_back(std::make_unique<compat::PostAccumulateHook>(params_[i], [this, i] { autograd_hook(i); }));
@@ -69,7 +70,10 @@ void Reducer::set_comm_hook(std::shared_ptr<CommHook> hook) {
 }
 
 void Reducer::build_buckets(const std::vector<size_t>& order) {
-  auto assignment = assign_buckets(params_, order, {options_.first_bucket_bytes(), options_.bucket_bytes()});
+  build_buckets_from(assign_buckets(params_, order, {options_.first_bucket_bytes(), options_.bucket_bytes()}));
+}
+
+void Reducer::build_buckets_from(const std::vector<std::vector<size_t>>& assignment) {
   std::vector<Bucket> buckets(assignment.size());
   locations_.assign(params_.size(), Location{});
   for (size_t b = 0; b < assignment.size(); ++b) {
@@ -97,6 +101,16 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
   buckets_ = std::move(buckets);
 }
 
+void Reducer::prepare_for_forward() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (rebuild_pending_ && finalized_) rebuild_buckets_from_rank0();
+}
+
+void Reducer::set_local_accumulation_allowed(bool allowed) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  local_accumulation_allowed_ = allowed;
+}
+
 void Reducer::rebuild_buckets_from_rank0() {
   const size_t n = params_.size();
   // Parameters that never became ready go last, in reverse model order.
@@ -110,7 +124,37 @@ void Reducer::rebuild_buckets_from_rank0() {
   if (group_->size() > 1) group_->broadcast(shared, 0);
   std::vector<size_t> agreed(n);
   for (size_t i = 0; i < n; ++i) agreed[i] = static_cast<size_t>(shared[static_cast<int64_t>(i)].item<int64_t>());
+  // The old buckets go before the new ones are allocated, unless gradients
+  // still live in them (gradient_as_bucket_view), to be moved across.
+  if (!options_.gradient_as_bucket_view()) buckets_.clear();
   build_buckets(agreed);
+  rebuilt_order_ = agreed;
+  rebuilt_ = true;
+  rebuild_pending_ = false;
+}
+
+std::vector<int64_t> Reducer::rebuilt_order() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::vector<int64_t>(rebuilt_order_.begin(), rebuilt_order_.end());
+}
+
+void Reducer::restore_rebuilt_order(const std::vector<int64_t>& order) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  LOCKSTEP_CHECK(finalized_, "DDP: bucket order restored during a backward pass");
+  std::vector<size_t> indices;
+  std::vector<bool> seen(params_.size(), false);
+  for (int64_t index : order) {
+    LOCKSTEP_CHECK(index >= 0 && static_cast<size_t>(index) < params_.size() && !seen[static_cast<size_t>(index)],
+                   "DDP: the saved bucket order is not a permutation of this model's ", params_.size(),
+                   " parameters (was the checkpoint written for another model?)");
+    seen[static_cast<size_t>(index)] = true;
+    indices.push_back(static_cast<size_t>(index));
+  }
+  LOCKSTEP_CHECK(indices.size() == params_.size(), "DDP: the saved bucket order names ", indices.size(),
+                 " parameters but the model has ", params_.size());
+  if (!options_.gradient_as_bucket_view()) buckets_.clear();
+  build_buckets(indices);
+  rebuilt_order_ = std::move(indices);
   rebuilt_ = true;
   rebuild_pending_ = false;
 }
@@ -164,7 +208,19 @@ void Reducer::prepare_for_backward(const torch::Tensor& loss, bool sync, int64_t
 
 void Reducer::autograd_hook(size_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!expect_hooks_) return;
+  if (!expect_hooks_) {
+    // A gradient DDP was not told about: a backward outside the
+    // OptimWrapper's update_params / backward (a custom train_step calling
+    // loss.backward() itself). Reducing nothing would train every rank on its
+    // own with no sign of it, so fail, unless no_sync() allows local
+    // accumulation.
+    if (local_accumulation_allowed_) return;
+    LOCKSTEP_FAIL("DDP on rank ", group_->global_rank(group_->rank()), ": parameter '", names_[index],
+                  "' received a gradient from a backward pass DDP was not told about, so it would not be "
+                  "averaged across ranks and each rank would train its own model. Run backward through the optim "
+                  "wrapper (optim_wrapper.update_params(loss), or optim_wrapper.backward(loss) then step()), not "
+                  "loss.backward(); for a backward that must stay local, open ddp.no_sync() around it.");
+  }
   locally_used_[index] = 1;
   if (!sync_) return;
   timeline_.last_hook = Clock::now();
@@ -296,10 +352,16 @@ void Reducer::finalize_backward() {
   }
 
   for (size_t i = 0; i < params_.size(); ++i) {
-    // Unused on every rank: the gradient is left exactly as it was.
-    if (track_used && !globally_used_[i]) continue;
     const torch::Tensor& view = buckets_[locations_[i].bucket].views[locations_[i].slot];
     auto& grad = params_[i].mutable_grad();
+    if (track_used && !globally_used_[i]) {
+      // Unused on every rank: no gradient, as without gradient_as_bucket_view
+      // (where zero_grad dropped it and nothing created it). A bucket view
+      // that zero_grad zeroed in place stands for "no gradient" too; kept,
+      // it would let momentum move the parameter in one mode and not the other.
+      if (options_.gradient_as_bucket_view() && same_memory(grad, view)) grad.reset();
+      continue;
+    }
     if (options_.gradient_as_bucket_view()) {
       if (!same_memory(grad, view)) grad = view;
     } else if (grad.defined()) {
@@ -313,7 +375,10 @@ void Reducer::finalize_backward() {
   sync_ = false;
   std::fill(locally_used_.begin(), locally_used_.end(), 0);
   check_work_.reset();
-  if (!rebuilt_) rebuild_pending_ = true;
+  // Buckets are rebuilt once, in the order gradients became ready -- except
+  // with find_unused_parameters (and no static graph), where that order may
+  // change from one iteration to the next (PyTorch's reducer does the same).
+  if (!rebuilt_ && (options_.static_graph() || !options_.find_unused_parameters())) rebuild_pending_ = true;
 }
 
 void Reducer::finish_backward() {

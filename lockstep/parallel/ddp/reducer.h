@@ -6,11 +6,13 @@
 //   - gradients are copied (divided by the world size) into flat buckets as
 //     soon as autograd has accumulated them; a full bucket is launched at
 //     once, strictly in bucket order on every rank;
-//   - buckets follow the reverse parameter order at first, then are rebuilt
-//     once in the order gradients actually became ready (rank 0's order,
+//   - the first iteration's buckets are PyTorch's (bucket_assignment.h:
+//     initial_buckets), then they are rebuilt once, before the second
+//     forward, in the order gradients actually became ready (rank 0's order,
 //     broadcast, so every rank agrees);
 //   - find_unused_parameters marks parameters outside the loss's graph ready
-//     up front, and parameters unused on every rank keep their gradients;
+//     up front, and parameters unused on every rank get no gradient (the
+//     optimizer skips them, with or without gradient_as_bucket_view);
 //   - static_graph learns, in its first iteration, how often each hook fires
 //     and which parameters are unused, and then needs no graph traversal;
 //   - gradient_as_bucket_view makes .grad alias the bucket (no copies);
@@ -65,6 +67,14 @@ class Reducer {
   Reducer& operator=(const Reducer&) = delete;
 
   void set_comm_hook(std::shared_ptr<CommHook> hook);
+  // A forward pass is about to run: the one-time bucket rebuild happens here,
+  // before activations fill memory (collective on the first call after the
+  // first synchronised backward; later calls do nothing).
+  void prepare_for_forward();
+  // Inside DDP's no_sync(): gradients may accumulate locally without a
+  // prepare_for_backward. Outside it, a gradient that arrives while the
+  // reducer is not armed is an error (see autograd_hook).
+  void set_local_accumulation_allowed(bool allowed);
   // Arms the hooks for one backward pass from `loss`. With sync false the
   // gradients only accumulate locally (no_sync): nothing is communicated.
   // `iteration` must be the same on every rank (it is checked).
@@ -77,6 +87,11 @@ class Reducer {
   bool reduction_pending() const;
 
   std::vector<std::vector<size_t>> bucket_indices() const;
+  // The order the buckets were rebuilt in (empty until they are), and a way
+  // back to it after a restart: a resumed run then sums gradients in the
+  // same order as the uninterrupted one. Local; every rank passes the same.
+  std::vector<int64_t> rebuilt_order() const;
+  void restore_rebuilt_order(const std::vector<int64_t>& order);
   bool buckets_rebuilt() const { return rebuilt_; }
   ReductionTimeline last_timeline() const;
   // Parameters unused on every rank in the last synchronised backward.
@@ -98,6 +113,7 @@ class Reducer {
   };
 
   void build_buckets(const std::vector<size_t>& order);
+  void build_buckets_from(const std::vector<std::vector<size_t>>& assignment);
   void rebuild_buckets_from_rank0();
   void autograd_hook(size_t index);
   void mark_variable_ready(size_t index);
@@ -119,6 +135,7 @@ class Reducer {
   mutable std::mutex mutex_;
   // Per synchronised backward.
   bool expect_hooks_ = false;
+  bool local_accumulation_allowed_ = false;
   bool sync_ = false;
   bool finalized_ = true;
   bool callback_queued_ = false;
@@ -133,6 +150,7 @@ class Reducer {
   ReductionTimeline timeline_;
   // Bucket rebuilding and static graphs.
   std::vector<size_t> ready_order_;
+  std::vector<size_t> rebuilt_order_;
   bool rebuilt_ = false;
   bool rebuild_pending_ = false;
   bool static_graph_learned_ = false;
