@@ -3,9 +3,11 @@
 // config_convert.cpp, to_yaml() in yaml_dumper.cpp.
 #include "lockstep/config/config.h"
 
+#include <algorithm>
 #include <functional>
 
 #include "lockstep/config/config_node.h"
+#include "lockstep/core/spelling.h"
 
 namespace lockstep {
 
@@ -158,8 +160,9 @@ void collect_unused(const ConfigNode& node, const std::string& component,
       if (child.used) {
         collect_unused(child, component, problems);
       } else {
-        problems.push_back(str_cat(detail::location_text(child.source, child.path),
-                                   ": unknown key for ", component, "; it reads: ",
+        const std::vector<std::string> candidates(node.requested.begin(), node.requested.end());
+        problems.push_back(str_cat(detail::location_text(child.source, child.path), ": unknown key for ",
+                                   component, did_you_mean(entry.first, candidates), "; it reads: ",
                                    known.empty() ? "(no keys here)" : known));
       }
     }
@@ -338,6 +341,24 @@ void Config::check_all_used(const std::string& component) const {
   if (problems.empty()) return;
   if (problems.size() == 1) throw Error(problems.front());
   std::string message = str_cat(problems.size(), " unknown keys for ", component, ":");
+  for (const auto& problem : problems) message += "\n  " + problem;
+  throw Error(message);
+}
+
+void Config::check_known_keys(const std::vector<std::string>& known, const std::string& component) const {
+  if (node_->kind != Kind::kMap) return;
+  std::vector<std::string> problems;
+  std::string listed;
+  for (const auto& key : known) listed += (listed.empty() ? "" : ", ") + key;
+  for (const auto& entry : node_->entries) {
+    if (std::find(known.begin(), known.end(), entry.first) != known.end()) continue;
+    const ConfigNode& child = *entry.second;
+    problems.push_back(str_cat(detail::location_text(child.source, child.path), ": unknown ", component,
+                               did_you_mean(entry.first, known), "; known keys: ", listed));
+  }
+  if (problems.empty()) return;
+  if (problems.size() == 1) throw Error(problems.front());
+  std::string message = str_cat(problems.size(), " unknown ", component, "s:");
   for (const auto& problem : problems) message += "\n  " + problem;
   throw Error(message);
 }

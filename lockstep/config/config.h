@@ -132,6 +132,12 @@ class Config {
   // up at that level, present or not. Several unread keys give one error
   // headed "N unknown keys for SGD:" with one such line each.
   void check_all_used(const std::string& component) const;
+  // Throws naming every key of this map that is not in `known`, where it was
+  // set and the nearest known key: "cnn.yaml:3 (key train): unknown
+  // top-level key (did you mean 'train_cfg'?); known keys: ...". For maps
+  // whose keys are read at different times (the top level of a run), where
+  // check_all_used cannot wait for every reader.
+  void check_known_keys(const std::vector<std::string>& known, const std::string& component) const;
   // Marks this node and everything under it as read.
   void mark_used() const;
 

@@ -304,5 +304,29 @@ TEST(ConfigConvertTest, BooleansAcceptYamlWordsOnly) {
   }
 }
 
+TEST(ConfigKeysTest, CheckKnownKeysNamesTheKeyItsLineAndTheNearestKnownKey) {
+  Config config = Config::parse("model: {type: MLP}\ntrian_cfg: {max_iters: 3}\n", "run.yaml");
+  const std::vector<std::string> known{"model", "train_cfg", "optim_wrapper"};
+  EXPECT_EQ(error_of([&] { config.check_known_keys(known, "top-level key"); }),
+            "run.yaml:2 (key trian_cfg): unknown top-level key (did you mean 'train_cfg'?); known keys: model, "
+            "train_cfg, optim_wrapper");
+  config.apply_override("foo=3");
+  const std::string both = error_of([&] { config.check_known_keys(known, "top-level key"); });
+  EXPECT_EQ(both.rfind("2 unknown top-level keys:", 0), 0u) << both;
+  EXPECT_NE(both.find("--set (key foo): unknown top-level key; known keys"), std::string::npos) << both;
+  Config::parse("model: 1\n").check_known_keys(known, "top-level key");  // all known: no error
+}
+
+TEST(ConfigKeysTest, UnreadKeysSuggestTheNearestKeyTheReaderAskedFor) {
+  Config config = Config::parse("optimizer: {lr: 0.1, momentun: 0.9}\n", "run.yaml");
+  Config optimizer = config.at("optimizer");
+  optimizer.get<double>("lr");
+  optimizer.get<double>("momentum", 0.0);
+  const std::string message = error_of([&] { optimizer.check_all_used("SGD"); });
+  EXPECT_NE(message.find("(key optimizer.momentun): unknown key for SGD (did you mean 'momentum'?); it reads: "),
+            std::string::npos)
+      << message;
+}
+
 }  // namespace
 }  // namespace lockstep

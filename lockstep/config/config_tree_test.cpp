@@ -38,7 +38,7 @@ TEST(ConfigTrackingTest, OneUnreadKeyNamesItsLineAndTheKeysThatWereRead) {
   read_like_sgd(optimizer);
   optimizer.at("paramwise").mark_used();
   EXPECT_EQ(error_of([&] { optimizer.check_all_used("SGD"); }),
-            "t.yaml:4 (key optimizer.momentun): unknown key for SGD; it reads: lr, momentum, nesterov, "
+            "t.yaml:4 (key optimizer.momentun): unknown key for SGD (did you mean 'momentum'?); it reads: lr, momentum, nesterov, "
             "paramwise, type, weight_decay");
 }
 
@@ -49,7 +49,7 @@ TEST(ConfigTrackingTest, EveryUnreadKeyIsListedRecursivelyOncePerSubtree) {
   optimizer.at("paramwise").get<int>("bias_lr");
   EXPECT_EQ(error_of([&] { cfg.check_all_used("the trainer"); }),
             "3 unknown keys for the trainer:\n"
-            "  t.yaml:4 (key optimizer.momentun): unknown key for the trainer; it reads: lr, momentum, "
+            "  t.yaml:4 (key optimizer.momentun): unknown key for the trainer (did you mean 'momentum'?); it reads: lr, momentum, "
             "nesterov, paramwise, type, weight_decay\n"
             "  t.yaml:7 (key optimizer.paramwise.norm_decay): unknown key for the trainer; it reads: bias_lr\n"
             "  t.yaml:9 (key extra): unknown key for the trainer; it reads: optimizer");

@@ -93,7 +93,7 @@ TEST(RegistryTest, FactoryErrorsCarryTheLocation) {
 
 TEST(RegistryTest, KeysTheFactoryNeverReadAreRejectedAfterBuild) {
   EXPECT_EQ(error_of([] { widget_registry().build(widget_config("  type: Knob\n  sise: 3\n")); }),
-            "w.yaml:3 (key widget.sise): unknown key for widget 'Knob'; it reads: size, type");
+            "w.yaml:3 (key widget.sise): unknown key for widget 'Knob' (did you mean 'size'?); it reads: size, type");
   EXPECT_EQ(error_of([] {
               widget_registry().build(widget_config("  type: Knob\n  a: 1\n  size: 2\n  b: {c: 1}\n"));
             }),

@@ -159,6 +159,20 @@ std::string auto_launcher(const Environment& env) {
   return "none";
 }
 
+// None of the variables `launcher` would have set is present.
+bool launcher_left_nothing(const std::string& launcher, const Environment& env) {
+  static const std::map<std::string, std::vector<const char*>> variables{
+      {"pytorch", {"RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID"}},
+      {"slurm", {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"}},
+      {"mpi", {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"}}};
+  auto it = variables.find(launcher);
+  if (it == variables.end()) return false;
+  for (const char* name : it->second) {
+    if (find(env, name)) return false;
+  }
+  return true;
+}
+
 // Splits at commas outside brackets.
 std::vector<std::string> split_top_level(const std::string& text, const std::string& whole) {
   std::vector<std::string> parts;
@@ -227,6 +241,11 @@ DistEnv detect_dist_env(const std::string& launcher) { return detect_dist_env(la
 
 DistEnv detect_dist_env(const std::string& launcher, const Environment& env) {
   std::string which = launcher == "auto" ? auto_launcher(env) : launcher;
+  if (which != "none" && which != "auto" && launcher_left_nothing(which, env)) {
+    DistEnv alone;
+    alone.absent_launcher = which;
+    return alone;
+  }
   DistEnv out;
   if (which == "pytorch") {
     out = from_pytorch(env);
@@ -240,6 +259,14 @@ DistEnv detect_dist_env(const std::string& launcher, const Environment& env) {
   }
   validate(out);
   return out;
+}
+
+int launched_world_size(const Environment& env) {
+  for (const char* name : {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS"}) {
+    const std::string* value = find(env, name);
+    if (value && all_digits(*value) && value->size() < 9 && std::stoi(*value) > 1) return std::stoi(*value);
+  }
+  return 1;
 }
 
 std::vector<std::string> expand_slurm_nodelist(const std::string& nodelist) {

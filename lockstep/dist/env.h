@@ -29,6 +29,9 @@ struct DistEnv {
   // "/worker/attempt_<restart_count>".
   bool use_agent_store = false;
   int restart_count = 0;
+  // The launcher the config named, when it left no variable at all behind
+  // (the process was started by hand): the job runs as one process.
+  std::string absent_launcher;
 };
 
 using Environment = std::map<std::string, std::string>;
@@ -36,8 +39,19 @@ using Environment = std::map<std::string, std::string>;
 // The process environment as a map.
 Environment current_environment();
 
+// A launcher named explicitly ("pytorch", "slurm", "mpi") that left none of
+// its variables behind means a process started by hand: it runs as a world of
+// one (launcher "none", absent_launcher set). Some but not all variables is an
+// error naming the missing one.
 DistEnv detect_dist_env(const std::string& launcher = "auto");
 DistEnv detect_dist_env(const std::string& launcher, const Environment& env);
+
+// How many processes the launcher that started this one (if any) started in
+// all: WORLD_SIZE (torchrun, `lockstep run`), OMPI_COMM_WORLD_SIZE (mpirun),
+// SLURM_STEP_NUM_TASKS (an srun step); 1 when none is set or parses. A
+// process that trains alone checks it, so that N copies never silently train
+// N independent models into one work dir.
+int launched_world_size(const Environment& env);
 
 // "node[01-03,07],gpu5" -> {node01, node02, node03, node07, gpu5}. Several
 // bracket groups in one name expand as a product ("r[1-2]n[1-2]" -> r1n1,

@@ -13,6 +13,7 @@
 #include "lockstep/core/logging.h"
 #include "lockstep/core/rng.h"
 #include "lockstep/data/data_loader.h"
+#include "lockstep/dist/env.h"
 #include "lockstep/engine/default_hooks.h"
 #include "lockstep/evaluation/metric.h"
 #include "lockstep/model/model.h"
@@ -57,7 +58,24 @@ std::string default_work_dir(const Config& config) {
 
 }  // namespace
 
+namespace {
+// Every top-level key a run reads (the header lists what each holds).
+const std::vector<std::string>& runner_config_keys() {
+  static const std::vector<std::string> keys{
+      "work_dir",        "randomness",      "env",           "strategy",        "model",
+      "train_dataloader", "val_dataloader", "test_dataloader", "val_evaluator", "test_evaluator",
+      "train_cfg",       "optim_wrapper",   "param_scheduler", "trainer",       "default_hooks",
+      "custom_hooks",    "load_from",       "resume"};
+  return keys;
+}
+}  // namespace
+
 Runner::Runner(Config config, RunnerOptions options) : config_(std::move(config)), options_(std::move(options)) {
+  // Before anything else: a misspelt key (`--set train.max_iters=30` for
+  // train_cfg.max_iters) must not silently train the default run.
+  std::vector<std::string> known = runner_config_keys();
+  known.insert(known.end(), options_.extra_config_keys().begin(), options_.extra_config_keys().end());
+  config_.check_known_keys(known, "top-level key");
   setup_environment();
 }
 
@@ -79,6 +97,22 @@ void Runner::setup_environment() {
     env.check_all_used("env");
   }
   strategy_ = build_strategy(config_.child("strategy"));
+  const Environment environment = current_environment();
+  const int launched = launched_world_size(environment);
+  if (strategy_->world_size() == 1 && launched > 1) {
+    std::string rank = "?";
+    for (const char* name : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) {
+      if (environment.count(name)) {
+        rank = environment.at(name);
+        break;
+      }
+    }
+    LOCKSTEP_FAIL(config_.where("strategy"), ": this process is rank ", rank, " of ", launched,
+                  " started together by a launcher, but the strategy (", strategy_->name(),
+                  ") trains in one process: ", launched, " copies would train ", launched,
+                  " independent models into the same work dir. Set strategy: {type: DDPStrategy} (or FSDPStrategy) "
+                  "to train them as one job, or start a single process.");
+  }
   set_log_rank(strategy_->rank(), strategy_->world_size());
   if (strategy_->is_main_process()) fs::create_directories(work_dir_);
   strategy_->barrier();

@@ -15,11 +15,15 @@
 // {max_iters | max_epochs, val_interval, by_epoch}, optim_wrapper,
 // param_scheduler, trainer {zero_grad_before_forward, gather_metric_period,
 // async_write_metrics}, default_hooks, custom_hooks, load_from, resume.
+// Any other top-level key is an error naming its file and line (and the
+// nearest known key); a program that reads top-level keys of its own names
+// them in RunnerOptions::extra_config_keys.
 #pragma once
 
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "lockstep/config/config.h"
 #include "lockstep/engine/trainer.h"
@@ -38,6 +42,8 @@ struct RunnerOptions {
   TORCH_ARG(bool, resume) = false;
   // Weights to start from (overrides `load_from`).
   TORCH_ARG(std::string, load_from) = "";
+  // Top-level config keys the program reads itself (accepted besides the runner's own).
+  TORCH_ARG(std::vector<std::string>, extra_config_keys);
 };
 
 class Runner {

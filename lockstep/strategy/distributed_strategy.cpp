@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/logging.h"
 #include "lockstep/dist/comm.h"
 #include "lockstep/dist/init.h"
 #include "lockstep/dist/process_group.h"
@@ -55,6 +56,10 @@ DistributedStrategy::DistributedStrategy(const DistributedOptions& options) {
                        ? std::chrono::milliseconds(static_cast<int64_t>(options.timeout_s() * 1000))
                        : default_timeout();
     init_from_env(options.launcher(), options.backend(), timeout);
+    if (!dist_env().absent_launcher.empty()) {
+      logger().info("No launcher environment ('{}' sets RANK/WORLD_SIZE or their like, and none is set): "
+                    "running as a world of one process", dist_env().absent_launcher);
+    }
   }
   world_ = world();
   std::vector<int> everyone(static_cast<size_t>(world_->size()));

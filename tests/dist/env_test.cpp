@@ -188,5 +188,32 @@ TEST(DetectDistEnv, AutoPicksTheLauncherThatApplies) {
             std::string::npos);
 }
 
+// A launcher named in the config that left nothing behind: a process started
+// by hand, which runs as a world of one. Some of its variables but not all is
+// still an error naming the missing one.
+TEST(DetectDistEnv, ANamedLauncherThatLeftNothingIsAWorldOfOne) {
+  for (const char* launcher : {"pytorch", "slurm", "mpi"}) {
+    DistEnv env = detect_dist_env(launcher, Environment{{"HOME", "/root"}});
+    EXPECT_EQ(env.launcher, "none") << launcher;
+    EXPECT_EQ(env.world_size, 1) << launcher;
+    EXPECT_EQ(env.rank, 0) << launcher;
+    EXPECT_EQ(env.absent_launcher, launcher);
+  }
+  EXPECT_NE(error_of([] { detect_dist_env("pytorch", Environment{{"RANK", "0"}, {"WORLD_SIZE", "2"}}); })
+                .find("LOCAL_RANK is not set"),
+            std::string::npos);
+}
+
+TEST(LaunchedWorldSize, ReadsWhatEachLauncherSets) {
+  EXPECT_EQ(launched_world_size(Environment{}), 1);
+  EXPECT_EQ(launched_world_size(Environment{{"WORLD_SIZE", "4"}, {"RANK", "1"}}), 4);
+  EXPECT_EQ(launched_world_size(Environment{{"OMPI_COMM_WORLD_SIZE", "2"}}), 2);
+  EXPECT_EQ(launched_world_size(Environment{{"SLURM_STEP_NUM_TASKS", "8"}}), 8);
+  EXPECT_EQ(launched_world_size(Environment{{"WORLD_SIZE", "1"}}), 1);
+  EXPECT_EQ(launched_world_size(Environment{{"WORLD_SIZE", "two"}}), 1);
+  // An sbatch script (no srun step) runs one process whatever SLURM_NTASKS says.
+  EXPECT_EQ(launched_world_size(Environment{{"SLURM_NTASKS", "4"}, {"SLURM_PROCID", "0"}}), 1);
+}
+
 }  // namespace
 }  // namespace lockstep
