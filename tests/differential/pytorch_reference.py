@@ -1,0 +1,354 @@
+#!/usr/bin/python3
+"""PyTorch's side of lockstep's differential suite (tests/differential).
+
+PyTorch (Debian's python3-torch) trains a model from given initial weights on
+the batches lockstep's loader would give each rank, with torch's own
+DistributedDataParallel over Gloo, one process per rank, and writes the final
+weights. The C++ test trains the same case through `lockstep train` and
+compares the two files tensor by tensor. Nothing here comes from lockstep:
+the model, the data order, the optimizer, the schedulers, clipping, autocast
+and DDP are PyTorch's.
+
+  pytorch_reference.py init CASE.json OUT.safetensors     initial weights (torch.manual_seed(CASE.seed))
+  pytorch_reference.py train CASE.json INIT OUT           trains CASE from INIT, writes OUT
+  pytorch_reference.py batch JOBS.json                     [{"case": CASE, "init": INIT, "out": OUT}, ...]:
+                                                           init then train each, in one interpreter
+  pytorch_reference.py compare A B                         prints {"name": relative difference, ...}
+
+CASE is JSON:
+  {"model": {"type": "ConvNet", "channels": [8, 16], "hidden": 32, "batch_norm": false}
+            | {"type": "DCGAN", "latent_dim": 16, "generator_channels": 8, "discriminator_channels": 8}
+              (examples/gan: two networks, one optimizer each, separate DDP),
+   "world": 2, "batch": 16, "iters": 20, "accumulate": 1, "seed": 0,
+   "optimizer": {"type": "SGD"|"Adam"|"AdamW", "lr": ..., ...},
+   "clip": {"max_norm": 1.0, "norm_type": 2.0} | null,
+   "schedulers": [{"type": "LinearLR", "start_factor": 0.1, "total_iters": 5},
+                  {"type": "CosineAnnealingLR", "T_max": 20, "eta_min": 0.001}],
+   "amp": null | "bf16",
+   "data_root": "/usr/share/datasets/fashion-mnist"}
+
+The data order is lockstep's DefaultSampler with shuffle false: rank r's
+samples are r, r + world, r + 2 world, ...; iteration i takes the next `batch`
+of them. One iteration is one micro-step: with accumulation, the optimizer
+steps every `accumulate` iterations (mmengine's semantics) and the earlier
+micro-steps run under no_sync. Schedulers step once per iteration, after it.
+"""
+import contextlib
+import gzip
+import json
+import os
+import struct
+import sys
+import tempfile
+
+import numpy as np
+
+MEAN = 72.94   # the ImgDataPreprocessor mean/std of lockstep's Fashion-MNIST configs
+STD = 90.02
+DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32, "U8": np.uint8}
+
+
+def fail(message):
+    sys.stderr.write("pytorch_reference: " + message + "\n")
+    sys.exit(1)
+
+
+# --- files ------------------------------------------------------------------
+
+def read_arrays(path):
+    """{name: numpy array} of a safetensors file (numpy only: compare needs no torch)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + length])
+    header.pop("__metadata__", None)
+    body = data[8 + length:]
+    arrays = {}
+    for name, entry in header.items():
+        begin, end = entry["data_offsets"]
+        if entry["dtype"] not in DTYPES:
+            fail("%s: %s has dtype %s, which this reader does not take" % (path, name, entry["dtype"]))
+        arrays[name] = np.frombuffer(body[begin:end], dtype=DTYPES[entry["dtype"]]).reshape(entry["shape"])
+    return arrays
+
+
+def read_safetensors(path):
+    import torch
+    return {name: torch.from_numpy(array.copy()) for name, array in read_arrays(path).items()}
+
+
+def write_safetensors(path, tensors):
+    names = sorted(tensors)
+    codes = {np.dtype(v): k for k, v in DTYPES.items()}
+    header, blobs, offset = {}, [], 0
+    for name in names:
+        array = tensors[name].detach().cpu().contiguous().numpy()
+        blob = array.tobytes()
+        header[name] = {"dtype": codes[array.dtype], "shape": list(array.shape),
+                        "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    text = json.dumps(header).encode("utf-8")
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for blob in blobs:
+            f.write(blob)
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    dims = data[3]
+    shape = struct.unpack(">" + "I" * dims, data[4:4 + 4 * dims])
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+# --- models -----------------------------------------------------------------
+
+def build_model(spec):
+    import torch.nn as nn
+    if spec["type"] == "ConvNet":
+        # lockstep's ConvNet (lockstep/models/classifiers.cpp), pooling after each conv.
+        layers, channels, size = [], 1, 28
+        for out in spec["channels"]:
+            layers.append(nn.Conv2d(channels, out, 3, padding=1, bias=not spec["batch_norm"]))
+            if spec["batch_norm"]:
+                layers.append(nn.BatchNorm2d(out))
+            layers += [nn.ReLU(inplace=True), nn.MaxPool2d(2)]
+            channels, size = out, size // 2
+        model = nn.Module()
+        model.features = nn.Sequential(*layers)
+        model.head = nn.Sequential(nn.Flatten(), nn.Linear(channels * size * size, spec["hidden"]),
+                                   nn.ReLU(inplace=True), nn.Linear(spec["hidden"], 10))
+        model.forward = lambda x: model.head(model.features(x))
+        return model
+    if spec["type"] == "DCGAN":
+        # examples/gan/dcgan.h: two networks in one model.
+        g, d, latent = spec["generator_channels"], spec["discriminator_channels"], spec["latent_dim"]
+        model = nn.Module()
+        model.generator = nn.Sequential(
+            nn.Linear(latent, 2 * g * 7 * 7, bias=False), nn.Unflatten(1, (2 * g, 7, 7)), nn.BatchNorm2d(2 * g),
+            nn.ReLU(), nn.ConvTranspose2d(2 * g, g, 4, stride=2, padding=1, bias=False), nn.BatchNorm2d(g),
+            nn.ReLU(), nn.ConvTranspose2d(g, 1, 4, stride=2, padding=1), nn.Tanh())
+        model.discriminator = nn.Sequential(
+            nn.Conv2d(1, d, 4, stride=2, padding=1), nn.LeakyReLU(0.2),
+            nn.Conv2d(d, 2 * d, 4, stride=2, padding=1, bias=False), nn.BatchNorm2d(2 * d), nn.LeakyReLU(0.2),
+            nn.Flatten(), nn.Linear(2 * d * 7 * 7, 1))
+        return model
+    fail("unknown model type " + spec["type"])
+
+
+def init_weights(case, out):
+    import torch
+    torch.manual_seed(case.get("seed", 0))
+    model = build_model(case["model"])
+    write_safetensors(out, model.state_dict())
+
+
+# --- training ---------------------------------------------------------------
+
+def rank_batches(case, rank):
+    """Yields (images, labels) per iteration: lockstep's DefaultSampler(shuffle=false) order."""
+    import torch
+    root = case.get("data_root", "/usr/share/datasets/fashion-mnist")
+    images = read_idx(os.path.join(root, "train-images-idx3-ubyte.gz"))
+    labels = read_idx(os.path.join(root, "train-labels-idx1-ubyte.gz"))
+    world, batch = case["world"], case["batch"]
+    mine = np.arange(rank, len(images), world)
+    for i in range(case["iters"]):
+        index = mine[i * batch:(i + 1) * batch]
+        assert len(index) == batch, "the case runs past one epoch"
+        x = torch.from_numpy(images[index].copy()).unsqueeze(1)
+        y = torch.from_numpy(labels[index].astype(np.int64))
+        yield x, y
+
+
+MASK64 = 2 ** 64 - 1
+
+
+def splitmix64(x):
+    x = (x + 0x9E3779B97F4A7C15) & MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+def batch_seed(seed, epoch, batch_in_epoch):
+    """The seed lockstep's loader hands a dataset for one batch (lockstep/data/data_loader.h)."""
+    return splitmix64(splitmix64(splitmix64(seed) ^ (epoch & MASK64)) ^ (batch_in_epoch & MASK64))
+
+
+def latent_noise(case, rank, iteration):
+    """examples/gan's WithLatentNoise: N(0, 1) from the batch's seed (epoch 0 here)."""
+    import torch
+    loader_seed = batch_seed(case["seed"], rank, -1)
+    generator = torch.Generator()
+    generator.manual_seed(batch_seed(loader_seed, 0, iteration) ^ 0x9E3779B97F4A7C15)
+    return torch.randn(case["batch"], case["model"]["latent_dim"], generator=generator)
+
+
+def preprocess(x, mean=MEAN, std=STD):
+    import torch
+    mean = torch.tensor([mean], dtype=torch.float32).view(1, 1, 1, 1)
+    std = torch.tensor([std], dtype=torch.float32).view(1, 1, 1, 1)
+    return (x.to(torch.float32) - mean) / std
+
+
+def build_optimizer(spec, params):
+    import torch
+    kind = spec["type"]
+    if kind == "SGD":
+        return torch.optim.SGD(params, lr=spec["lr"], momentum=spec.get("momentum", 0.0),
+                               weight_decay=spec.get("weight_decay", 0.0), nesterov=spec.get("nesterov", False),
+                               foreach=False)
+    if kind == "Adam":
+        return torch.optim.Adam(params, lr=spec["lr"], betas=tuple(spec.get("betas", (0.9, 0.999))),
+                                eps=spec.get("eps", 1e-8), weight_decay=spec.get("weight_decay", 0.0), foreach=False)
+    if kind == "AdamW":
+        return torch.optim.AdamW(params, lr=spec["lr"], betas=tuple(spec.get("betas", (0.9, 0.999))),
+                                 eps=spec.get("eps", 1e-8), weight_decay=spec.get("weight_decay", 0.01),
+                                 foreach=False)
+    fail("unknown optimizer " + kind)
+
+
+def build_schedulers(specs, optimizer):
+    import torch.optim.lr_scheduler as sched
+    result = []
+    for spec in specs or []:
+        args = {k: v for k, v in spec.items() if k != "type"}
+        result.append(getattr(sched, spec["type"])(optimizer, **args))
+    return result
+
+
+def train_rank(rank, case, init, out, init_method):
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=case["world"])
+    model = build_model(case["model"])
+    model.load_state_dict(read_safetensors(init))
+    ddp = DDP(model)
+    optimizer = build_optimizer(case["optimizer"], model.parameters())
+    schedulers = build_schedulers(case.get("schedulers"), optimizer)
+    accumulate = case.get("accumulate", 1)
+    amp = case.get("amp")
+    for i, (x, y) in enumerate(rank_batches(case, rank)):
+        last_micro_step = (i + 1) % accumulate == 0
+        context = ddp.no_sync() if not last_micro_step else contextlib.nullcontext()
+        with context:
+            if amp:
+                with torch.autocast("cpu", dtype={"bf16": torch.bfloat16}[amp]):
+                    loss = F.cross_entropy(ddp(preprocess(x)), y)
+            else:
+                loss = F.cross_entropy(ddp(preprocess(x)), y)
+            (loss / accumulate if accumulate > 1 else loss).backward()
+        if last_micro_step:
+            clip = case.get("clip")
+            if clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip["max_norm"], clip.get("norm_type", 2.0))
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        for scheduler in schedulers:
+            scheduler.step()
+    if rank == 0:
+        write_safetensors(out, model.state_dict())
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def train_gan_rank(rank, case, init, out, init_method):
+    """examples/gan/dcgan.h's train_step under separate DDP: one DDP per network."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=case["world"])
+    model = build_model(case["model"])
+    model.load_state_dict(read_safetensors(init))
+    G, D = model.generator, model.discriminator
+    ddp_g, ddp_d = DDP(G), DDP(D)
+    g_opt = build_optimizer(case["optimizer"], G.parameters())
+    d_opt = build_optimizer(case["optimizer"], D.parameters())
+    for i, (x, _) in enumerate(rank_batches(case, rank)):
+        real = preprocess(x, 127.5, 127.5)
+        noise = latent_noise(case, rank, i)
+        # The discriminator: one DDP forward (rank 0's buffers broadcast once, as
+        # lockstep does at optim_context), then the fake batch through the same module.
+        with torch.no_grad():
+            fake = G(noise)
+        real_logits = ddp_d(real)
+        fake_logits = D(fake)
+        d_loss = (F.binary_cross_entropy_with_logits(real_logits, torch.ones_like(real_logits)) +
+                  F.binary_cross_entropy_with_logits(fake_logits, torch.zeros_like(fake_logits)))
+        d_loss.backward()
+        d_opt.step()
+        d_opt.zero_grad(set_to_none=True)
+        # The generator, through the frozen discriminator.
+        D.requires_grad_(False)
+        logits = D(ddp_g(noise))
+        g_loss = F.binary_cross_entropy_with_logits(logits, torch.ones_like(logits))
+        g_loss.backward()
+        g_opt.step()
+        g_opt.zero_grad(set_to_none=True)
+        D.requires_grad_(True)
+    if rank == 0:
+        write_safetensors(out, model.state_dict())
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def train(case, init, out):
+    import torch.multiprocessing as mp
+    with tempfile.TemporaryDirectory() as scratch:
+        init_method = "file://" + os.path.join(scratch, "rendezvous")
+        target = train_gan_rank if case["model"]["type"] == "DCGAN" else train_rank
+        mp.start_processes(target, args=(case, init, out, init_method), nprocs=case["world"], start_method="fork")
+
+
+def compare(a, b):
+    """Largest |a - b| over largest |b|, per tensor; exact zeros mean bitwise equal."""
+    left, right = read_arrays(a), read_arrays(b)
+    if sorted(left) != sorted(right):
+        fail("%s and %s hold different names: %s vs %s" % (a, b, sorted(left), sorted(right)))
+    result = {}
+    for name in sorted(left):
+        x, y = left[name].astype(np.float64), right[name].astype(np.float64)
+        if x.shape != y.shape:
+            fail("%s: shape %s vs %s" % (name, list(x.shape), list(y.shape)))
+        scale = float(np.abs(y).max()) if y.size else 0.0
+        result[name] = float(np.abs(x - y).max()) / (scale or 1.0) if x.size else 0.0
+    json.dump(result, sys.stdout)
+    sys.stdout.write("\n")
+
+
+def main():
+    args = sys.argv[1:]
+    if args and args[0] in ("init", "train", "batch"):
+        import torch
+        # One thread, as every worker: the parent's model init must not start an
+        # OpenMP pool that forked workers would inherit half-alive.
+        torch.set_num_threads(1)
+    if len(args) == 3 and args[0] == "init":
+        with open(args[1]) as f:
+            init_weights(json.load(f), args[2])
+    elif len(args) == 4 and args[0] == "train":
+        with open(args[1]) as f:
+            train(json.load(f), args[2], args[3])
+    elif len(args) == 2 and args[0] == "batch":
+        with open(args[1]) as f:
+            for job in json.load(f):
+                init_weights(job["case"], job["init"])
+                train(job["case"], job["init"], job["out"] + ".tmp")
+                os.replace(job["out"] + ".tmp", job["out"])
+    elif len(args) == 3 and args[0] == "compare":
+        compare(args[1], args[2])
+    else:
+        fail(__doc__)
+
+
+if __name__ == "__main__":
+    main()
