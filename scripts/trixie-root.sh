@@ -15,7 +15,10 @@ mirror=${DEBIAN_MIRROR:-}
 if [[ -z "$mirror" ]]; then
   mirror=$(grep -hoE '^(deb|URIs:) *(\[[^]]*\] *)?https?://[^ ]+' /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null \
            | grep -oE 'https?://[^ ]+' | grep -v security | head -n1 || true)
-  mirror=${mirror:-http://deb.debian.org/debian}
+  if [[ -z "$mirror" ]]; then
+    echo "trixie-root: no Debian mirror in /etc/apt/sources.list{,.d/*}; set DEBIAN_MIRROR to the archive's URL" >&2
+    exit 1
+  fi
 fi
 
 need=(g++ cmake make ccache libtorch-dev libgloo-dev libopenblas0-openmp libyaml-cpp-dev
