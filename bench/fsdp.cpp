@@ -97,6 +97,7 @@ int worker(const std::string& mode, int steps, int64_t tokens) {
   std::shared_ptr<FullyShardedDataParallel> fsdp;
   std::shared_ptr<OptimWrapper> optim;
   Peaks ddp_peaks;
+  StepContext step;  // DDP: measures its peaks after every backward
   std::vector<int64_t> unit_bytes;
   if (mode == "DDP") {
     auto ddp = std::make_shared<DistributedDataParallel>(
@@ -104,7 +105,7 @@ int worker(const std::string& mode, int steps, int64_t tokens) {
     optim = std::make_shared<OptimWrapper>(std::make_shared<torch::optim::Adam>(model->parameters(), 1e-4));
     optim->set_gradient_sync(ddp);
     auto* adam = &optim->optimizer();
-    optim->set_after_backward([&ddp_peaks, model, adam] {
+    step.after_backward = [&ddp_peaks, model, adam] {
       std::vector<torch::Tensor> params, grads;
       for (const auto& p : model->parameters()) {
         params.push_back(p);
@@ -116,7 +117,7 @@ int worker(const std::string& mode, int steps, int64_t tokens) {
       ddp_peaks.grads = std::max(ddp_peaks.grads, now.grads);
       ddp_peaks.optimizer = std::max(ddp_peaks.optimizer, now.optimizer);
       ddp_peaks.total = std::max(ddp_peaks.total, now.total);
-    });
+    };
   } else {
     // FULL_SHARD_LEAN: FULL_SHARD with no prefetch and no reduction overlap.
     const bool lean = mode == "FULL_SHARD_LEAN";
@@ -146,7 +147,7 @@ int worker(const std::string& mode, int steps, int64_t tokens) {
     Batch batch{{"input", sequence.narrow(1, 0, tokens).contiguous()}, {"target", sequence.narrow(1, 1, tokens).contiguous()}};
     synchronize();
     const double start = bench::now_seconds();
-    model->train_step(batch, *optim);
+    model->run_train_step(batch, *optim, step);
     if (i >= kWarmup) times.push_back(bench::now_seconds() - start);
   }
   Peaks peaks = ddp_peaks;

@@ -9,7 +9,7 @@
 
 #include "lockstep/config/config.h"
 #include "lockstep/core/logging.h"
-#include "lockstep/engine/runner.h"
+#include "lockstep/runner/runner.h"
 #include "lockstep/strategy/strategy.h"
 
 namespace lockstep::cli {

@@ -11,7 +11,7 @@
 #include "lockstep/config/config.h"
 #include "lockstep/config/registry.h"
 #include "lockstep/core/error.h"
-#include "lockstep/engine/runner.h"
+#include "lockstep/runner/runner.h"
 #include "lockstep/model/model.h"
 
 namespace {

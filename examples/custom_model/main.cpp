@@ -14,7 +14,7 @@
 
 #include "lockstep/config/config.h"
 #include "lockstep/config/registry.h"
-#include "lockstep/engine/runner.h"
+#include "lockstep/runner/runner.h"
 #include "lockstep/model/model.h"
 #include "lockstep/strategy/strategy.h"
 

@@ -11,7 +11,7 @@
 
 #include "examples/gan/dcgan.h"
 #include "lockstep/config/config.h"
-#include "lockstep/engine/runner.h"
+#include "lockstep/runner/runner.h"
 
 int main(int argc, char** argv) {
   if (argc < 2) {

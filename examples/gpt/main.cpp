@@ -14,7 +14,7 @@
 
 #include "examples/gpt/fortunes.h"
 #include "lockstep/config/config.h"
-#include "lockstep/engine/runner.h"
+#include "lockstep/runner/runner.h"
 #include "lockstep/strategy/fsdp_strategy.h"
 
 namespace {

@@ -139,13 +139,13 @@ TEST(AmpOptimWrapper, InjectedInfSkipsTheUpdateAndHalvesTheScale) {
   AmpOptimWrapper optim(make_sgd(*model), OptimWrapperOptions(),
                         AmpOptions().dtype(torch::kBFloat16).loss_scale(GradScalerOptions()));
   int64_t step = 0;
-  optim.set_after_backward([&] {
+  const StepContext inject{-1, [&] {
     if (step == 1) model->parameters().back().mutable_grad()[0] = INFINITY;
-  });
+  }};
   std::vector<double> scales;
   for (step = 0; step < 3; ++step) {
     torch::Tensor before = torch::cat({model->parameters().front().detach().flatten().clone()});
-    model->train_step(make_batch(step), optim);
+    model->run_train_step(make_batch(step), optim, inject);
     const bool changed = !torch::equal(before, model->parameters().front().detach().flatten());
     EXPECT_EQ(changed, step != 1) << "step " << step;
     scales.push_back(optim.last_update_metrics().at("loss_scale"));

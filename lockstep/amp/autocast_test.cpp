@@ -11,7 +11,7 @@
 namespace lockstep {
 namespace {
 
-constexpr auto kCpu = c10::DeviceType::CPU;
+constexpr auto kAutocastCpu = c10::DeviceType::CPU;
 
 TEST(Autocast, CpuRunsMatmulAndConvInBfloat16) {
   torch::manual_seed(0);
@@ -21,7 +21,7 @@ TEST(Autocast, CpuRunsMatmulAndConvInBfloat16) {
   torch::Tensor kernel = torch::randn({4, 3, 3, 3});
   torch::Tensor product, conv, plain;
   {
-    AutocastGuard autocast(kCpu, torch::kBFloat16);
+    AutocastGuard autocast(kAutocastCpu, torch::kBFloat16);
     product = torch::matmul(x, w);
     conv = torch::conv2d(image, kernel);
   }
@@ -41,7 +41,7 @@ TEST(Autocast, CpuKeepsReductionsAndLossesInFloat32) {
   torch::Tensor x = torch::randn({8, 5});
   torch::Tensor w = torch::randn({5, 5});
   torch::Tensor labels = torch::randint(0, 5, {8}, torch::kLong);
-  AutocastGuard autocast(kCpu, torch::kBFloat16);
+  AutocastGuard autocast(kAutocastCpu, torch::kBFloat16);
   // Float32 inputs are not lowered by reductions (only by the matmul family).
   EXPECT_EQ(x.sum().scalar_type(), torch::kFloat);
   EXPECT_EQ(x.mean().scalar_type(), torch::kFloat);
@@ -64,27 +64,27 @@ TEST(Autocast, CpuKeepsReductionsAndLossesInFloat32) {
 TEST(Autocast, NestingRestoresEnabledFlagAndDtype) {
   // (libtorch 1.13 accepts no other CPU dtype than bfloat16, so dtype
   // restoring is checked on CUDA below.)
-  ASSERT_FALSE(autocast_enabled(kCpu));
+  ASSERT_FALSE(autocast_enabled(kAutocastCpu));
   torch::Tensor x = torch::randn({4, 4});
   {
-    AutocastGuard outer(kCpu, torch::kBFloat16);
-    EXPECT_TRUE(autocast_enabled(kCpu));
-    EXPECT_EQ(autocast_dtype(kCpu), torch::kBFloat16);
+    AutocastGuard outer(kAutocastCpu, torch::kBFloat16);
+    EXPECT_TRUE(autocast_enabled(kAutocastCpu));
+    EXPECT_EQ(autocast_dtype(kAutocastCpu), torch::kBFloat16);
     {
-      AutocastGuard full_precision(kCpu, torch::kBFloat16, /*enabled=*/false);
-      EXPECT_FALSE(autocast_enabled(kCpu));
+      AutocastGuard full_precision(kAutocastCpu, torch::kBFloat16, /*enabled=*/false);
+      EXPECT_FALSE(autocast_enabled(kAutocastCpu));
       EXPECT_EQ(torch::mm(x, x).scalar_type(), torch::kFloat);
       {
-        AutocastGuard inner(kCpu, torch::kBFloat16);
+        AutocastGuard inner(kAutocastCpu, torch::kBFloat16);
         EXPECT_EQ(torch::mm(x, x).scalar_type(), torch::kBFloat16);
       }
-      EXPECT_FALSE(autocast_enabled(kCpu));
+      EXPECT_FALSE(autocast_enabled(kAutocastCpu));
     }
-    EXPECT_TRUE(autocast_enabled(kCpu));
-    EXPECT_EQ(autocast_dtype(kCpu), torch::kBFloat16);
+    EXPECT_TRUE(autocast_enabled(kAutocastCpu));
+    EXPECT_EQ(autocast_dtype(kAutocastCpu), torch::kBFloat16);
     EXPECT_EQ(torch::mm(x, x).scalar_type(), torch::kBFloat16);
   }
-  EXPECT_FALSE(autocast_enabled(kCpu));
+  EXPECT_FALSE(autocast_enabled(kAutocastCpu));
   // Every guard gave its nesting level back: the next region is outermost.
   EXPECT_EQ(compat::increment_autocast_nesting(), 1);
   EXPECT_EQ(compat::decrement_autocast_nesting(), 0);
@@ -101,32 +101,32 @@ TEST(Autocast, OutermostExitClearsTheWeightCastCache) {
     weight.add_(1.0);
   };
   {
-    AutocastGuard outer(kCpu, torch::kBFloat16);
+    AutocastGuard outer(kAutocastCpu, torch::kBFloat16);
     EXPECT_EQ(torch::mm(x, weight)[0][0].item<double>(), 8.0);
     {
-      AutocastGuard inner(kCpu, torch::kBFloat16);
+      AutocastGuard inner(kAutocastCpu, torch::kBFloat16);
     }
     update_weight();
     // An inner exit keeps the cache (as torch.autocast): still the old copy.
     EXPECT_EQ(torch::mm(x, weight)[0][0].item<double>(), 8.0);
   }
-  AutocastGuard next(kCpu, torch::kBFloat16);
+  AutocastGuard next(kAutocastCpu, torch::kBFloat16);
   EXPECT_EQ(torch::mm(x, weight)[0][0].item<double>(), 16.0) << "a stale cast of the weight survived the region";
 }
 
 TEST(Autocast, RejectsUnsupportedDtypesAndDevices) {
-  EXPECT_THROW((AutocastGuard{kCpu, torch::kHalf}), Error);
-  EXPECT_THROW((AutocastGuard{kCpu, torch::kFloat}), Error);
+  EXPECT_THROW((AutocastGuard{kAutocastCpu, torch::kHalf}), Error);
+  EXPECT_THROW((AutocastGuard{kAutocastCpu, torch::kFloat}), Error);
   EXPECT_THROW((AutocastGuard{c10::DeviceType::CUDA, torch::kDouble}), Error);
   EXPECT_THROW(check_autocast_supported(c10::DeviceType::XLA, torch::kBFloat16), Error);
   try {
-    check_autocast_supported(kCpu, torch::kHalf, "cfg.yaml:3 (key optim_wrapper.dtype)");
+    check_autocast_supported(kAutocastCpu, torch::kHalf, "cfg.yaml:3 (key optim_wrapper.dtype)");
     FAIL() << "fp16 on cpu accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("optim_wrapper.dtype"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("bfloat16"), std::string::npos) << e.what();
   }
-  EXPECT_FALSE(autocast_enabled(kCpu)) << "a rejected guard left autocast on";
+  EXPECT_FALSE(autocast_enabled(kAutocastCpu)) << "a rejected guard left autocast on";
 }
 
 TEST(Autocast, CudaRunsMatmulInFloat16AndBfloat16) {
@@ -137,7 +137,7 @@ TEST(Autocast, CudaRunsMatmulInFloat16AndBfloat16) {
     EXPECT_EQ(torch::mm(x, x).scalar_type(), dtype);
     // CUDA autocast lists softmax and sum as float32 ops.
     EXPECT_EQ(torch::softmax(torch::mm(x, x), 1).scalar_type(), torch::kFloat);
-    EXPECT_FALSE(autocast_enabled(kCpu));
+    EXPECT_FALSE(autocast_enabled(kAutocastCpu));
   }
   EXPECT_FALSE(autocast_enabled(c10::DeviceType::CUDA));
   // An inner guard with another dtype hands the outer one's back.

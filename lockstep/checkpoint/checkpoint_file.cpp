@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "lockstep/checkpoint/atomic_file.h"
+#include "lockstep/core/atomic_file.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep {
@@ -20,7 +20,6 @@ namespace {
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "checkpoint files are little-endian");
 
-constexpr uint64_t kMaxHeaderBytes = 256ull << 20;
 const char* const kFormat = "lockstep";
 const char* const kValuesKey = "lockstep.values";
 const char* const kValuesCrcKey = "lockstep.values_crc32";
@@ -172,7 +171,7 @@ ParsedFile parse_header(const FileReader& file, const std::string& path) {
   LOCKSTEP_CHECK(file.size() >= 8, path, ": not a checkpoint (", file.size(), " bytes; a header needs 8)");
   uint64_t header_size = 0;
   file.read_at(0, &header_size, 8);
-  LOCKSTEP_CHECK(header_size <= kMaxHeaderBytes && header_size <= file.size() - 8, path,
+  LOCKSTEP_CHECK(header_size <= kMaxSafetensorsHeaderBytes && header_size <= file.size() - 8, path,
                  ": corrupt or truncated: the header claims ", header_size, " bytes but the file holds ",
                  file.size(), " bytes in all");
   std::string text(header_size, '\0');

@@ -23,6 +23,10 @@
 
 namespace lockstep {
 
+// The largest header a checkpoint or safetensors file may declare; a larger
+// one is corruption, refused before anything is allocated for it.
+inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 256ull << 20;
+
 // Writes atomically (see AtomicFileWriter). Tensors are saved from the CPU, contiguous.
 void write_checkpoint_file(const std::string& path, const State& state);
 // Reads and verifies every checksum; errors name the file and the fault.

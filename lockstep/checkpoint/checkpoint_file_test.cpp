@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "lockstep/checkpoint/atomic_file.h"
+#include "lockstep/core/atomic_file.h"
 #include "lockstep/core/error.h"
 #include "tests/support/test_support.h"
 

@@ -5,10 +5,10 @@
 #include <set>
 
 #include "lockstep/checkpoint/checkpoint_file.h"
+#include "lockstep/checkpoint/checkpoint_layout.h"
 #include "lockstep/checkpoint/safetensors_tools.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
-#include "lockstep/strategy/fsdp_strategy.h"
 
 namespace lockstep {
 namespace fs = std::filesystem;
@@ -20,11 +20,6 @@ bool ends_with(const std::string& text, const std::string& suffix) {
 }
 
 bool is_index_file(const std::string& path) { return ends_with(path, ".index.json"); }
-
-bool is_sharded_fsdp(const State& state) {
-  return state.values.is_object() && state.values.contains("fsdp") && state.values["fsdp"].is_object() &&
-         state.values["fsdp"].value("state_dict_type", "") == "sharded";
-}
 
 // Hugging Face's sharded layout: {"metadata": {...}, "weight_map": {"key": "model-00001-of-00002.safetensors"}},
 // shard names relative to the index.
@@ -58,26 +53,6 @@ std::map<std::string, torch::Tensor> read_sharded(const std::string& index_path)
     }
   }
   return weights;
-}
-
-PretrainedWeights remap_weights(std::map<std::string, torch::Tensor> weights, const KeyRemap& remap,
-                                const std::string& path) {
-  PretrainedWeights result;
-  if (remap.identity()) {
-    result.tensors = std::move(weights);
-    return result;
-  }
-  std::map<std::string, std::string> source_of;
-  for (auto& [file_key, tensor] : weights) {
-    std::string model_key = remap.apply(file_key);
-    LOCKSTEP_CHECK(!model_key.empty(), path, ": load_from's remapping turns tensor '", file_key, "' into an empty name");
-    auto [previous, inserted] = source_of.emplace(model_key, file_key);
-    LOCKSTEP_CHECK(inserted, path, ": load_from's remapping maps both '", previous->second, "' and '", file_key,
-                   "' to '", model_key, "'");
-    if (model_key != file_key) result.file_keys[model_key] = file_key;
-    result.tensors[model_key] = std::move(tensor);
-  }
-  return result;
 }
 
 std::string renamed_note(const std::vector<std::string>& model_keys, const std::map<std::string, std::string>& file_keys) {
@@ -120,82 +95,61 @@ std::string KeyRemap::apply(const std::string& key) const {
   return add_prefix_ + result;
 }
 
-std::map<std::string, torch::Tensor> model_weights_of_checkpoint(const State& state, const std::string& path) {
-  State model = state.get("model");
-  if (model.tensors.empty()) {
-    LOCKSTEP_CHECK(!is_sharded_fsdp(state), path,
-                   ": a sharded FSDP checkpoint: its model is split over the per-rank files beside it; save with "
-                   "`strategy: {state_dict_type: full}` to use its weights outside the run");
-    LOCKSTEP_FAIL(path, ": holds no model weights (no 'model/...' tensors)");
+PretrainedWeights remap_weights(std::map<std::string, torch::Tensor> weights, const KeyRemap& remap,
+                                const std::string& path) {
+  PretrainedWeights result;
+  if (remap.identity()) {
+    result.tensors = std::move(weights);
+    return result;
   }
-  return model.tensors;
+  std::map<std::string, std::string> source_of;
+  for (auto& [file_key, tensor] : weights) {
+    std::string model_key = remap.apply(file_key);
+    LOCKSTEP_CHECK(!model_key.empty(), path, ": load_from's remapping turns tensor '", file_key, "' into an empty name");
+    auto [previous, inserted] = source_of.emplace(model_key, file_key);
+    LOCKSTEP_CHECK(inserted, path, ": load_from's remapping maps both '", previous->second, "' and '", file_key,
+                   "' to '", model_key, "'");
+    if (model_key != file_key) result.file_keys[model_key] = file_key;
+    result.tensors[model_key] = std::move(tensor);
+  }
+  return result;
 }
 
 std::map<std::string, torch::Tensor> read_model_weights(const std::string& path) {
   if (is_index_file(path)) return read_sharded(path);
   if (is_lockstep_checkpoint(read_safetensors_header(path))) {
-    return model_weights_of_checkpoint(read_checkpoint_file(path), path);
+    return model_weights(read_checkpoint(path), path);
   }
   return read_safetensors_file(path).tensors;
 }
 
-PretrainedWeights read_pretrained(const PretrainedOptions& options) {
+PretrainedSource read_pretrained(const PretrainedOptions& options) {
+  const std::string& path = options.path();
   KeyRemap remap(options);
-  return remap_weights(read_model_weights(options.path()), remap, options.path());
+  PretrainedSource source;
+  if (!is_index_file(path) && is_lockstep_checkpoint(read_safetensors_header(path))) {
+    CheckpointContents contents = read_checkpoint(path);
+    if (contents.sharded()) {
+      LOCKSTEP_CHECK(remap.identity(), path, ": a sharded FSDP checkpoint loads only under its own key names; "
+                     "drop strip_prefix/rename/add_prefix or save it with state_dict_type: full");
+      source.sharded_checkpoint = true;
+      return source;
+    }
+    source.weights = remap_weights(model_weights(contents, path), remap, path);
+    return source;
+  }
+  source.weights = remap_weights(read_model_weights(path), remap, path);
+  return source;
 }
 
 std::string PretrainedReport::describe(const std::string& source) const {
   std::string text = load.describe(source);
-  std::string note = renamed_note(reported_keys(load), file_keys);
+  std::string note = renamed_note();
   if (!note.empty()) text += (text.empty() ? "" : "\n") + note;
   return text;
 }
 
-PretrainedReport load_pretrained(Strategy& strategy, const PretrainedOptions& options) {
-  const std::string& path = options.path();
-  LOCKSTEP_CHECK(!path.empty(), "load_from: no path given");
-  LOCKSTEP_CHECK(fs::exists(path), "load_from: ", path, " does not exist");
-  KeyRemap remap(options);
-  if (strategy.is_main_process()) logger().info("Loading weights from {}", path);
-  PretrainedWeights weights;
-  if (!is_index_file(path) && is_lockstep_checkpoint(read_safetensors_header(path))) {
-    State state = read_checkpoint_file(path);
-    if (is_sharded_fsdp(state)) {
-      // Each rank reads its own shard file through the strategy.
-      LOCKSTEP_CHECK(dynamic_cast<FSDPStrategy*>(&strategy) != nullptr, path,
-                     ": a sharded FSDP checkpoint loads only into FSDPStrategy (this run uses ", strategy.name(),
-                     "); save it with state_dict_type: full to load it anywhere");
-      LOCKSTEP_CHECK(remap.identity(), path, ": a sharded FSDP checkpoint loads only under its own key names; "
-                     "drop strip_prefix/rename/add_prefix or save it with state_dict_type: full");
-      strategy.load_checkpoint(path, /*load_optimizer=*/false, /*load_schedulers=*/false, options.strict());
-      return PretrainedReport();
-    }
-    weights = remap_weights(model_weights_of_checkpoint(state, path), remap, path);
-  } else {
-    weights = remap_weights(read_model_weights(path), remap, path);
-  }
-  PretrainedReport report;
-  report.file_keys = weights.file_keys;
-  // Loaded leniently first, so a strict failure can name the file keys of renamed entries too.
-  report.load = strategy.load_model_state_dict(weights.tensors, /*strict=*/false, path);
-  LOCKSTEP_CHECK(!options.strict() || report.load.clean(), "load_from (strict): cannot load the model weights from ",
-                 path, ":\n", report.describe(path));
-  report.loaded = weights.tensors.size() - report.load.unexpected.size() - report.load.mismatched.size();
-  // A partial match is fine-tuning (a pretrained backbone, a new head); no
-  // match at all means another model's weights (or a remapping that misses),
-  // and training on would silently start from scratch.
-  LOCKSTEP_CHECK(report.loaded > 0, "load_from: not one tensor of ", path,
-                 " fits the model: ",
-                 remap.identity() ? "it is a checkpoint of another model"
-                                  : "the weights of another model, or a remapping that misses the model's names",
-                 ":\n", report.describe(path));
-  if (strategy.is_main_process()) {
-    std::string note = renamed_note(reported_keys(report.load), report.file_keys);
-    if (!note.empty()) logger().warn("{}", note);
-    logger().info("Loaded {} tensors from {} ({} renamed)", report.loaded, path, report.file_keys.size());
-  }
-  return report;
-}
+std::string PretrainedReport::renamed_note() const { return lockstep::renamed_note(reported_keys(load), file_keys); }
 
 PretrainedOptions parse_load_from(const Config& node, const std::string& path_override) {
   PretrainedOptions options;

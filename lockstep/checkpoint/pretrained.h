@@ -18,7 +18,8 @@
 // In code:
 //
 //   auto options = lockstep::PretrainedOptions().path("mlp.safetensors").strip_prefix("model.");
-//   lockstep::PretrainedReport report = lockstep::load_pretrained(strategy, options);
+//   lockstep::PretrainedSource source = lockstep::read_pretrained(options);   // here: reading and remapping
+//   lockstep::PretrainedReport report = lockstep::load_pretrained(strategy, options);  // strategy/load_pretrained.h
 //   for (const auto& key : report.load.missing) ...   // model keys the file did not provide
 //
 // A run that resumes ignores load_from (the resumed checkpoint has newer weights).
@@ -33,8 +34,7 @@
 #include <torch/types.h>
 
 #include "lockstep/config/config.h"
-#include "lockstep/core/state.h"
-#include "lockstep/strategy/strategy.h"
+#include "lockstep/core/load_report.h"
 
 namespace lockstep {
 
@@ -72,20 +72,29 @@ class KeyRemap {
 };
 
 // Model weights as stored in `path` (no remapping): every tensor of a
-// safetensors file or of the shards an index names, or the "model" part of a
+// safetensors file or of the shards an index names, or the model part of a
 // lockstep checkpoint (checksums verified). Errors name the file and the key.
 std::map<std::string, torch::Tensor> read_model_weights(const std::string& path);
-// The "model" part of a lockstep checkpoint already read from `path`; a
-// sharded FSDP checkpoint (whose model lives in per-rank files) is an error.
-std::map<std::string, torch::Tensor> model_weights_of_checkpoint(const State& state, const std::string& path);
 
 struct PretrainedWeights {
   std::map<std::string, torch::Tensor> tensors;   // by model key
   std::map<std::string, std::string> file_keys;   // model key -> its key in the file, where they differ
 };
-// read_model_weights + the remapping; two file keys landing on one model key
-// is an error naming both.
-PretrainedWeights read_pretrained(const PretrainedOptions& options);
+// Applies `remap` to every key; two file keys landing on one model key is an
+// error naming both (and `path`).
+PretrainedWeights remap_weights(std::map<std::string, torch::Tensor> weights, const KeyRemap& remap,
+                                const std::string& path);
+
+// What load_from's file holds: weights by model key, or -- a sharded FSDP
+// checkpoint -- a manifest whose weights live in per-rank files beside it,
+// which only FSDP on the same ranks can load (Strategy::load_sharded_weights).
+struct PretrainedSource {
+  PretrainedWeights weights;
+  bool sharded_checkpoint = false;
+};
+// Reads options.path() and remaps its keys. A remapping of a sharded
+// checkpoint is an error (its shards load only under their own names).
+PretrainedSource read_pretrained(const PretrainedOptions& options);
 
 struct PretrainedReport {
   LoadReport load;                                // by model key
@@ -93,11 +102,9 @@ struct PretrainedReport {
   size_t loaded = 0;                              // tensors copied into the model
   // LoadReport::describe plus the file key of every renamed key it lists.
   std::string describe(const std::string& source) const;
+  // "Renamed by load_from (model key <- file key): ..." for the keys the load report names; "" if none.
+  std::string renamed_note() const;
 };
-
-// Loads the weights into the strategy's prepared model (every rank reads the
-// file). Non-strict: the report is logged as a warning and returned.
-PretrainedReport load_pretrained(Strategy& strategy, const PretrainedOptions& options);
 
 // `load_from:` of a config: null, a path, or a map {path, strip_prefix,
 // rename, add_prefix, strict}. A non-empty `path_override` (the CLI's

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "lockstep/checkpoint/checkpoint_file.h"
+#include "lockstep/checkpoint/checkpoint_layout.h"
 #include "lockstep/checkpoint/pretrained.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/state.h"
@@ -12,9 +13,6 @@ namespace lockstep {
 namespace {
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors headers are little-endian");
-
-// The same bound the checkpoint reader uses: a header larger than this is corruption.
-constexpr uint64_t kMaxHeaderBytes = 256ull << 20;
 
 }  // namespace
 
@@ -30,7 +28,7 @@ nlohmann::json read_safetensors_header(const std::string& path) {
   in.read(reinterpret_cast<char*>(length_bytes), 8);
   uint64_t length = 0;
   for (int i = 7; i >= 0; --i) length = (length << 8) | length_bytes[i];
-  LOCKSTEP_CHECK(length <= kMaxHeaderBytes && length <= size - 8, path,
+  LOCKSTEP_CHECK(length <= kMaxSafetensorsHeaderBytes && length <= size - 8, path,
                  ": not a safetensors file, or a truncated one (the header claims ", length, " bytes, the file holds ",
                  size, ")");
   std::string text(length, '\0');
@@ -58,12 +56,11 @@ size_t export_safetensors(const std::string& checkpoint, const std::string& out,
       {"format", "pt"}, {"lockstep.source", std::filesystem::path(checkpoint).filename().string()}};
   std::map<std::string, torch::Tensor> weights;
   if (is_lockstep_checkpoint(read_safetensors_header(checkpoint))) {
-    State state = read_checkpoint_file(checkpoint);
-    weights = model_weights_of_checkpoint(state, checkpoint);
-    if (state.values.contains("meta") && state.values["meta"].is_object()) {
-      const auto& meta = state.values["meta"];
-      if (meta.contains("iteration")) metadata["lockstep.iteration"] = meta["iteration"].dump();
-      if (meta.contains("config") && meta["config"].is_string()) metadata["lockstep.config"] = meta["config"];
+    CheckpointContents contents = read_checkpoint(checkpoint);
+    weights = model_weights(contents, checkpoint);
+    if (contents.meta) {
+      metadata["lockstep.iteration"] = std::to_string(contents.meta->iteration);
+      if (!contents.meta->config.empty()) metadata["lockstep.config"] = contents.meta->config;
     }
   } else {
     weights = read_model_weights(checkpoint);

@@ -41,18 +41,15 @@ c10::intrusive_ptr<C10dStore> make_prefix_store(const std::string& prefix, c10::
 }
 
 c10::intrusive_ptr<C10dGroup> make_gloo(const c10::intrusive_ptr<C10dStore>& store, int rank, int size,
-                                        std::chrono::milliseconds timeout, const std::string& bind_host,
+                                        std::chrono::milliseconds timeout, const GlooDeviceSpec& device,
                                         int threads) {
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-  const char* interfaces = std::getenv("GLOO_SOCKET_IFNAME");
-  if (interfaces != nullptr && *interfaces != '\0') {
-    std::stringstream list(interfaces);
-    std::string name;
-    while (std::getline(list, name, ',')) {
-      if (!name.empty()) options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
+  if (!device.interfaces.empty()) {
+    for (const auto& name : device.interfaces) {
+      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
     }
-  } else if (!bind_host.empty()) {
-    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(bind_host));
+  } else if (!device.host.empty()) {
+    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(device.host));
   } else {
     options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   }

@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 #include <utility>
 
 namespace lockstep::compat {
@@ -68,10 +69,16 @@ c10::intrusive_ptr<C10dStore> make_prefix_store(const std::string& prefix,
 
 // --- backends ---------------------------------------------------------------
 
-// A Gloo backend over `store`. `bind_host` is the address the Gloo device
-// binds to ("" = GLOO_SOCKET_IFNAME if set, else the host's default address).
+// Where a Gloo device binds: named interfaces, else an address, else (both
+// empty) Gloo's default, the host name's address. dist/network.h decides.
+struct GlooDeviceSpec {
+  std::vector<std::string> interfaces;
+  std::string host;
+};
+
+// A Gloo backend over `store`.
 c10::intrusive_ptr<C10dGroup> make_gloo(const c10::intrusive_ptr<C10dStore>& store, int rank, int size,
-                                        std::chrono::milliseconds timeout, const std::string& bind_host = "",
+                                        std::chrono::milliseconds timeout, const GlooDeviceSpec& device = {},
                                         int threads = 2);
 
 // Whether this libtorch was built with NCCL (decided at compile time).

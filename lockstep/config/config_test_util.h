@@ -15,17 +15,6 @@ inline std::string testdata(const std::string& name) {
   return testing::source_dir() + "/lockstep/config/testdata/" + name;
 }
 
-// The message of the lockstep::Error that `action` throws ("" and a test
-// failure when it throws none).
-template <typename Action>
-std::string error_of(Action&& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "expected a lockstep::Error";
-  return "";
-}
+using ::lockstep::testing::error_of;
 
 }  // namespace lockstep::config_test

@@ -2,7 +2,7 @@
 
 #include <zlib.h>
 
-#include "lockstep/checkpoint/atomic_file.h"
+#include "lockstep/core/atomic_file.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep {

@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "tests/support/test_support.h"
+
 namespace lockstep {
 namespace {
 
@@ -83,15 +85,7 @@ std::vector<Batch> take(DataLoader& loader, int count) {
   return ::testing::AssertionSuccess();
 }
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "no lockstep::Error was thrown";
-  return "";
-}
+using testing::error_of;
 
 TEST(DataLoader, BatchesCutTheSamplerOrderAndCrossEpochs) {
   auto sampler = std::make_shared<DefaultSampler>(10, true, 3);

@@ -261,6 +261,27 @@ DistEnv detect_dist_env(const std::string& launcher, const Environment& env) {
   return out;
 }
 
+int restart_count(const Environment& env) {
+  const int count = optional_int(env, "TORCHELASTIC_RESTART_COUNT", "pytorch", 0);
+  LOCKSTEP_CHECK(count >= 0, "TORCHELASTIC_RESTART_COUNT=", count, " is negative");
+  return count;
+}
+
+std::vector<std::string> gloo_socket_interfaces(const Environment& env) {
+  std::vector<std::string> names;
+  const std::string* value = find(env, "GLOO_SOCKET_IFNAME");
+  if (value == nullptr) return names;
+  size_t start = 0;
+  while (start <= value->size()) {
+    const size_t comma = value->find(',', start);
+    std::string name = value->substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!name.empty()) names.push_back(name);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return names;
+}
+
 int launched_world_size(const Environment& env) {
   for (const char* name : {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS"}) {
     const std::string* value = find(env, name);

@@ -46,6 +46,15 @@ Environment current_environment();
 DistEnv detect_dist_env(const std::string& launcher = "auto");
 DistEnv detect_dist_env(const std::string& launcher, const Environment& env);
 
+// Which restart of the job this process belongs to: TORCHELASTIC_RESTART_COUNT
+// (torchrun, `lockstep run`), 0 for the first attempt or without a launcher.
+// A value that is not a non-negative number is an error naming it.
+int restart_count(const Environment& env = current_environment());
+
+// The network interfaces GLOO_SOCKET_IFNAME names (comma separated; empty
+// when unset), for dist/network.h.
+std::vector<std::string> gloo_socket_interfaces(const Environment& env = current_environment());
+
 // How many processes the launcher that started this one (if any) started in
 // all: WORLD_SIZE (torchrun, `lockstep run`), OMPI_COMM_WORLD_SIZE (mpirun),
 // SLURM_STEP_NUM_TASKS (an srun step); 1 when none is set or parses. A

@@ -1,5 +1,7 @@
 #include "lockstep/dist/init.h"
 
+#include "lockstep/dist/env.h"
+
 #include <unistd.h>
 
 #include <cstdlib>
@@ -148,17 +150,13 @@ static std::shared_ptr<ProcessGroup> init_with_env(const InitOptions& options, D
   parts.timeout = options.timeout();
   parts.root_store = root;
   parts.store = compat::make_prefix_store("group/world/", root);
-  parts.bind_host = gloo_bind_address(options.master_addr(), options.master_port(), size);
-  const char* interfaces = std::getenv("GLOO_SOCKET_IFNAME");
-  logger().info("rank {} of {}: Gloo transport bound to {}", rank, size,
-                !parts.bind_host.empty() ? parts.bind_host
-                : interfaces != nullptr && *interfaces != '\0' ? str_cat("GLOO_SOCKET_IFNAME=", interfaces)
-                                         : std::string("the host name's address"));
+  parts.gloo_device = gloo_device_for(gloo_socket_interfaces(), options.master_addr(), options.master_port(), size);
+  logger().info("rank {} of {}: Gloo transport bound to {}", rank, size, describe(parts.gloo_device));
   rendezvous(parts.store, "world", rank, size, options.timeout(),
              str_cat("check that the world size (", size, ") matches the number of workers started"));
   try {
     parts.gloo = compat::make_gloo(compat::make_prefix_store("gloo/", parts.store), rank, size, options.timeout(),
-                                   parts.bind_host);
+                                   parts.gloo_device);
     if (options.backend() == "nccl") {
       parts.nccl = compat::make_nccl(compat::make_prefix_store("nccl/", parts.store), rank, size, options.timeout());
     }

@@ -49,11 +49,26 @@ std::string local_address_towards(const std::string& host, int port) {
   return address;
 }
 
-std::string gloo_bind_address(const std::string& master_addr, int master_port, int world_size) {
-  const char* interfaces = std::getenv("GLOO_SOCKET_IFNAME");
-  if (interfaces != nullptr && *interfaces != '\0') return "";
-  if (world_size == 1 || is_loopback_host(master_addr)) return "127.0.0.1";
-  return local_address_towards(master_addr, master_port);
+compat::GlooDeviceSpec gloo_device_for(const std::vector<std::string>& interfaces, const std::string& master_addr,
+                                       int master_port, int world_size) {
+  compat::GlooDeviceSpec device;
+  if (!interfaces.empty()) {
+    device.interfaces = interfaces;
+  } else if (world_size == 1 || is_loopback_host(master_addr)) {
+    device.host = "127.0.0.1";
+  } else {
+    device.host = local_address_towards(master_addr, master_port);
+  }
+  return device;
+}
+
+std::string describe(const compat::GlooDeviceSpec& device) {
+  if (!device.interfaces.empty()) {
+    std::string names;
+    for (const auto& name : device.interfaces) names += (names.empty() ? "" : ",") + name;
+    return "GLOO_SOCKET_IFNAME=" + names;
+  }
+  return device.host.empty() ? "the host name's address" : device.host;
 }
 
 }  // namespace lockstep

@@ -16,6 +16,9 @@
 #pragma once
 
 #include <string>
+#include <vector>
+
+#include "lockstep/compat/c10d.h"
 
 namespace lockstep {
 
@@ -27,8 +30,12 @@ bool is_loopback_host(const std::string& host);
 // does not resolve or no route leads to it.
 std::string local_address_towards(const std::string& host, int port);
 
-// The Gloo bind address by the rules above ("" = leave it to GLOO_SOCKET_IFNAME
-// or Gloo's default).
-std::string gloo_bind_address(const std::string& master_addr, int master_port, int world_size);
+// Where Gloo binds by the rules above; `interfaces` is GLOO_SOCKET_IFNAME's
+// list (dist/env.h reads it).
+compat::GlooDeviceSpec gloo_device_for(const std::vector<std::string>& interfaces, const std::string& master_addr,
+                                       int master_port, int world_size);
+// What gloo_device_for chose, for the log ("GLOO_SOCKET_IFNAME=eth1,eth2", "10.0.0.2",
+// "the host name's address").
+std::string describe(const compat::GlooDeviceSpec& device);
 
 }  // namespace lockstep

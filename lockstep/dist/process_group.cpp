@@ -1,6 +1,8 @@
 #include "lockstep/dist/process_group.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <sstream>
 
 #include "lockstep/core/error.h"
@@ -486,14 +488,14 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks, st
   for (int r : ranks) child.global_ranks.push_back(global_rank(r));
   child.timeout = parts_.timeout;
   child.root_store = parts_.root_store;
-  child.bind_host = parts_.bind_host;
+  child.gloo_device = parts_.gloo_device;
   child.store = compat::make_prefix_store(str_cat("group/", name(), "/", group_name, "/"), parts_.root_store);
   const int child_size = static_cast<int>(ranks.size());
   rendezvous(child.store, group_name, child.rank, child_size, child.timeout,
              "every member must call new_group with the same ranks");
   try {
     child.gloo = compat::make_gloo(compat::make_prefix_store("gloo/", child.store), child.rank, child_size,
-                                   child.timeout, child.bind_host);
+                                   child.timeout, child.gloo_device);
     if (parts_.nccl) {
       child.nccl = compat::make_nccl(compat::make_prefix_store("nccl/", child.store), child.rank, child_size,
                                      child.timeout);
@@ -502,6 +504,13 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks, st
     rethrow_with_context(str_cat("rank ", global_rank(rank()), ": creating group '", group_name, "'"));
   }
   return std::make_shared<ProcessGroup>(std::move(child));
+}
+
+std::string next_group_name(const std::string& kind) {
+  static std::mutex mutex;
+  static std::map<std::string, int> counters;
+  std::lock_guard<std::mutex> lock(mutex);
+  return kind + std::to_string(counters[kind]++);
 }
 
 }  // namespace lockstep

@@ -60,7 +60,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
     c10::intrusive_ptr<compat::C10dStore> root_store;  // the job store, for subgroups
     c10::intrusive_ptr<compat::C10dGroup> gloo;
     c10::intrusive_ptr<compat::C10dGroup> nccl;     // may be null
-    std::string bind_host;                          // Gloo device address for subgroups
+    compat::GlooDeviceSpec gloo_device;             // where Gloo binds, for subgroups too
   };
   explicit ProcessGroup(Parts parts);
   ~ProcessGroup();
@@ -138,5 +138,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
 
 // "[0, 2, 5]": ranks as error and log messages show them.
 std::string format_ranks(const std::vector<int>& ranks);
+
+// The next name for a group of `kind` ("ddp0", "ddp1", ...). Identical on
+// every rank as long as every rank creates its groups in the same order,
+// which is what new_group needs of the names it is given.
+std::string next_group_name(const std::string& kind);
 
 }  // namespace lockstep

@@ -88,25 +88,22 @@ class Trainer::OrderedWorker {
 };
 
 Trainer::Trainer(std::shared_ptr<Model> model, std::shared_ptr<DataLoader> data_loader,
-                 std::shared_ptr<OptimWrapperBase> optim_wrapper, TrainerOptions options)
+                 std::shared_ptr<OptimWrapperBase> optim_wrapper, TrainerOptions options, MetricsGatherer gather)
     : model_(std::move(model)),
       data_loader_(std::move(data_loader)),
       optim_wrapper_(std::move(optim_wrapper)),
-      options_(options) {
+      options_(options),
+      gather_metrics_(std::move(gather)) {
   LOCKSTEP_CHECK(model_ != nullptr, "Trainer needs a model");
   LOCKSTEP_CHECK(data_loader_ != nullptr, "Trainer needs a data loader");
   LOCKSTEP_CHECK(optim_wrapper_ != nullptr, "Trainer needs an optim wrapper");
   LOCKSTEP_CHECK(options_.gather_metric_period() >= 1, "gather_metric_period must be at least 1, got ",
                  options_.gather_metric_period());
-  gather_metrics_ = [](const LogVars& local) { return std::vector<LogVars>{local}; };
+  if (!gather_metrics_) gather_metrics_ = [](const LogVars& local) { return std::vector<LogVars>{local}; };
   if (options_.async_write_metrics()) metrics_worker_ = std::make_unique<OrderedWorker>();
-  optim_wrapper_->set_after_backward([this] { after_backward(); });
 }
 
-Trainer::~Trainer() {
-  // Drop the callback that points back at this trainer.
-  if (optim_wrapper_) optim_wrapper_->set_after_backward(nullptr);
-}
+Trainer::~Trainer() = default;
 
 void Trainer::register_hooks(const std::vector<std::shared_ptr<Hook>>& hooks) {
   for (const auto& hook : hooks) {
@@ -153,8 +150,8 @@ void Trainer::run_step() {
   Batch batch = data_loader_->next();
   double data_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (options_.zero_grad_before_forward()) optim_wrapper_->zero_grad();
-  optim_wrapper_->set_iteration(iter_);
-  LogVars log_vars = optim_wrapper_->run_train_step(*model_, batch);
+  StepContext step{iter_, [this] { after_backward(); }};
+  LogVars log_vars = model_->run_train_step(batch, *optim_wrapper_, step);
   for (const auto& metric : optim_wrapper_->last_update_metrics()) log_vars[metric.first] = metric.second;
   write_metrics(log_vars, data_time, iter_);
 }

@@ -44,14 +44,13 @@ struct TrainerOptions {
   TORCH_ARG(bool, async_write_metrics) = false;
 };
 
-// Gathers one rank's step metrics from every rank, in rank order, on every
-// rank (so all ranks reach the same verdict on a non-finite loss).
-using MetricsGatherer = std::function<std::vector<LogVars>(const LogVars& local)>;
-
 class Trainer {
  public:
+  // `gather` collects step metrics from every rank (Strategy::metrics_gatherer);
+  // null: this process's only.
   Trainer(std::shared_ptr<Model> model, std::shared_ptr<DataLoader> data_loader,
-          std::shared_ptr<OptimWrapperBase> optim_wrapper, TrainerOptions options = TrainerOptions());
+          std::shared_ptr<OptimWrapperBase> optim_wrapper, TrainerOptions options = TrainerOptions(),
+          MetricsGatherer gather = nullptr);
   virtual ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -84,7 +83,6 @@ class Trainer {
   // Restores what state() saved; warns about hook states no hook claims.
   void load_state(const State& state);
 
-  void set_metrics_gatherer(MetricsGatherer gatherer) { gather_metrics_ = std::move(gatherer); }
   // Records one step's metrics (see class comment). Public for custom run_step overrides.
   void write_metrics(const LogVars& log_vars, double data_time, int64_t iteration);
   // Waits for metrics queued by async_write_metrics and rethrows their error, if any.

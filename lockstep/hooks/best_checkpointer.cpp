@@ -5,6 +5,7 @@
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/engine/trainer.h"
+#include "lockstep/hooks/hook_registry.h"
 
 namespace lockstep {
 
@@ -43,7 +44,7 @@ void BestCheckpointer::check_best() {
   }
   best_value_ = value;
   best_iter_ = found->second.iteration;
-  checkpointer_->save(file_prefix_);
+  checkpointer_->save(file_prefix_, trainer());
   logger().info("BestCheckpointer: new best {} = {:.5f} at iteration {}; saved {}", metric_, value, best_iter_,
                 file_prefix_);
 }
@@ -69,5 +70,16 @@ void BestCheckpointer::load_state(const State& state) {
   if (state.values.contains("best_value")) best_value_ = state.values.at("best_value").get<double>();
   best_iter_ = state.values.value("best_iter", int64_t{-1});
 }
+
+// {metric: accuracy/top1, rule: greater | less}; checks after each evaluation.
+LOCKSTEP_REGISTER(hook_registry(), "BestCheckpointer", [](const Config& config, const HookContext& context) {
+  LOCKSTEP_CHECK(context.evaluate != nullptr && context.val_interval > 0, config.where(),
+                 ": BestCheckpointer (save_best) needs evaluation, but the config has no val_dataloader");
+  const std::string rule = config.get<std::string>("rule", "greater");
+  LOCKSTEP_CHECK(rule == "greater" || rule == "less", config.where("rule"), ": rule must be 'greater' or 'less', got '",
+                 rule, "'");
+  return std::make_shared<BestCheckpointer>(context.val_interval, context.checkpointer,
+                                            config.get<std::string>("metric"), rule == "greater" ? "max" : "min");
+});
 
 }  // namespace lockstep

@@ -11,7 +11,7 @@
 #include <optional>
 #include <string>
 
-#include "lockstep/checkpoint/checkpointer.h"
+#include "lockstep/engine/checkpointer.h"
 #include "lockstep/engine/hook.h"
 
 namespace lockstep {

@@ -5,6 +5,8 @@
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/engine/trainer.h"
+#include "lockstep/hooks/hook_registry.h"
+#include "lockstep/strategy/strategy.h"
 #include "lockstep/model/model.h"
 
 namespace lockstep {
@@ -45,5 +47,12 @@ void EvalHook::after_train() {
   // step, so writers that publish "scalars newer than the last write" see them.
   if (trainer().iter() >= trainer().max_iter() && last_evaluated_ != trainer().iter()) run_evaluation();
 }
+
+// Every val_interval iterations and at the end; every rank waits for the others afterwards.
+LOCKSTEP_REGISTER(hook_registry(), "EvalHook", [](const Config& config, const HookContext& context) {
+  LOCKSTEP_CHECK(context.evaluate != nullptr, config.where(), ": EvalHook needs a val_dataloader");
+  auto strategy = context.strategy;
+  return std::make_shared<EvalHook>(context.val_interval, context.evaluate, [strategy] { strategy->barrier(); });
+});
 
 }  // namespace lockstep

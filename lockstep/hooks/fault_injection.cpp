@@ -1,60 +1,16 @@
 #include "lockstep/hooks/fault_injection.h"
 
-#include <signal.h>
-#include <unistd.h>
-
-#include <atomic>
 #include <chrono>
-#include <cstdlib>
-#include <cstring>
 #include <thread>
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/fault_point.h"
+#include "lockstep/dist/env.h"
 #include "lockstep/dist/init.h"
 #include "lockstep/engine/trainer.h"
 #include "lockstep/hooks/hook_registry.h"
 
 namespace lockstep {
-
-namespace {
-
-int restart_attempt() {
-  const char* count = std::getenv("TORCHELASTIC_RESTART_COUNT");
-  return count != nullptr && *count != '\0' ? std::atoi(count) : 0;
-}
-
-[[noreturn]] void die(const std::string& why) {
-  // Straight to the file descriptor: the message must land before the kill.
-  std::string line = "lockstep fault injection: " + why + "; SIGKILL\n";
-  ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
-  (void)ignored;
-  ::kill(::getpid(), SIGKILL);
-  std::abort();  // not reached
-}
-
-struct FaultSpec {
-  std::string point;  // empty: no fault point armed
-  long long nth = 1;
-};
-
-const FaultSpec& armed_fault() {
-  static const FaultSpec spec = [] {
-    FaultSpec parsed;
-    const char* value = std::getenv("LOCKSTEP_FAULT_KILL_AT");
-    if (value == nullptr || *value == '\0') return parsed;
-    parsed.point = value;
-    const auto at = parsed.point.rfind('@');
-    if (at != std::string::npos) {
-      parsed.nth = std::atoll(parsed.point.c_str() + at + 1);
-      parsed.point.resize(at);
-      LOCKSTEP_CHECK(parsed.nth >= 1, "LOCKSTEP_FAULT_KILL_AT=", value, ": the count after '@' must be at least 1");
-    }
-    return parsed;
-  }();
-  return spec;
-}
-
-}  // namespace
 
 FaultInjectionHook::FaultInjectionHook(int64_t kill_at_iter, int rank, int attempt, int64_t step_delay_ms)
     : Hook("FaultInjection"),
@@ -67,15 +23,9 @@ void FaultInjectionHook::before_step() {
   if (step_delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms_));
   if (trainer().iter() != kill_at_iter_) return;
   const int rank = is_initialized() ? world()->rank() : 0;
-  if (rank != rank_ || (attempt_ >= 0 && restart_attempt() != attempt_)) return;
-  die(str_cat("rank ", rank, " killed at iteration ", kill_at_iter_, " (attempt ", restart_attempt(), ")"));
-}
-
-void fault_point(const std::string& point) {
-  const FaultSpec& spec = armed_fault();
-  if (spec.point.empty() || spec.point != point) return;
-  static std::atomic<long long> reached{0};
-  if (++reached == spec.nth) die(str_cat("reached fault point '", point, "' (time ", spec.nth, ")"));
+  const int attempt = restart_count();
+  if (rank != rank_ || (attempt_ >= 0 && attempt != attempt_)) return;
+  die_by_fault_injection(str_cat("rank ", rank, " killed at iteration ", kill_at_iter_, " (attempt ", attempt, ")"));
 }
 
 LOCKSTEP_REGISTER(hook_registry(), "FaultInjection", [](const Config& config, const HookContext&) {

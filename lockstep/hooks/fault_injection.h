@@ -16,14 +16,7 @@
 //
 //         - {type: FaultInjection, step_delay_ms: 100}
 //
-//   - Named fault points in library code: with LOCKSTEP_FAULT_KILL_AT=<point>
-//     (or <point>@<n> for the n-th time it is reached, default 1) a process
-//     SIGKILLs itself when it reaches that point. AtomicFileWriter reaches
-//     "write:<file name>" after each chunk it writes, so
-//
-//       LOCKSTEP_FAULT_KILL_AT=write:model_0000019.ckpt@2 lockstep train cfg.yaml
-//
-//     dies in the middle of saving that checkpoint, leaving a partial file.
+//   - Named fault points in library code: see core/fault_point.h.
 //
 // SIGKILL, not an exception: nothing unwinds, no destructor tidies up -- what
 // a power cut, the OOM killer or `kill -9` leave behind is what is tested.
@@ -49,10 +42,5 @@ class FaultInjectionHook : public Hook {
   int rank_;
   int attempt_;
 };
-
-// Kills this process with SIGKILL if LOCKSTEP_FAULT_KILL_AT names `point`
-// (counting how often it was reached). Costs one string compare when set,
-// nothing else when unset.
-void fault_point(const std::string& point);
 
 }  // namespace lockstep

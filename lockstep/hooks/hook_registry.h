@@ -1,6 +1,8 @@
 // The registry of hooks that configs can name, and what their factories get.
 //
-// Configs list hooks under `custom_hooks` (and `default_hooks` overrides):
+// Configs list hooks under `custom_hooks`, and `default_hooks` configures the
+// hooks every run gets (runner/default_hooks.h); both build through here, so a
+// hook's keys and defaults live in its factory, in its own .cpp:
 //   custom_hooks:
 //     - {type: MyHook, period: 100}
 // A factory receives its config and a HookContext with the run's pieces:
@@ -23,13 +25,16 @@ namespace lockstep {
 class Checkpointer;
 class Strategy;
 
+// The run's pieces a hook may need; every hook, default or custom, is built
+// from its config and this.
 struct HookContext {
   std::shared_ptr<Strategy> strategy;
   std::shared_ptr<Checkpointer> checkpointer;
   std::string work_dir;
   int64_t iters_per_epoch = 1;
   int64_t max_iters = 0;
-  // Runs a validation pass and returns its metrics (empty when no val set).
+  int64_t val_interval = 0;  // iterations between evaluations; 0: none
+  // Runs a validation pass and returns its metrics; null without a val set.
   std::function<std::map<std::string, double>()> evaluate;
 };
 

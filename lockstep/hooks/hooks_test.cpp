@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "lockstep/checkpoint/checkpointer.h"
+#include "lockstep/engine/checkpointer.h"
 #include "lockstep/data/data_loader.h"
 #include "lockstep/data/sampler.h"
 #include "lockstep/data/synthetic.h"
@@ -62,11 +62,6 @@ TEST(PeriodicCheckpointerTest, KeepsTheNewestFilesAndTheFinalOne) {
   testing::TempDir dir;
   Rig rig;
   auto checkpointer = std::make_shared<Checkpointer>(rig.strategy, dir.path());
-  checkpointer->set_extra_state([&] {
-    State extra;
-    extra.put("trainer", rig.trainer->state());
-    return extra;
-  });
   rig.trainer->register_hooks({std::make_shared<PeriodicCheckpointer>(checkpointer, 2, /*max_to_keep=*/2)});
   rig.trainer->train(0, 9);
   EXPECT_FALSE(testing::file_exists(dir.file("model_0000001.ckpt")));
@@ -75,6 +70,14 @@ TEST(PeriodicCheckpointerTest, KeepsTheNewestFilesAndTheFinalOne) {
   EXPECT_TRUE(testing::file_exists(dir.file("model_0000007.ckpt")));
   EXPECT_TRUE(testing::file_exists(dir.file("model_final.ckpt")));
   EXPECT_EQ(*checkpointer->last_checkpoint(), dir.file("model_final.ckpt"));
+  // The final file carries the trainer's state as of the last iteration's
+  // after_step (iteration 8; a resume starts at 9), with the hook's kept list.
+  std::optional<CheckpointContents> resumed = checkpointer->resume();
+  ASSERT_TRUE(resumed.has_value());
+  ASSERT_TRUE(resumed->trainer.has_value());
+  nlohmann::json expected = rig.trainer->state().values;
+  expected["iteration"] = 8;
+  EXPECT_EQ(resumed->trainer->values, expected);
 }
 
 TEST(EvalHookTest, EvaluatesPeriodicallyAndFinallyOnlyAfterACompletedRun) {

@@ -39,8 +39,16 @@ void IterationTimer::after_step() {
   if (trainer().iter() >= trainer().start_iter() + warmup_iters_) trainer().storage().put_scalar("time", seconds);
 }
 
-LOCKSTEP_REGISTER(hook_registry(), "IterationTimer", [](const Config& config, const HookContext&) {
-  return std::make_shared<IterationTimer>(config.get<int64_t>("warmup_iters", 3));
-});
+namespace {
+std::shared_ptr<Hook> build_iteration_timer(const Config& config, const HookContext&) {
+  const int64_t warmup = config.get<int64_t>("warmup_iters", 3);
+  LOCKSTEP_CHECK(warmup >= 0, config.where("warmup_iters"), ": warmup_iters must be >= 0, got ", warmup);
+  return std::make_shared<IterationTimer>(warmup);
+}
+}  // namespace
+
+// mmengine calls it IterTimerHook.
+LOCKSTEP_REGISTER(hook_registry(), "IterationTimer", build_iteration_timer);
+LOCKSTEP_REGISTER(hook_registry(), "IterTimerHook", build_iteration_timer);
 
 }  // namespace lockstep

@@ -1,6 +1,8 @@
 #include "lockstep/hooks/lr_scheduler_hook.h"
 
 #include "lockstep/engine/trainer.h"
+#include "lockstep/hooks/hook_registry.h"
+#include "lockstep/strategy/strategy.h"
 
 namespace lockstep {
 
@@ -16,5 +18,15 @@ void LRSchedulerHook::after_step() {
     for (auto& scheduler : entry.second) scheduler->step();
   }
 }
+
+namespace {
+std::shared_ptr<Hook> build_lr_scheduler_hook(const Config&, const HookContext& context) {
+  return std::make_shared<LRSchedulerHook>(context.strategy->optim_wrapper(), context.strategy->schedulers());
+}
+}  // namespace
+
+// mmengine calls it ParamSchedulerHook.
+LOCKSTEP_REGISTER(hook_registry(), "LRSchedulerHook", build_lr_scheduler_hook);
+LOCKSTEP_REGISTER(hook_registry(), "ParamSchedulerHook", build_lr_scheduler_hook);
 
 }  // namespace lockstep

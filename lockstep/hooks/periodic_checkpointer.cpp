@@ -4,6 +4,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/engine/trainer.h"
+#include "lockstep/hooks/hook_registry.h"
 
 namespace lockstep {
 
@@ -32,10 +33,10 @@ void PeriodicCheckpointer::after_step() {
       dropped.push_back(kept_.front());
       kept_.pop_front();
     }
-    checkpointer_->save(name);
+    checkpointer_->save(name, trainer());
     for (const auto& path : dropped) checkpointer_->remove(path);
   }
-  if (save_final_ && iteration >= trainer().max_iter() - 1) checkpointer_->save(file_prefix_ + "_final");
+  if (save_final_ && iteration >= trainer().max_iter() - 1) checkpointer_->save(file_prefix_ + "_final", trainer());
 }
 
 State PeriodicCheckpointer::state() const {
@@ -50,5 +51,26 @@ void PeriodicCheckpointer::load_state(const State& state) {
     for (const auto& path : state.values.at("kept")) kept_.push_back(path.get<std::string>());
   }
 }
+
+namespace {
+// interval (in epochs with by_epoch, the default, else iterations), max_keep_ckpts (-1: all),
+// file_prefix, save_last (also a "<prefix>_final" checkpoint at the end).
+std::shared_ptr<Hook> build_periodic_checkpointer(const Config& config, const HookContext& context) {
+  const bool by_epoch = config.get<bool>("by_epoch", true);
+  int64_t interval = config.get<int64_t>("interval", 1);
+  LOCKSTEP_CHECK(interval >= 1, config.where("interval"), ": interval must be at least 1, got ", interval);
+  if (by_epoch) interval *= context.iters_per_epoch;
+  const int64_t max_keep = config.get<int64_t>("max_keep_ckpts", -1);
+  LOCKSTEP_CHECK(max_keep == -1 || max_keep >= 1, config.where("max_keep_ckpts"),
+                 ": max_keep_ckpts must be -1 (keep all) or at least 1, got ", max_keep);
+  return std::make_shared<PeriodicCheckpointer>(context.checkpointer, interval, max_keep,
+                                                config.get<std::string>("file_prefix", "model"),
+                                                config.get<bool>("save_last", true));
+}
+}  // namespace
+
+// mmengine calls it CheckpointHook (whose save_best is BestCheckpointer here).
+LOCKSTEP_REGISTER(hook_registry(), "PeriodicCheckpointer", build_periodic_checkpointer);
+LOCKSTEP_REGISTER(hook_registry(), "CheckpointHook", build_periodic_checkpointer);
 
 }  // namespace lockstep

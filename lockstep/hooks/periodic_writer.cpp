@@ -2,6 +2,11 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/engine/trainer.h"
+#include "lockstep/hooks/hook_registry.h"
+#include "lockstep/strategy/strategy.h"
+#include "lockstep/writers/console_writer.h"
+#include "lockstep/writers/json_writer.h"
+#include "lockstep/writers/tensorboard_writer.h"
 
 namespace lockstep {
 
@@ -24,5 +29,29 @@ void PeriodicWriter::after_train() {
     writer->close();
   }
 }
+
+namespace {
+// interval (iterations), window (the console's and metrics.jsonl's smoothing),
+// tensorboard (event files too). Only rank 0 writes: the others get a writer
+// with nothing to write to.
+std::shared_ptr<Hook> build_periodic_writer(const Config& config, const HookContext& context) {
+  const int64_t interval = config.get<int64_t>("interval", 20);
+  const int64_t window = config.get<int64_t>("window", 20);
+  LOCKSTEP_CHECK(interval >= 1, config.where("interval"), ": interval must be at least 1, got ", interval);
+  LOCKSTEP_CHECK(window >= 1, config.where("window"), ": window must be at least 1, got ", window);
+  const bool tensorboard = config.get<bool>("tensorboard", false);
+  std::vector<std::shared_ptr<EventWriter>> writers;
+  if (context.strategy->is_main_process()) {
+    writers.push_back(std::make_shared<ConsoleWriter>(static_cast<size_t>(window)));
+    writers.push_back(std::make_shared<JsonWriter>(context.work_dir + "/metrics.jsonl", static_cast<size_t>(window)));
+    if (tensorboard) writers.push_back(std::make_shared<TensorBoardWriter>(context.work_dir, static_cast<size_t>(window)));
+  }
+  return std::make_shared<PeriodicWriter>(std::move(writers), interval);
+}
+}  // namespace
+
+// mmengine calls it LoggerHook.
+LOCKSTEP_REGISTER(hook_registry(), "PeriodicWriter", build_periodic_writer);
+LOCKSTEP_REGISTER(hook_registry(), "LoggerHook", build_periodic_writer);
 
 }  // namespace lockstep

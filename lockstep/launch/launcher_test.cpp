@@ -4,19 +4,12 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/launch/line_prefixer.h"
+#include "tests/support/test_support.h"
 
 namespace lockstep {
 namespace {
 
-template <typename F>
-std::string error_of(F&& body) {
-  try {
-    body();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "<no error>";
-}
+using testing::error_of;
 
 TEST(WorkerEnv, MatchesTorchrunForEachWorker) {
   auto options = LaunchOptions().nproc_per_node(4).nnodes(3).node_rank(2).master_addr("head").max_restarts(5);

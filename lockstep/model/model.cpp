@@ -43,6 +43,12 @@ LogVars Model::train_step(const Batch& /*batch*/, OptimWrapperDict& optim_wrappe
                 "its networks are updated");
 }
 
+LogVars Model::run_train_step(const Batch& batch, OptimWrapperBase& optim_wrapper, const StepContext& step) {
+  auto scope = optim_wrapper.begin_step(step);
+  if (OptimWrapperDict* dict = optim_wrapper.as_dict()) return train_step(batch, *dict);
+  return train_step(batch, *optim_wrapper.wrappers().front().second);
+}
+
 Batch Model::val_step(const Batch& batch) {
   torch::NoGradGuard no_grad;
   return predict(data_preprocessor()(batch, /*training=*/false));

@@ -65,6 +65,9 @@ class Model : public torch::nn::Module {
   // One training step with several named optimizers (multi-network models).
   // The default explains that the model must override it.
   virtual LogVars train_step(const Batch& batch, OptimWrapperDict& optim_wrappers);
+  // The trainer's entry: the train_step overload for `optim_wrapper`'s kind
+  // (one wrapper or a dict), inside the step `step` describes.
+  LogVars run_train_step(const Batch& batch, OptimWrapperBase& optim_wrapper, const StepContext& step = StepContext());
   // Predictions for evaluation (no gradients, data preprocessed in eval mode).
   virtual Batch val_step(const Batch& batch);
   virtual Batch test_step(const Batch& batch);

@@ -3,11 +3,27 @@
 #include <cmath>
 
 #include "lockstep/core/error.h"
-#include "lockstep/model/model.h"
 #include "lockstep/optim/optimizer_state.h"
 #include "lockstep/optim/param_groups.h"
 
 namespace lockstep {
+
+OptimWrapperBase::StepScope::StepScope(StepScope&& other) noexcept : wrapper_(other.wrapper_) { other.wrapper_ = nullptr; }
+
+OptimWrapperBase::StepScope::~StepScope() {
+  if (wrapper_) wrapper_->close_step();
+}
+
+OptimWrapperBase::StepScope OptimWrapperBase::begin_step(const StepContext& context) {
+  open_step(&context);
+  return StepScope(this);
+}
+
+void OptimWrapper::open_step(const StepContext* context) {
+  LOCKSTEP_CHECK(step_ == nullptr, "an optim wrapper serves one step at a time: a step began while another was "
+                 "still running (two trainers driving one optim wrapper?)");
+  step_ = context;
+}
 
 OptimWrapper::OptimWrapper(std::shared_ptr<torch::optim::Optimizer> optimizer, OptimWrapperOptions options)
     : optimizer_(std::move(optimizer)), options_(options) {
@@ -91,11 +107,12 @@ void OptimWrapper::backward(const torch::Tensor& loss) {
                  "(was the forward run under torch::NoGradGuard, or are all parameters frozen?)");
   const bool sync = sync_for_current_step();
   torch::Tensor to_differentiate = scale_for_backward(loss);
-  if (gradient_sync_) gradient_sync_->begin_backward(to_differentiate, sync, iteration_ >= 0 ? iteration_ : inner_count_);
+  const int64_t iteration = step_ != nullptr && step_->iteration >= 0 ? step_->iteration : inner_count_;
+  if (gradient_sync_) gradient_sync_->begin_backward(to_differentiate, sync, iteration);
   to_differentiate.backward();
   if (gradient_sync_) gradient_sync_->end_backward(sync);
   inner_count_ += 1;
-  if (after_backward_) after_backward_();
+  if (step_ != nullptr && step_->after_backward) step_->after_backward();
 }
 
 void OptimWrapper::update_params(const torch::Tensor& loss) {
@@ -198,7 +215,6 @@ std::map<std::string, double> OptimWrapper::learning_rates() const {
   return {{"", get_group_option(optimizer_->param_groups().at(main_group()), "lr")}};
 }
 
-LogVars OptimWrapper::run_train_step(Model& model, const Batch& batch) { return model.train_step(batch, *this); }
 
 State OptimWrapper::state() const {
   State state;
@@ -243,7 +259,6 @@ std::vector<std::string> OptimWrapperDict::names() const {
   return result;
 }
 
-LogVars OptimWrapperDict::run_train_step(Model& model, const Batch& batch) { return model.train_step(batch, *this); }
 
 void OptimWrapperDict::zero_grad() {
   for (auto& entry : wrappers_) entry.second->zero_grad();
@@ -267,13 +282,12 @@ LogVars OptimWrapperDict::last_update_metrics() const {
   return result;
 }
 
-void OptimWrapperDict::set_after_backward(std::function<void()> callback) {
-  for (auto& entry : wrappers_) entry.second->set_after_backward(callback);
+void OptimWrapperDict::open_step(const StepContext* context) {
+  for (auto& entry : wrappers_) open_steps_.push_back(entry.second->begin_step(*context));
 }
 
-void OptimWrapperDict::set_iteration(int64_t iteration) {
-  for (auto& entry : wrappers_) entry.second->set_iteration(iteration);
-}
+void OptimWrapperDict::close_step() { open_steps_.clear(); }
+
 
 State OptimWrapperDict::state() const {
   State state;

@@ -40,6 +40,9 @@ class Model;
 class OptimWrapper;
 class OptimWrapperDict;
 using LogVars = std::map<std::string, double>;
+// Gathers one rank's step metrics from every rank, in rank order, on every
+// rank (so all ranks reach the same verdict on a non-finite loss).
+using MetricsGatherer = std::function<std::vector<LogVars>(const LogVars& local)>;
 
 struct ClipGradOptions {
   enum class Kind { kNone, kNorm, kValue };
@@ -54,13 +57,42 @@ struct OptimWrapperOptions {
   TORCH_ARG(ClipGradOptions, clip_grad) = {};
 };
 
+// What a trainer's step tells the optim wrapper while the step runs.
+struct StepContext {
+  // The trainer's iteration: DDP and FSDP check that every rank reduces the
+  // same iteration's gradients. -1: the wrapper counts backward passes itself.
+  int64_t iteration = -1;
+  // Runs after every backward pass, before the optimizer step (the trainer's after_backward hooks).
+  std::function<void()> after_backward;
+};
+
 // What the trainer needs from "the optimization" of a model, whether it has one
 // optimizer or several. Deliberately small: both implementations honour all of it.
 class OptimWrapperBase {
  public:
   virtual ~OptimWrapperBase() = default;
-  // Double dispatch: calls the model's train_step overload for this kind.
-  virtual LogVars run_train_step(Model& model, const Batch& batch) = 0;
+
+  // A step in progress: `context` applies while the scope lives. An optim
+  // wrapper serves one step at a time; opening a second is an error (two
+  // trainers driving one wrapper at once).
+  class StepScope {
+   public:
+    StepScope(StepScope&& other) noexcept;
+    StepScope(const StepScope&) = delete;
+    StepScope& operator=(const StepScope&) = delete;
+    ~StepScope();
+
+   private:
+    friend class OptimWrapperBase;
+    explicit StepScope(OptimWrapperBase* wrapper) : wrapper_(wrapper) {}
+    OptimWrapperBase* wrapper_;
+  };
+  // `context` must outlive the scope.
+  [[nodiscard]] StepScope begin_step(const StepContext& context);
+
+  // The dict behind this wrapper, or null for a single OptimWrapper (Model's
+  // run_train_step picks the train_step overload by it).
+  virtual OptimWrapperDict* as_dict() { return nullptr; }
   virtual void zero_grad() = 0;
   // Prepares accumulation counting for a run of iterations [start, max).
   virtual void initialize_count_status(int64_t start_iter, int64_t max_iters) = 0;
@@ -68,15 +100,15 @@ class OptimWrapperBase {
   virtual std::map<std::string, double> learning_rates() const = 0;
   // Metrics of the last update (grad_norm, loss_scale), prefixed by name for dicts.
   virtual LogVars last_update_metrics() const = 0;
-  // Called after every backward, before the optimizer step (trainer hooks).
-  virtual void set_after_backward(std::function<void()> callback) = 0;
-  // The trainer's current iteration, told before each step (DDP checks that
-  // every rank reduces the same iteration's gradients).
-  virtual void set_iteration(int64_t iteration) = 0;
   virtual State state() const = 0;
   virtual void load_state(const State& state) = 0;
   // The wrappers inside, by name ("" for a single wrapper).
   virtual std::vector<std::pair<std::string, OptimWrapper*>> wrappers() = 0;
+
+ protected:
+  // begin_step's two halves; a dict opens and closes every wrapper it holds.
+  virtual void open_step(const StepContext* context) = 0;
+  virtual void close_step() = 0;
 };
 
 class OptimWrapper : public OptimWrapperBase {
@@ -126,10 +158,7 @@ class OptimWrapper : public OptimWrapperBase {
 
   void set_gradient_sync(std::shared_ptr<GradientSync> sync) { gradient_sync_ = std::move(sync); }
   GradientSync* gradient_sync() const { return gradient_sync_.get(); }
-  void set_after_backward(std::function<void()> callback) override { after_backward_ = std::move(callback); }
-  void set_iteration(int64_t iteration) override { iteration_ = iteration; }
 
-  LogVars run_train_step(Model& model, const Batch& batch) override;
   std::map<std::string, double> learning_rates() const override;
   LogVars last_update_metrics() const override { return last_metrics_; }
   State state() const override;
@@ -145,6 +174,8 @@ class OptimWrapper : public OptimWrapperBase {
   virtual bool optimizer_step();
   virtual void save_extra_state(State& state) const {}
   virtual void load_extra_state(const State& state) {}
+  void open_step(const StepContext* context) override;
+  void close_step() override { step_ = nullptr; }
   LogVars last_metrics_;
 
  private:
@@ -154,9 +185,8 @@ class OptimWrapper : public OptimWrapperBase {
   std::shared_ptr<torch::optim::Optimizer> optimizer_;
   OptimWrapperOptions options_;
   std::shared_ptr<GradientSync> gradient_sync_;
-  std::function<void()> after_backward_;
+  const StepContext* step_ = nullptr;  // while a trainer's step runs
   int64_t inner_count_ = 0;
-  int64_t iteration_ = -1;
   int64_t max_counts_ = -1;
   int64_t divisible_counts_ = 0;
   int64_t remainder_counts_ = 0;
@@ -174,19 +204,22 @@ class OptimWrapperDict : public OptimWrapperBase {
   bool contains(const std::string& name) const { return wrappers_.count(name) > 0; }
   std::vector<std::string> names() const;
 
-  LogVars run_train_step(Model& model, const Batch& batch) override;
+  OptimWrapperDict* as_dict() override { return this; }
   void zero_grad() override;
   void initialize_count_status(int64_t start_iter, int64_t max_iters) override;
   std::map<std::string, double> learning_rates() const override;
   LogVars last_update_metrics() const override;
-  void set_after_backward(std::function<void()> callback) override;
-  void set_iteration(int64_t iteration) override;
   State state() const override;
   void load_state(const State& state) override;
   std::vector<std::pair<std::string, OptimWrapper*>> wrappers() override;
 
+ protected:
+  void open_step(const StepContext* context) override;
+  void close_step() override;
+
  private:
   std::map<std::string, std::shared_ptr<OptimWrapper>> wrappers_;
+  std::vector<StepScope> open_steps_;  // one per wrapper while a step runs
 };
 
 }  // namespace lockstep

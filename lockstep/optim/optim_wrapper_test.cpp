@@ -42,17 +42,16 @@ TEST(OptimWrapperTest, FourMicroBatchesOf16EqualOneBatchOf64) {
 
   OptimWrapper reference(std::make_shared<torch::optim::SGD>(reference_net->parameters(), torch::optim::SGDOptions(0.1)));
   std::vector<torch::Tensor> reference_grads;
-  reference.set_after_backward([&] { reference_grads = grads_of(*reference_net); });
   reference.initialize_count_status(0, 1);
-  reference_net->train_step(data, reference);
+  reference_net->run_train_step(data, reference, {-1, [&] { reference_grads = grads_of(*reference_net); }});
 
   OptimWrapper accumulating(std::make_shared<torch::optim::SGD>(accumulated_net->parameters(), torch::optim::SGDOptions(0.1)),
                             OptimWrapperOptions().accumulative_counts(4));
   std::vector<torch::Tensor> accumulated_grads;
-  accumulating.set_after_backward([&] { accumulated_grads = grads_of(*accumulated_net); });
   accumulating.initialize_count_status(0, 4);
+  const StepContext keep_grads{-1, [&] { accumulated_grads = grads_of(*accumulated_net); }};
   for (int64_t i = 0; i < 4; ++i) {
-    accumulated_net->train_step(data.slice(i * 16, 16), accumulating);
+    accumulated_net->run_train_step(data.slice(i * 16, 16), accumulating, keep_grads);
   }
   ASSERT_EQ(reference_grads.size(), accumulated_grads.size());
   for (size_t i = 0; i < reference_grads.size(); ++i) {
@@ -224,7 +223,7 @@ TEST(OptimWrapperDictTest, HoldsNamedWrappersAndReportsEachLr) {
   EXPECT_THROW(dict.add("generator", nullptr), Error);
   // A single-optimizer model asked to train with several optimizers says what to implement.
   try {
-    dict.run_train_step(*g, make_data(2));
+    g->run_train_step(make_data(2), dict);
     FAIL();
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("OptimWrapperDict&"), std::string::npos) << error.what();

@@ -16,7 +16,6 @@ namespace {
 
 using ::testing::HasSubstr;
 namespace optim = torch::optim;
-const double kPi = 3.14159265358979323846;
 
 std::vector<torch::Tensor> params() { return {torch::zeros({2}, torch::requires_grad())}; }
 
@@ -55,7 +54,7 @@ TEST(ParamSchedulerTest, WarmupThenCosineIsTheProductOfClosedForms) {
       cosine.step();
     }
     const double k = double(std::clamp<int64_t>(i, warm, max_iters - 1) - warm);
-    const double cosine_factor = (1 + std::cos(kPi * k / double(max_iters - warm))) / 2;
+    const double cosine_factor = (1 + std::cos(M_PI * k / double(max_iters - warm))) / 2;
     expect_close(get_group_option(sgd, 0, "lr"), base * warmup(i, start, warm) * cosine_factor, i);
   }
 }
@@ -92,7 +91,7 @@ TEST(ParamSchedulerTest, EtaMinRatioIsRelativeToTheLrBeforeAnySchedulerNotTheWar
     cosine.step();
   }
   const double k = 19, floor = base * ratio;
-  expect_close(get_group_option(sgd, 0, "lr"), floor + (base - floor) * (1 + std::cos(kPi * k / 20)) / 2, 29);
+  expect_close(get_group_option(sgd, 0, "lr"), floor + (base - floor) * (1 + std::cos(M_PI * k / 20)) / 2, 29);
 }
 
 TEST(ParamSchedulerTest, OneCycleSetsTheInitialValueLaterSchedulersSee) {
@@ -119,7 +118,7 @@ TEST(ParamSchedulerTest, MomentumOfSgdFollowsItsScheduleAndLeavesLrAlone) {
   for (int64_t i = 0; i < 12; ++i) {
     if (i > 0) scheduler.step();
     const double k = double(std::min<int64_t>(i, 9));
-    expect_close(get_group_option(sgd, 0, "momentum"), 0.85 + 0.05 * (1 + std::cos(kPi * k / 10)) / 2, i);
+    expect_close(get_group_option(sgd, 0, "momentum"), 0.85 + 0.05 * (1 + std::cos(M_PI * k / 10)) / 2, i);
     EXPECT_EQ(get_group_option(sgd, 0, "lr"), 0.1);
   }
 }

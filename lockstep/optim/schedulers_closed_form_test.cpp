@@ -17,7 +17,6 @@ namespace lockstep {
 namespace {
 
 namespace optim = torch::optim;
-const double kPi = 3.14159265358979323846;
 const std::vector<double> kBaseLr = {0.1, 0.02};
 
 // SGD with two groups: lr 0.1 / 0.02, momentum 0.9 / 0.8.
@@ -107,7 +106,7 @@ TEST(SchedulerClosedFormTest, CosineAnnealingIsPeriodicPastTMax) {
                   ScheduleSpan().begin(begin).end(end), 30, [&](int64_t i, double base) {
                     if (i < begin) return base;
                     const double k = double(std::min(i, end - 1) - begin);
-                    return eta_min + (base - eta_min) * (1 + std::cos(kPi * k / t_max)) / 2;
+                    return eta_min + (base - eta_min) * (1 + std::cos(M_PI * k / t_max)) / 2;
                   });
 }
 
@@ -117,7 +116,7 @@ TEST(SchedulerClosedFormTest, CosineAnnealingDefaultsTMaxToTheRangeAndTakesARati
                   [&](int64_t i, double base) {
                     const double floor = 0.05 * base;
                     const double k = double(std::min(i, end - 1));
-                    return floor + (base - floor) * (1 + std::cos(kPi * k / end)) / 2;
+                    return floor + (base - floor) * (1 + std::cos(M_PI * k / end)) / 2;
                   });
 }
 
@@ -132,7 +131,7 @@ TEST(SchedulerClosedFormTest, PolyReachesEtaMinOnTheLastStep) {
 }
 
 // Interpolation between `from` and `to` at fraction t, cosine-shaped or linear.
-double cos_between(double from, double to, double t) { return from + (to - from) * (1 - std::cos(kPi * t)) / 2; }
+double cos_between(double from, double to, double t) { return from + (to - from) * (1 - std::cos(M_PI * t)) / 2; }
 double linear_between(double from, double to, double t) { return from * (1 - t) + to * t; }
 
 TEST(SchedulerClosedFormTest, OneCycleTwoPhasesCosine) {
@@ -184,7 +183,7 @@ TEST(SchedulerClosedFormTest, CosineRestartRestartsFromWeightedPeaksAndHoldsAfte
                     const size_t j = k < 5 ? 0 : 1;
                     const double s = double(k < 5 ? k : k - 5);
                     const double peak = base * weights[j];
-                    return eta_min + (peak - eta_min) * (1 + std::cos(kPi * s / periods[j])) / 2;
+                    return eta_min + (peak - eta_min) * (1 + std::cos(M_PI * s / periods[j])) / 2;
                   });
 }
 

@@ -15,7 +15,7 @@ namespace {
 using ::testing::HasSubstr;
 namespace optim = torch::optim;
 
-std::vector<torch::Tensor> params() { return {torch::zeros({2}, torch::requires_grad())}; }
+std::vector<torch::Tensor> scheduled_params() { return {torch::zeros({2}, torch::requires_grad())}; }
 
 std::vector<std::shared_ptr<ParamScheduler>> build_all(const std::string& yaml, optim::Optimizer& optimizer,
                                                        const SchedulerContext& context) {
@@ -30,7 +30,7 @@ std::vector<std::shared_ptr<ParamScheduler>> build_all(const std::string& yaml, 
 // The `option` used in each of `iterations` iterations under the schedulers in `yaml`.
 std::vector<double> trace(const std::string& yaml, int iterations, int64_t iters_per_epoch = 10,
                           int64_t max_iters = 0, const std::string& option = "lr") {
-  optim::SGD sgd(params(), optim::SGDOptions(0.1).momentum(0.9));
+  optim::SGD sgd(scheduled_params(), optim::SGDOptions(0.1).momentum(0.9));
   SchedulerContext context;
   context.iters_per_epoch = iters_per_epoch;
   context.max_iters = max_iters;
@@ -45,7 +45,7 @@ std::vector<double> trace(const std::string& yaml, int iterations, int64_t iters
   return values;
 }
 
-std::string build_error(const std::string& yaml, int64_t iters_per_epoch = 10) {
+std::string scheduler_build_error(const std::string& yaml, int64_t iters_per_epoch = 10) {
   try {
     trace(yaml, 1, iters_per_epoch);
   } catch (const Error& error) {
@@ -88,7 +88,7 @@ TEST(SchedulersConfigTest, ByEpochNumbersAreConvertedWithItersPerEpoch) {
 }
 
 TEST(SchedulersConfigTest, EndDefaultsToMaxItersOrUnbounded) {
-  optim::SGD sgd(params(), optim::SGDOptions(0.1));
+  optim::SGD sgd(scheduled_params(), optim::SGDOptions(0.1));
   SchedulerContext context;
   context.max_iters = 120;
   auto bounded = build_all("[{type: CosineAnnealingLR, by_epoch: false}]", sgd, context);
@@ -105,7 +105,7 @@ TEST(SchedulersConfigTest, MomentumTypesAndTheParamKey) {
                   "momentum"));
   EXPECT_EQ(trace("[{type: LinearMomentum, start_factor: 0.5, end: 10, by_epoch: false}]", 12)[5], 0.1);
 
-  optim::Adam adam(params(), optim::AdamOptions(1e-3).betas({0.95, 0.999}));
+  optim::Adam adam(scheduled_params(), optim::AdamOptions(1e-3).betas({0.95, 0.999}));
   SchedulerContext context;
   auto schedulers = build_all("[{type: CosineAnnealingMomentum, T_max: 4, eta_min: 0.85, by_epoch: false}]", adam,
                               context);
@@ -117,24 +117,24 @@ TEST(SchedulersConfigTest, MomentumTypesAndTheParamKey) {
 }
 
 TEST(SchedulersConfigTest, BadValuesNameTheKeyAndLine) {
-  EXPECT_THAT(build_error("[{type: ExponentialLR, gamma: -0.1}]"),
+  EXPECT_THAT(scheduler_build_error("[{type: ExponentialLR, gamma: -0.1}]"),
               HasSubstr("sched.yaml:1 (key 0.gamma): ExponentialLR: gamma must be positive, got -0.1"));
-  EXPECT_THAT(build_error("- type: StepLR\n  step_size: 1\n  begin: 3\n  end: 2\n"),
+  EXPECT_THAT(scheduler_build_error("- type: StepLR\n  step_size: 1\n  begin: 3\n  end: 2\n"),
               HasSubstr("sched.yaml:4 (key 0.end): StepLR: end (20) must be larger than begin (30)"));
-  EXPECT_THAT(build_error("[{type: CosineAnnealingLR, T_max: 0}]"), HasSubstr("T_max must be positive, got 0"));
-  EXPECT_THAT(build_error("[{type: MultiStepLR, milestones: []}]"), HasSubstr("milestones must not be empty"));
-  EXPECT_THAT(build_error("[{type: StepLR, step_size: 2, gama: 0.5}]"), HasSubstr("gama"));
-  EXPECT_THAT(build_error("[{type: LinearMomentum, param: lr}]"),
+  EXPECT_THAT(scheduler_build_error("[{type: CosineAnnealingLR, T_max: 0}]"), HasSubstr("T_max must be positive, got 0"));
+  EXPECT_THAT(scheduler_build_error("[{type: MultiStepLR, milestones: []}]"), HasSubstr("milestones must not be empty"));
+  EXPECT_THAT(scheduler_build_error("[{type: StepLR, step_size: 2, gama: 0.5}]"), HasSubstr("gama"));
+  EXPECT_THAT(scheduler_build_error("[{type: LinearMomentum, param: lr}]"),
               HasSubstr("LinearMomentum schedules momentum, so param cannot be 'lr'"));
-  EXPECT_THAT(build_error("[{type: LinearLR, param: betas}]"), HasSubstr("param must be lr, momentum or weight_decay"));
-  EXPECT_THAT(build_error("[{type: LinearLR, convert_to_iter_based: false}]"),
+  EXPECT_THAT(scheduler_build_error("[{type: LinearLR, param: betas}]"), HasSubstr("param must be lr, momentum or weight_decay"));
+  EXPECT_THAT(scheduler_build_error("[{type: LinearLR, convert_to_iter_based: false}]"),
               HasSubstr("convert_to_iter_based can only be true"));
-  EXPECT_EQ(build_error("[{type: LinearLR, convert_to_iter_based: true, end: 3}]"), "(no error)");
-  EXPECT_THAT(build_error("[{type: LinearLR, end: 3}]", /*iters_per_epoch=*/0),
+  EXPECT_EQ(scheduler_build_error("[{type: LinearLR, convert_to_iter_based: true, end: 3}]"), "(no error)");
+  EXPECT_THAT(scheduler_build_error("[{type: LinearLR, end: 3}]", /*iters_per_epoch=*/0),
               HasSubstr("a by_epoch schedule needs the number of iterations per epoch, got 0"));
-  EXPECT_THAT(build_error("[{type: CosineRestartLR, periods: [2]}]"),
+  EXPECT_THAT(scheduler_build_error("[{type: CosineRestartLR, periods: [2]}]"),
               HasSubstr("set one of eta_min and eta_min_ratio"));
-  EXPECT_THAT(build_error("[{type: WarmupLR}]"), HasSubstr("unknown param scheduler type 'WarmupLR'"));
+  EXPECT_THAT(scheduler_build_error("[{type: WarmupLR}]"), HasSubstr("unknown param scheduler type 'WarmupLR'"));
 }
 
 TEST(SchedulersConfigTest, ResumeFromStateGivesTheUninterruptedSchedule) {
@@ -148,7 +148,7 @@ TEST(SchedulersConfigTest, ResumeFromStateGivesTheUninterruptedSchedule) {
   const auto expected = trace(yaml, 90, 7, 90);
   const auto expected_momentum = trace(yaml, 90, 7, 90, "momentum");
 
-  optim::SGD first(params(), optim::SGDOptions(0.1).momentum(0.9));
+  optim::SGD first(scheduled_params(), optim::SGDOptions(0.1).momentum(0.9));
   auto schedulers = build_all(yaml, first, context);
   for (int i = 1; i <= 41; ++i) {
     for (auto& s : schedulers) s->step();
@@ -157,7 +157,7 @@ TEST(SchedulersConfigTest, ResumeFromStateGivesTheUninterruptedSchedule) {
   std::vector<State> states;
   for (auto& s : schedulers) states.push_back(s->state());
 
-  optim::SGD second(params(), optim::SGDOptions(0.1).momentum(0.9));
+  optim::SGD second(scheduled_params(), optim::SGDOptions(0.1).momentum(0.9));
   SchedulerContext fresh = context;
   fresh.initial_values = std::make_shared<InitialValues>();
   auto resumed = build_all(yaml, second, fresh);

@@ -1,6 +1,6 @@
 #include "lockstep/strategy/fsdp_strategy.h"
 
-#include "lockstep/checkpoint/checkpoint_file.h"
+#include "lockstep/checkpoint/checkpoint_layout.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/dist/process_group.h"
@@ -34,10 +34,6 @@ FSDPStrategyOptions parse_fsdp_strategy_options(const Config& config) {
     wrapper.check_all_used("model_wrapper");
   }
   return options;
-}
-
-std::string fsdp_shard_file(const std::string& path, int rank, int world_size) {
-  return path + ".rank" + std::to_string(rank) + "-of-" + std::to_string(world_size) + ".shard";
 }
 
 FSDPStrategy::FSDPStrategy(FSDPStrategyOptions options)
@@ -77,7 +73,6 @@ void FSDPStrategy::attach_optim_wrapper(OptimWrapperBase& /*optim_wrapper*/) {
 
 std::map<std::string, torch::Tensor> FSDPStrategy::model_state_dict() {
   LOCKSTEP_CHECK(fsdp_ != nullptr, name(), ": no model prepared");
-  if (sharded_save_) return {};
   return fsdp_->full_state_dict(/*rank0_only=*/true);
 }
 
@@ -91,7 +86,8 @@ LoadReport FSDPStrategy::load_model_state_dict(const std::map<std::string, torch
   return report;
 }
 
-// The wrapper's state with its "optimizer" part replaced.
+// The wrapper's state with its optimizer part replaced (the layout of one
+// optimizer over the model's own parameters, or over this rank's shards).
 State FSDPStrategy::optim_state_with(State wrapper_state, State optimizer_state) const {
   State result;
   for (auto& [key, tensor] : wrapper_state.tensors) {
@@ -102,89 +98,82 @@ State FSDPStrategy::optim_state_with(State wrapper_state, State optimizer_state)
   return result;
 }
 
-void FSDPStrategy::save_checkpoint(const std::string& path, State extra, const CheckpointOptions& options) {
+void FSDPStrategy::save_checkpoint(const std::string& path, CheckpointContents contents,
+                                   const CheckpointOptions& options) {
   LOCKSTEP_CHECK(fsdp_ != nullptr, name(), ": no model prepared");
-  CheckpointOptions without_optimizer = options;
-  without_optimizer.save_optimizer(false);
   const bool with_optimizer = optim_wrapper_ && options.save_optimizer();
   if (options_.state_dict_type == StateDictType::kFull) {
-    State state = checkpoint_state(std::move(extra), without_optimizer);  // the model, gathered unit by unit
+    fill_checkpoint(contents, CheckpointOptions(options).save_optimizer(false));  // the model, gathered unit by unit
     if (with_optimizer) {
       State wrapper_state = single_wrapper().state();
       State full = fsdp_->full_optimizer_state(wrapper_state.get("optimizer"), /*rank0_only=*/true);
-      state.put("optim_wrapper", optim_state_with(std::move(wrapper_state), std::move(full)));
+      contents.optim_wrapper = optim_state_with(std::move(wrapper_state), std::move(full));
     }
-    if (is_main_process()) write_checkpoint_file(path, state);
+    if (is_main_process()) write_checkpoint(path, contents);
     return;
   }
-  State shard;
-  shard.put("model", fsdp_->sharded_state_dict());
-  if (with_optimizer) shard.put("optim_wrapper", single_wrapper().state());
-  shard.values["fsdp"] = {{"rank", rank()}, {"world_size", world_size()}};
-  write_checkpoint_file(fsdp_shard_file(path, rank(), world_size()), shard);
-  sharded_save_ = true;
-  State manifest;
-  try {
-    manifest = checkpoint_state(std::move(extra), without_optimizer);
-  } catch (...) {
-    sharded_save_ = false;
-    throw;
+  CheckpointShard shard;
+  shard.rank = rank();
+  shard.world_size = world_size();
+  shard.model = fsdp_->sharded_state_dict();
+  if (with_optimizer) shard.optim_wrapper = single_wrapper().state();
+  write_shard(path, shard);
+  for (const auto& [wrapper_name, list] : schedulers_) {
+    if (!options.save_param_scheduler()) break;
+    for (const auto& scheduler : list) contents.param_schedulers[wrapper_name].push_back(scheduler->state());
   }
-  sharded_save_ = false;
-  manifest.values["model"] = {{"fsdp_sharded", true}};
-  manifest.values["fsdp"] = {{"state_dict_type", "sharded"},
-                             {"world_size", world_size()},
-                             {"with_optimizer", with_optimizer},
-                             {"layout", fsdp_->layout()}};
+  contents.sharding = nlohmann::json{{"world_size", world_size()}, {"with_optimizer", with_optimizer},
+                                     {"layout", fsdp_->layout()}};
   // The manifest appears only once every shard is on disk.
   barrier();
-  if (is_main_process()) write_checkpoint_file(path, manifest);
+  if (is_main_process()) write_checkpoint(path, contents);
 }
 
-State FSDPStrategy::load_checkpoint(const std::string& path, bool load_optimizer, bool load_schedulers, bool strict) {
+CheckpointContents FSDPStrategy::load_checkpoint(const std::string& path, bool load_optimizer, bool load_schedulers,
+                                                 bool strict) {
   LOCKSTEP_CHECK(fsdp_ != nullptr, name(), ": no model prepared");
-  State state = read_checkpoint_file(path);
-  const bool sharded = state.values.contains("fsdp") && state.values["fsdp"].value("state_dict_type", "") == "sharded";
-  if (sharded) {
-    const int saved_world = state.values["fsdp"].value("world_size", -1);
+  CheckpointContents contents = read_checkpoint(path);
+  if (contents.sharded()) {
+    const int saved_world = contents.sharding->value("world_size", -1);
     LOCKSTEP_CHECK(saved_world == world_size(), path, ": a sharded checkpoint written by ", saved_world,
                    " ranks cannot load into ", world_size(), " ranks; resume with ", saved_world,
                    " ranks, or save with state_dict_type: full to change the number of ranks");
-    const std::string shard_path = fsdp_shard_file(path, rank(), world_size());
-    State shard = read_checkpoint_file(shard_path);
-    fsdp_->load_sharded_state_dict(shard.get("model"), shard_path);
+    CheckpointShard shard = read_shard(path, rank(), world_size());
+    const std::string shard_file = shard_path(path, rank(), world_size());
+    fsdp_->load_sharded_state_dict(shard.model, shard_file);
     if (load_optimizer && optim_wrapper_) {
-      LOCKSTEP_CHECK(shard.contains("optim_wrapper"), shard_path,
+      LOCKSTEP_CHECK(shard.optim_wrapper.has_value(), shard_file,
                      ": holds no optimizer state (saved with save_optimizer: false?)");
       try {
-        single_wrapper().load_state(shard.get("optim_wrapper"));
+        single_wrapper().load_state(*shard.optim_wrapper);
       } catch (...) {
-        rethrow_with_context(shard_path + ": loading the optimizer state");
+        rethrow_with_context(shard_file + ": loading the optimizer state");
       }
     }
-    load_optim_and_schedulers(state, /*load_optimizer=*/false, load_schedulers, path);
-    return state;
+    load_optim_and_schedulers(contents, /*load_optimizer=*/false, load_schedulers, path);
+    return contents;
   }
-  load_model_state_dict(state.get("model").tensors, strict, path);
+  load_model_state_dict(model_weights(contents, path), strict, path);
   if (load_optimizer && optim_wrapper_) {
-    LOCKSTEP_CHECK(state.contains("optim_wrapper"), path, ": holds no optimizer state (saved with save_optimizer: false?)");
-    State wrapper_state = state.get("optim_wrapper");
+    LOCKSTEP_CHECK(contents.optim_wrapper.has_value(), path,
+                   ": holds no optimizer state (saved with save_optimizer: false?)");
     State sharded_optimizer;
     try {
-      sharded_optimizer = fsdp_->shard_optimizer_state(wrapper_state.get("optimizer"));
+      sharded_optimizer = fsdp_->shard_optimizer_state(contents.optim_wrapper->get("optimizer"));
     } catch (...) {
       rethrow_with_context(path + ": sharding the optimizer state");
     }
-    State converted = state;
-    for (auto it = converted.tensors.begin(); it != converted.tensors.end();) {
-      it = it->first.rfind("optim_wrapper/", 0) == 0 ? converted.tensors.erase(it) : std::next(it);
-    }
-    converted.put("optim_wrapper", optim_state_with(std::move(wrapper_state), std::move(sharded_optimizer)));
+    CheckpointContents converted = contents;
+    converted.optim_wrapper = optim_state_with(*contents.optim_wrapper, std::move(sharded_optimizer));
     load_optim_and_schedulers(converted, /*load_optimizer=*/true, load_schedulers, path);
   } else {
-    load_optim_and_schedulers(state, /*load_optimizer=*/false, load_schedulers, path);
+    load_optim_and_schedulers(contents, /*load_optimizer=*/false, load_schedulers, path);
   }
-  return state;
+  return contents;
+}
+
+void FSDPStrategy::load_sharded_weights(const std::string& path, bool strict) {
+  load_checkpoint(path, /*load_optimizer=*/false, /*load_schedulers=*/false, strict);
 }
 
 LOCKSTEP_REGISTER(strategy_registry(), "FSDPStrategy", [](const Config& config) {

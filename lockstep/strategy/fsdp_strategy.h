@@ -51,9 +51,6 @@ struct FSDPStrategyOptions {
 
 FSDPStrategyOptions parse_fsdp_strategy_options(const Config& config);
 
-// The file rank `rank` of `world_size` writes for a sharded checkpoint at `path`.
-std::string fsdp_shard_file(const std::string& path, int rank, int world_size);
-
 class FSDPStrategy : public DistributedStrategy {
  public:
   explicit FSDPStrategy(FSDPStrategyOptions options);
@@ -65,10 +62,12 @@ class FSDPStrategy : public DistributedStrategy {
   std::map<std::string, torch::Tensor> model_state_dict() override;
   LoadReport load_model_state_dict(const std::map<std::string, torch::Tensor>& weights, bool strict,
                                    const std::string& source) override;
-  void save_checkpoint(const std::string& path, State extra, const CheckpointOptions& options) override;
+  void save_checkpoint(const std::string& path, CheckpointContents contents,
+                       const CheckpointOptions& options) override;
   // Reads a full checkpoint (from any strategy) or a sharded one of FSDPStrategy.
-  State load_checkpoint(const std::string& path, bool load_optimizer, bool load_schedulers,
-                        bool strict = true) override;
+  CheckpointContents load_checkpoint(const std::string& path, bool load_optimizer, bool load_schedulers,
+                                     bool strict = true) override;
+  void load_sharded_weights(const std::string& path, bool strict) override;
 
  protected:
   void place_model(Model& model) override;
@@ -81,7 +80,6 @@ class FSDPStrategy : public DistributedStrategy {
 
   FSDPStrategyOptions options_;
   std::shared_ptr<FullyShardedDataParallel> fsdp_;
-  bool sharded_save_ = false;  // model_state_dict() returns nothing while the sharded files are written
 };
 
 }  // namespace lockstep

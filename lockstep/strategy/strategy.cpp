@@ -3,7 +3,7 @@
 #include <set>
 #include <sstream>
 
-#include "lockstep/checkpoint/checkpoint_file.h"
+#include "lockstep/checkpoint/checkpoint_layout.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/model/model.h"
@@ -18,49 +18,7 @@ std::string shape_text(const torch::Tensor& tensor) {
   return text.str();
 }
 
-// "conv1.weight, conv1.bias, fc.weight" -> "conv1.{bias, weight}, fc.weight"
-std::string group_by_prefix(std::vector<std::string> keys) {
-  std::sort(keys.begin(), keys.end());
-  std::map<std::string, std::vector<std::string>> groups;
-  std::vector<std::string> order;
-  for (const auto& key : keys) {
-    auto dot = key.rfind('.');
-    std::string prefix = dot == std::string::npos ? "" : key.substr(0, dot);
-    std::string leaf = dot == std::string::npos ? key : key.substr(dot + 1);
-    if (groups.count(prefix) == 0) order.push_back(prefix);
-    groups[prefix].push_back(leaf);
-  }
-  std::string text;
-  for (const auto& prefix : order) {
-    const auto& leaves = groups[prefix];
-    text += "\n  ";
-    if (prefix.empty()) {
-      for (size_t i = 0; i < leaves.size(); ++i) text += (i ? ", " : "") + leaves[i];
-    } else if (leaves.size() == 1) {
-      text += prefix + "." + leaves[0];
-    } else {
-      text += prefix + ".{";
-      for (size_t i = 0; i < leaves.size(); ++i) text += (i ? ", " : "") + leaves[i];
-      text += "}";
-    }
-  }
-  return text;
-}
-
 }  // namespace
-
-std::string LoadReport::describe(const std::string& source) const {
-  std::string text;
-  if (!mismatched.empty()) {
-    text += "Skipped loading parameters of " + source + " whose shape differs:";
-    for (const auto& entry : mismatched) text += "\n  " + entry;
-    text += "\n";
-  }
-  if (!missing.empty()) text += "Some model parameters or buffers are not in " + source + ":" + group_by_prefix(missing) + "\n";
-  if (!unexpected.empty()) text += source + " holds keys the model does not use:" + group_by_prefix(unexpected) + "\n";
-  if (!text.empty() && text.back() == '\n') text.pop_back();
-  return text;
-}
 
 Strategy::~Strategy() = default;
 
@@ -169,59 +127,59 @@ LoadReport Strategy::load_model_state_dict(const std::map<std::string, torch::Te
   return report;
 }
 
-State Strategy::checkpoint_state(State extra, const CheckpointOptions& options) {
-  State state = std::move(extra);
-  State model_state;
-  model_state.tensors = model_state_dict();
-  state.put("model", std::move(model_state));
-  if (optim_wrapper_ && options.save_optimizer()) state.put("optim_wrapper", optim_wrapper_->state());
-  if (options.save_param_scheduler() && !schedulers_.empty()) {
-    State all;
+void Strategy::fill_checkpoint(CheckpointContents& contents, const CheckpointOptions& options) {
+  contents.model = model_state_dict();
+  if (optim_wrapper_ && options.save_optimizer()) contents.optim_wrapper = optim_wrapper_->state();
+  if (options.save_param_scheduler()) {
     for (const auto& [wrapper_name, list] : schedulers_) {
-      State per_wrapper;
-      for (size_t i = 0; i < list.size(); ++i) per_wrapper.put(std::to_string(i), list[i]->state());
-      all.put(wrapper_name.empty() ? "main" : wrapper_name, std::move(per_wrapper));
+      auto& states = contents.param_schedulers[wrapper_name];
+      for (const auto& scheduler : list) states.push_back(scheduler->state());
     }
-    state.put("param_schedulers", std::move(all));
   }
-  return state;
 }
 
-void Strategy::save_checkpoint(const std::string& path, State extra, const CheckpointOptions& options) {
-  State state = checkpoint_state(std::move(extra), options);
-  if (is_main_process()) write_checkpoint_file(path, state);
+void Strategy::save_checkpoint(const std::string& path, CheckpointContents contents, const CheckpointOptions& options) {
+  fill_checkpoint(contents, options);
+  if (is_main_process()) write_checkpoint(path, contents);
 }
 
-void Strategy::load_optim_and_schedulers(const State& state, bool load_optimizer, bool load_schedulers,
+void Strategy::load_optim_and_schedulers(const CheckpointContents& contents, bool load_optimizer, bool load_schedulers,
                                          const std::string& path) {
   if (load_optimizer && optim_wrapper_) {
-    LOCKSTEP_CHECK(state.contains("optim_wrapper"), path, ": holds no optimizer state (saved with save_optimizer: false?)");
+    LOCKSTEP_CHECK(contents.optim_wrapper.has_value(), path,
+                   ": holds no optimizer state (saved with save_optimizer: false?)");
     try {
-      optim_wrapper_->load_state(state.get("optim_wrapper"));
+      optim_wrapper_->load_state(*contents.optim_wrapper);
     } catch (...) {
       rethrow_with_context(path + ": loading the optimizer state");
     }
   }
   if (load_schedulers && !schedulers_.empty()) {
-    LOCKSTEP_CHECK(state.contains("param_schedulers"), path, ": holds no parameter scheduler state");
-    State all = state.get("param_schedulers");
+    LOCKSTEP_CHECK(!contents.param_schedulers.empty(), path, ": holds no parameter scheduler state");
     for (auto& [wrapper_name, list] : schedulers_) {
-      State per_wrapper = all.get(wrapper_name.empty() ? "main" : wrapper_name);
+      auto found = contents.param_schedulers.find(wrapper_name);
+      const size_t saved = found == contents.param_schedulers.end() ? 0 : found->second.size();
       for (size_t i = 0; i < list.size(); ++i) {
-        LOCKSTEP_CHECK(per_wrapper.contains(std::to_string(i)), path, ": holds no state for parameter scheduler ", i,
+        LOCKSTEP_CHECK(i < saved, path, ": holds no state for parameter scheduler ", i,
                        wrapper_name.empty() ? "" : " of '" + wrapper_name + "'",
                        " (the config has more schedulers than the run that saved it)");
-        list[i]->load_state(per_wrapper.get(std::to_string(i)));
+        list[i]->load_state(found->second[i]);
       }
     }
   }
 }
 
-State Strategy::load_checkpoint(const std::string& path, bool load_optimizer, bool load_schedulers, bool strict) {
-  State state = read_checkpoint_file(path);
-  load_model_state_dict(state.get("model").tensors, strict, path);
-  load_optim_and_schedulers(state, load_optimizer, load_schedulers, path);
-  return state;
+CheckpointContents Strategy::load_checkpoint(const std::string& path, bool load_optimizer, bool load_schedulers,
+                                             bool strict) {
+  CheckpointContents contents = read_checkpoint(path);
+  load_model_state_dict(model_weights(contents, path), strict, path);
+  load_optim_and_schedulers(contents, load_optimizer, load_schedulers, path);
+  return contents;
+}
+
+void Strategy::load_sharded_weights(const std::string& path, bool /*strict*/) {
+  LOCKSTEP_FAIL(path, ": a sharded FSDP checkpoint loads only into FSDPStrategy (this run uses ", name(),
+                "); save it with state_dict_type: full to load it anywhere");
 }
 
 SingleDeviceStrategy::SingleDeviceStrategy(torch::Device device) { device_ = device; }

@@ -9,7 +9,9 @@
 //   auto strategy = lockstep::build_strategy(cfg.child("strategy"));
 //   strategy->prepare(model, cfg.at("optim_wrapper"), cfg.child("param_scheduler"),
 //                     lockstep::SchedulerContext{iters_per_epoch, max_iters});
-//   strategy->save_checkpoint("work_dirs/run/model_final.ckpt", extra);
+//   lockstep::CheckpointContents extra;  // the strategy fills in model, optimizer, schedulers
+//   extra.trainer = trainer.state();
+//   strategy->save_checkpoint("work_dirs/run/model_final.ckpt", extra, lockstep::CheckpointOptions());
 #pragma once
 
 #include <map>
@@ -19,9 +21,10 @@
 
 #include <torch/torch.h>
 
+#include "lockstep/checkpoint/checkpoint_layout.h"
 #include "lockstep/config/registry.h"
+#include "lockstep/core/load_report.h"
 #include "lockstep/core/state.h"
-#include "lockstep/engine/trainer.h"
 #include "lockstep/optim/optim_wrapper.h"
 #include "lockstep/optim/param_scheduler.h"
 
@@ -32,16 +35,6 @@ class Model;
 struct CheckpointOptions {
   TORCH_ARG(bool, save_optimizer) = true;
   TORCH_ARG(bool, save_param_scheduler) = true;
-};
-
-// What a state-dict load found, for reports and strict loading.
-struct LoadReport {
-  std::vector<std::string> missing;      // in the model, not in the file
-  std::vector<std::string> unexpected;   // in the file, not in the model
-  std::vector<std::string> mismatched;   // "name: checkpoint [a, b] vs model [c, d]"
-  bool clean() const { return missing.empty() && unexpected.empty() && mismatched.empty(); }
-  // detectron2-style text, keys grouped by common prefix.
-  std::string describe(const std::string& source) const;
 };
 
 // Schedulers of each optim wrapper, by wrapper name ("" for a single wrapper).
@@ -82,12 +75,16 @@ class Strategy {
   virtual LoadReport load_model_state_dict(const std::map<std::string, torch::Tensor>& weights, bool strict,
                                            const std::string& source);
 
-  // Writes {model, optimizer, schedulers} plus `extra` (trainer state, meta).
-  virtual void save_checkpoint(const std::string& path, State extra, const CheckpointOptions& options);
+  // Adds the model, optimizer and schedulers to `contents` (which holds the
+  // trainer state and meta) and writes the checkpoint (checkpoint_layout.h).
+  virtual void save_checkpoint(const std::string& path, CheckpointContents contents, const CheckpointOptions& options);
   // Reads a checkpoint, loads the model (and optimizer/schedulers when asked)
-  // and returns the whole file's State so the caller can read its extras.
-  virtual State load_checkpoint(const std::string& path, bool load_optimizer, bool load_schedulers,
-                                bool strict = true);
+  // and returns the whole contents so the caller can read trainer and meta.
+  virtual CheckpointContents load_checkpoint(const std::string& path, bool load_optimizer, bool load_schedulers,
+                                             bool strict = true);
+  // Loads the model weights of a sharded checkpoint (load_from of one):
+  // only FSDPStrategy, which wrote it, can; others refuse, saying what to do.
+  virtual void load_sharded_weights(const std::string& path, bool strict);
 
  protected:
   // Subclasses decide placement and wrapping.
@@ -96,8 +93,9 @@ class Strategy {
   virtual void attach_optim_wrapper(OptimWrapperBase& optim_wrapper) {}
   // Builds an optim wrapper for `model` (FSDP overrides: it optimizes shards).
   virtual std::shared_ptr<OptimWrapperBase> build_optim_wrapper_for(const Config& config, Model& model);
-  State checkpoint_state(State extra, const CheckpointOptions& options);
-  void load_optim_and_schedulers(const State& state, bool load_optimizer, bool load_schedulers,
+  // The model, optimizer and schedulers into `contents`, as options say.
+  void fill_checkpoint(CheckpointContents& contents, const CheckpointOptions& options);
+  void load_optim_and_schedulers(const CheckpointContents& contents, bool load_optimizer, bool load_schedulers,
                                  const std::string& path);
 
   torch::Device device_ = torch::kCPU;

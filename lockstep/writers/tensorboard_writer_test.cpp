@@ -12,7 +12,7 @@
 
 #include "lockstep/config/config.h"
 #include "lockstep/core/error.h"
-#include "lockstep/engine/runner.h"
+#include "lockstep/runner/runner.h"
 #include "lockstep/writers/tensorboard_event.h"
 #include "tests/support/test_support.h"
 

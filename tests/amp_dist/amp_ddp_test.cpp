@@ -78,12 +78,12 @@ std::vector<double> train(Injection injection, int64_t steps, int64_t growth_int
   optim->set_gradient_sync(ddp);
   optim->initialize_count_status(0, steps);
   int64_t step = 0;
-  optim->set_after_backward([&] {
+  const StepContext inject{-1, [&] {
     if (injection == Injection::kGradientAfterReduction && rank == kBadRank && step == kBadStep) {
       torch::NoGradGuard no_grad;
       model->fc2->weight.mutable_grad()[0][0] = INFINITY;
     }
-  });
+  }};
   std::vector<double> scales;
   for (step = 0; step < steps; ++step) {
     Batch global = testing::global_batch(kPerRank * get_world_size(), static_cast<uint64_t>(500 + step));
@@ -94,7 +94,7 @@ std::vector<double> train(Injection injection, int64_t steps, int64_t growth_int
       local.set("x", x);
     }
     torch::Tensor before = flat_parameters(*model);
-    model->train_step(local, *optim);
+    model->run_train_step(local, *optim, inject);
     const bool changed = !torch::equal(before, flat_parameters(*model));
     const bool poisoned = injection != Injection::kNone && step == kBadStep;
     EXPECT_EQ(changed, !poisoned) << "rank " << rank << " step " << step;

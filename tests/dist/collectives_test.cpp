@@ -44,7 +44,7 @@ LOCKSTEP_WORKER_TEST(CollectivesWorker, AllReduce) {
       auto index = torch::arange(1, 6, torch::kDouble);
       auto t = (index * (r + 1)).to(dtype);
       if (op == ReduceOp::kAvg && !at::isFloatingType(dtype)) {
-        EXPECT_NE(testing::error_message([&] { world->all_reduce(t, op); }).find("needs a floating-point tensor"),
+        EXPECT_NE(testing::error_of([&] { world->all_reduce(t, op); }).find("needs a floating-point tensor"),
                   std::string::npos);
         continue;
       }
@@ -102,7 +102,7 @@ LOCKSTEP_WORKER_TEST(CollectivesWorker, AllGatherIntoTensor) {
   mine.fill_(r + 1);
   world->all_gather_into_tensor(out, mine);
   EXPECT_TRUE(tensors_equal(out, torch::arange(1, n + 1, torch::kDouble).repeat_interleave(4)));
-  EXPECT_NE(testing::error_message([&] {
+  EXPECT_NE(testing::error_of([&] {
               auto wrong = torch::zeros({n * 3 + 1});
               world->all_gather_into_tensor(wrong, torch::zeros({3}));
             }).find("expected " + std::to_string(n) + " x 3"),
@@ -132,7 +132,7 @@ LOCKSTEP_WORKER_TEST(CollectivesWorker, ReduceScatterTensor) {
     }
   }
   world->set_reduce_scatter_algorithm(CollectiveAlgorithm::kAuto);
-  EXPECT_NE(testing::error_message([&] {
+  EXPECT_NE(testing::error_of([&] {
               auto out = torch::zeros({2});
               world->reduce_scatter_tensor(out, torch::zeros({2 * n + 1}));
             }).find("expected " + std::to_string(n) + " x 2"),
@@ -220,8 +220,8 @@ LOCKSTEP_WORKER_TEST(CollectivesWorker, SendRecv) {
   s2->wait();
   EXPECT_TRUE(tensors_equal(got1, torch::full({3}, prev + 0.5)));
   EXPECT_TRUE(tensors_equal(got2, torch::full({3}, prev + 0.25)));
-  EXPECT_NE(testing::error_message([&] { world->send(first, r); }).find("cannot send to itself"), std::string::npos);
-  EXPECT_NE(testing::error_message([&] { world->send(first, next, 1 << 30); }).find("outside [0, 2^30)"),
+  EXPECT_NE(testing::error_of([&] { world->send(first, r); }).find("cannot send to itself"), std::string::npos);
+  EXPECT_NE(testing::error_of([&] { world->send(first, next, 1 << 30); }).find("outside [0, 2^30)"),
             std::string::npos);
 }
 
@@ -251,7 +251,7 @@ LOCKSTEP_WORKER_TEST(CollectivesWorker, Subgroups) {
   std::vector<double> member_values(members.begin(), members.end());
   EXPECT_TRUE(tensors_equal(gathered, torch::tensor(member_values, torch::kDouble)));
   if (r % 2 == 1) {
-    EXPECT_NE(testing::error_message([&] { world->new_group(odds, "odds"); }).find("already created"),
+    EXPECT_NE(testing::error_of([&] { world->new_group(odds, "odds"); }).find("already created"),
               std::string::npos);
   }
   // A subgroup of a subgroup, and the world again through the subgroups' store.
@@ -296,7 +296,7 @@ LOCKSTEP_WORKER_TEST(CollectivesWorker, ObjectCollectives) {
   EXPECT_DOUBLE_EQ(summed["a"], n);
   std::map<std::string, double> uneven{{"loss", 1.0}};
   if (r == 0) uneven["extra"] = 2.0;
-  auto message = testing::error_message([&] { reduce_dict(uneven); });
+  auto message = testing::error_of([&] { reduce_dict(uneven); });
   EXPECT_NE(message.find("ranks hold different keys"), std::string::npos) << message;
   EXPECT_NE(message.find("rank 0: [\"extra\",\"loss\"]"), std::string::npos) << message;
 

@@ -28,15 +28,6 @@ inline ::testing::AssertionResult tensors_equal(const torch::Tensor& actual, con
   return ::testing::AssertionFailure() << out.str();
 }
 
-template <typename F>
-std::string error_message(F&& body) {
-  try {
-    body();
-  } catch (const std::exception& error) {
-    return error.what();
-  }
-  return "<no error>";
-}
 
 // Standard settings for worker runs: a bounded wait so a broken test fails
 // instead of hanging for torch's 30 minutes.

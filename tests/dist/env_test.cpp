@@ -9,15 +9,7 @@
 namespace lockstep {
 namespace {
 
-template <typename F>
-std::string error_of(F&& body) {
-  try {
-    body();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "<no error>";
-}
+using testing::error_of;
 
 using Hosts = std::vector<std::string>;
 

@@ -10,7 +10,7 @@
 namespace lockstep {
 namespace {
 
-using testing::error_message;
+using testing::error_of;
 using testing::tensors_equal;
 
 TEST(SingleProcess, QueriesAreSafeBeforeInit) {
@@ -24,7 +24,7 @@ TEST(SingleProcess, QueriesAreSafeBeforeInit) {
   std::map<std::string, double> values{{"loss", 0.25}};
   EXPECT_EQ(reduce_dict(values), values);
   EXPECT_GE(shared_random_seed(), 0);
-  EXPECT_NE(error_message([] { world(); }).find("not initialised"), std::string::npos);
+  EXPECT_NE(error_of([] { world(); }).find("not initialised"), std::string::npos);
 }
 
 TEST(SingleProcess, WorldOfOneIsTheIdentity) {
@@ -49,7 +49,7 @@ TEST(SingleProcess, WorldOfOneIsTheIdentity) {
   group->barrier();
   EXPECT_EQ(all_gather_object(std::string("x")), std::vector<std::string>{"x"});
   EXPECT_EQ(broadcast_object(nlohmann::json{{"a", 1}})["a"], 1);
-  EXPECT_NE(error_message([] { init_process_group(InitOptions()); }).find("already initialised"), std::string::npos);
+  EXPECT_NE(error_of([] { init_process_group(InitOptions()); }).find("already initialised"), std::string::npos);
   destroy_process_group();
   EXPECT_FALSE(is_initialized());
 }
@@ -57,22 +57,22 @@ TEST(SingleProcess, WorldOfOneIsTheIdentity) {
 TEST(SingleProcess, BadArgumentsAreErrorsNotCrashes) {
   auto group = init_process_group(InitOptions());
   auto ints = torch::ones({3}, torch::kLong);
-  EXPECT_NE(error_message([&] { group->all_reduce(ints, ReduceOp::kAvg); }).find("needs a floating-point tensor"),
+  EXPECT_NE(error_of([&] { group->all_reduce(ints, ReduceOp::kAvg); }).find("needs a floating-point tensor"),
             std::string::npos);
   torch::Tensor undefined;
-  EXPECT_NE(error_message([&] { group->all_reduce(undefined); }).find("undefined"), std::string::npos);
+  EXPECT_NE(error_of([&] { group->all_reduce(undefined); }).find("undefined"), std::string::npos);
   auto out = torch::zeros({3});
-  EXPECT_NE(error_message([&] { group->all_gather_into_tensor(out, torch::zeros({3}, torch::kLong)); })
+  EXPECT_NE(error_of([&] { group->all_gather_into_tensor(out, torch::zeros({3}, torch::kLong)); })
                 .find("output dtype"),
             std::string::npos);
-  EXPECT_NE(error_message([&] { group->broadcast(out, 1); }).find("rank 1 is not in group 'world'"),
+  EXPECT_NE(error_of([&] { group->broadcast(out, 1); }).find("rank 1 is not in group 'world'"),
             std::string::npos);
-  EXPECT_NE(error_message([&] { group->new_group({0, 0}); }).find("listed twice"), std::string::npos);
-  EXPECT_NE(error_message([&] { group->new_group({}); }).find("no ranks"), std::string::npos);
+  EXPECT_NE(error_of([&] { group->new_group({0, 0}); }).find("listed twice"), std::string::npos);
+  EXPECT_NE(error_of([&] { group->new_group({}); }).find("no ranks"), std::string::npos);
   destroy_process_group();
-  EXPECT_NE(error_message([] { init_process_group(InitOptions().world_size(2).rank(2)); }).find("rank 2 is not in"),
+  EXPECT_NE(error_of([] { init_process_group(InitOptions().world_size(2).rank(2)); }).find("rank 2 is not in"),
             std::string::npos);
-  EXPECT_NE(error_message([] { init_process_group(InitOptions().backend("mpi")); }).find("unknown backend 'mpi'"),
+  EXPECT_NE(error_of([] { init_process_group(InitOptions().backend("mpi")); }).find("unknown backend 'mpi'"),
             std::string::npos);
   EXPECT_FALSE(is_initialized());
 }
@@ -81,7 +81,7 @@ TEST(SingleProcess, TimeoutComesFromTheEnvironment) {
   setenv("LOCKSTEP_TIMEOUT_S", "2.5", 1);
   EXPECT_EQ(default_timeout(), std::chrono::milliseconds(2500));
   setenv("LOCKSTEP_TIMEOUT_S", "soon", 1);
-  EXPECT_NE(error_message([] { default_timeout(); }).find("LOCKSTEP_TIMEOUT_S='soon'"), std::string::npos);
+  EXPECT_NE(error_of([] { default_timeout(); }).find("LOCKSTEP_TIMEOUT_S='soon'"), std::string::npos);
   unsetenv("LOCKSTEP_TIMEOUT_S");
   EXPECT_EQ(default_timeout(), std::chrono::minutes(30));
 }

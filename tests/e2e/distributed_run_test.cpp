@@ -12,7 +12,7 @@
 #include "lockstep/core/error.h"
 #include "lockstep/dist/comm.h"
 #include "lockstep/dist/init.h"
-#include "lockstep/engine/runner.h"
+#include "lockstep/runner/runner.h"
 #include "lockstep/data/synthetic.h"
 #include "lockstep/models/classifiers.h"
 #include "lockstep/strategy/strategy.h"

@@ -9,7 +9,7 @@
 #include "lockstep/checkpoint/checkpoint_file.h"
 #include "lockstep/config/config.h"
 #include "lockstep/core/error.h"
-#include "lockstep/engine/runner.h"
+#include "lockstep/runner/runner.h"
 #include "lockstep/engine/trainer.h"
 #include "lockstep/hooks/hook_registry.h"
 #include "lockstep/strategy/strategy.h"
@@ -30,7 +30,7 @@ LOCKSTEP_REGISTER(hook_registry(), "FailAtIteration", [](const Config& config, c
   return std::make_shared<FailAtIteration>(config.get<int64_t>("iteration"));
 });
 
-const char* const kConfig = R"YAML(
+const char* const kResumeConfig = R"YAML(
 randomness: {seed: 1234}
 model:
   type: ConvNet
@@ -64,11 +64,11 @@ TEST(Resume, InterruptedRunEndsBitwiseEqualToUninterrupted) {
   const std::string straight = dir.file("straight");
   const std::string interrupted = dir.file("interrupted");
   {
-    Runner runner(Config::parse(kConfig, "resume.yaml"), RunnerOptions().work_dir(straight));
+    Runner runner(Config::parse(kResumeConfig, "resume.yaml"), RunnerOptions().work_dir(straight));
     runner.train();
   }
   {
-    Config config = Config::parse(kConfig, "resume.yaml");
+    Config config = Config::parse(kResumeConfig, "resume.yaml");
     config.apply_override("custom_hooks=[{type: FailAtIteration, iteration: 25}]");
     Runner runner(config, RunnerOptions().work_dir(interrupted));
     EXPECT_THROW(runner.train(), std::runtime_error);
@@ -78,7 +78,7 @@ TEST(Resume, InterruptedRunEndsBitwiseEqualToUninterrupted) {
   // Perturb global random state: resume must restore it from the checkpoint.
   torch::manual_seed(999);
   {
-    Runner runner(Config::parse(kConfig, "resume.yaml"), RunnerOptions().work_dir(interrupted).resume(true));
+    Runner runner(Config::parse(kResumeConfig, "resume.yaml"), RunnerOptions().work_dir(interrupted).resume(true));
     runner.train();
     EXPECT_EQ(runner.trainer().start_iter(), 20);
   }
@@ -99,7 +99,7 @@ TEST(Resume, CorruptNewestCheckpointFallsBackToThePreviousOne) {
   testing::TempDir dir;
   const std::string work_dir = dir.file("run");
   {
-    Config config = Config::parse(kConfig, "resume.yaml");
+    Config config = Config::parse(kResumeConfig, "resume.yaml");
     config.apply_override("custom_hooks=[{type: FailAtIteration, iteration: 35}]");
     config.apply_override("default_hooks.checkpoint.max_keep_ckpts=3");
     Runner runner(config, RunnerOptions().work_dir(work_dir));
@@ -109,7 +109,7 @@ TEST(Resume, CorruptNewestCheckpointFallsBackToThePreviousOne) {
   std::string bytes = testing::read_file(work_dir + "/model_0000029.ckpt");
   bytes[bytes.size() / 2] ^= 0x01;
   testing::write_file(work_dir + "/model_0000029.ckpt", bytes);
-  Runner runner(Config::parse(kConfig, "resume.yaml"), RunnerOptions().work_dir(work_dir).resume(true));
+  Runner runner(Config::parse(kResumeConfig, "resume.yaml"), RunnerOptions().work_dir(work_dir).resume(true));
   runner.train();
   EXPECT_EQ(runner.trainer().start_iter(), 20) << "should have resumed from model_0000019 after skipping the corrupt file";
   EXPECT_NE(testing::read_file(work_dir + "/log.txt").find("Skipping checkpoint"), std::string::npos);
@@ -117,7 +117,7 @@ TEST(Resume, CorruptNewestCheckpointFallsBackToThePreviousOne) {
 
 TEST(Resume, ResumeWithoutCheckpointStartsFromScratch) {
   testing::TempDir dir;
-  Config config = Config::parse(kConfig, "resume.yaml");
+  Config config = Config::parse(kResumeConfig, "resume.yaml");
   config.apply_override("train_cfg.max_iters=3");
   Runner runner(config, RunnerOptions().work_dir(dir.file("fresh")).resume(true));
   runner.train();

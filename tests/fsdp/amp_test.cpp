@@ -66,16 +66,16 @@ AmpRun train(ShardingStrategy strategy, int64_t steps, int64_t growth_interval, 
   optim->set_gradient_sync(fsdp);
   optim->initialize_count_status(0, steps);
   int64_t step = 0;
-  optim->set_after_backward([&] {
+  const StepContext injection{-1, [&] {
     if (!inject || rank != bad_rank || step != kBadStep) return;
     torch::NoGradGuard no_grad;
     fsdp->units().at(1)->shard().mutable_grad()[0] = INFINITY;
-  });
+  }};
   AmpRun run;
   for (step = 0; step < steps; ++step) {
     Batch global = testing::global_batch("mlp", testing::kPerRank * get_world_size(), static_cast<uint64_t>(500 + step));
     torch::Tensor before = flat_shards(*fsdp);
-    model->train_step(global.slice(rank * testing::kPerRank, testing::kPerRank), *optim);
+    model->run_train_step(global.slice(rank * testing::kPerRank, testing::kPerRank), *optim, injection);
     const bool changed = !torch::equal(before, flat_shards(*fsdp));
     EXPECT_EQ(changed, !(inject && step == kBadStep)) << "rank " << rank << " step " << step;
     run.scales.push_back(optim->grad_scaler()->get_scale());

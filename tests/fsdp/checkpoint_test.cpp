@@ -16,6 +16,7 @@
 #include <string>
 
 #include "lockstep/checkpoint/checkpoint_file.h"
+#include "lockstep/checkpoint/checkpoint_layout.h"
 #include "lockstep/core/error.h"
 #include "lockstep/dist/comm.h"
 #include "lockstep/dist/init.h"
@@ -60,7 +61,7 @@ void train(Strategy& strategy, int64_t first, int64_t count) {
   const int rank = get_rank();
   for (int64_t step = first; step < first + count; ++step) {
     Batch batch = testing::global_batch("gpt", testing::kPerRank * get_world_size(), static_cast<uint64_t>(2000 + step));
-    strategy.optim_wrapper()->run_train_step(*strategy.model(), batch.slice(rank * testing::kPerRank, testing::kPerRank));
+    strategy.model()->run_train_step(batch.slice(rank * testing::kPerRank, testing::kPerRank), *strategy.optim_wrapper());
   }
 }
 
@@ -68,7 +69,7 @@ void train(Strategy& strategy, int64_t first, int64_t count) {
 void train_whole(Strategy& strategy, int64_t first, int64_t count, int world_size) {
   for (int64_t step = first; step < first + count; ++step) {
     Batch batch = testing::global_batch("gpt", testing::kPerRank * world_size, static_cast<uint64_t>(2000 + step));
-    strategy.optim_wrapper()->run_train_step(*strategy.model(), batch);
+    strategy.model()->run_train_step(batch, *strategy.optim_wrapper());
   }
 }
 
@@ -93,12 +94,12 @@ void sharded_checkpoint_resumes_bitwise(const std::string& sharding) {
     auto strategy = fsdp_strategy("sharded", sharding);
     prepare(*strategy, 7);
     train(*strategy, 0, kStepsBefore);
-    strategy->save_checkpoint(path, State(), CheckpointOptions());
+    strategy->save_checkpoint(path, CheckpointContents(), CheckpointOptions());
     train(*strategy, kStepsBefore, kStepsAfter);
     uninterrupted = shards_and_optimizer_of(*strategy);
   }
   EXPECT_TRUE(testing::file_exists(path)) << "the manifest";
-  EXPECT_TRUE(testing::file_exists(fsdp_shard_file(path, launched_rank(), launched_world_size()))) << "this rank's file";
+  EXPECT_TRUE(testing::file_exists(shard_path(path, launched_rank(), launched_world_size()))) << "this rank's file";
   testing::WorkerWorld world_guard;
   auto strategy = fsdp_strategy("sharded", sharding);
   prepare(*strategy, 8);  // other initial values: everything must come from the files
@@ -116,7 +117,7 @@ void full_checkpoint_loads_into_one_process() {
   auto strategy = fsdp_strategy("full", "SHARD_GRAD_OP");
   auto model = prepare(*strategy, 7);
   train(*strategy, 0, kStepsBefore);
-  strategy->save_checkpoint(path, State(), CheckpointOptions());
+  strategy->save_checkpoint(path, CheckpointContents(), CheckpointOptions());
   torch::Tensor outputs = predict(*model);
   train(*strategy, kStepsBefore, kStepsAfter);
   auto continued = strategy->fsdp()->full_state_dict(/*rank0_only=*/true);

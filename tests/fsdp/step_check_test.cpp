@@ -66,8 +66,7 @@ std::string train_until_error(Deviation deviate) {
     for (int64_t step = 0; step < 5; ++step) {
       model->swapped = model->skip_b = false;
       if (!deviate(step, *model)) continue;
-      optim->set_iteration(step);  // as the Trainer does
-      model->train_step(batch_for(step), *optim);
+      model->run_train_step(batch_for(step), *optim, {step, {}});  // as the Trainer does
     }
   } catch (const Error& error) {
     return error.what();

@@ -17,7 +17,7 @@
 #include "lockstep/checkpoint/checkpoint_file.h"
 #include "lockstep/config/config.h"
 #include "lockstep/core/error.h"
-#include "lockstep/engine/runner.h"
+#include "lockstep/runner/runner.h"
 #include "lockstep/hooks/hook_registry.h"
 #include "tests/support/multiprocess.h"
 

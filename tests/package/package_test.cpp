@@ -67,7 +67,7 @@ TEST(PackageTest, ConsumerBuildsAndTrainsAgainstTheInstalledPackage) {
 
   auto install = run_logged({cmake, "--install", testing::binary_dir(), "--prefix", prefix});
   ASSERT_EQ(install.exit_code, 0) << install.output;
-  for (const char* installed : {"include/lockstep/engine/runner.h", "include/lockstep/core/error.h",
+  for (const char* installed : {"include/lockstep/runner/runner.h", "include/lockstep/core/error.h",
                                 "lib/cmake/Lockstep/LockstepConfig.cmake",
                                 "lib/cmake/Lockstep/LockstepConfigVersion.cmake",
                                 "lib/cmake/Lockstep/LockstepTargets.cmake", "bin/lockstep"}) {

@@ -98,8 +98,7 @@ LOCKSTEP_WORKER_TEST(SeparateDdpWorker, MatchesOneProcessWithTheWholeBatch) {
   auto reference_optim = make_optim(*reference);
   for (int64_t step = 0; step < 10; ++step) {
     Batch batch = gan_batch(per_rank * get_world_size(), static_cast<uint64_t>(200 + step));
-    optim->set_iteration(step);
-    gan->train_step(batch.slice(get_rank() * per_rank, per_rank), *optim);
+    gan->run_train_step(batch.slice(get_rank() * per_rank, per_rank), *optim, {step, {}});
     reference->train_step(batch, *reference_optim);
   }
   testing::expect_same_state(*gan, *reference, 1e-5, 1e-6);
@@ -138,8 +137,7 @@ LOCKSTEP_WORKER_TEST(SeparateDdpWorker, EachStepTouchesOnlyItsOwnNetwork) {
     if (point == "after_g") expect_unchanged(d_before, snapshot(*gan->discriminator), "discriminator after the generator step");
   };
   for (int64_t step = 0; step < 3; ++step) {
-    optim->set_iteration(step);
-    gan->train_step(gan_batch(6, static_cast<uint64_t>(step)).slice(get_rank() * 3, 3), *optim);
+    gan->run_train_step(gan_batch(6, static_cast<uint64_t>(step)).slice(get_rank() * 3, 3), *optim, {step, {}});
   }
 }
 

@@ -19,7 +19,7 @@
 namespace lockstep {
 namespace {
 
-using testing::error_message;
+using testing::error_of;
 
 // How close a result must be to its reference.
 enum class Tolerance {
@@ -201,15 +201,15 @@ TEST(SyncBatchNormAlone, StateInterchangesWithBatchNorm) {
 
 TEST(SyncBatchNormAlone, BadInputsAreErrorsNamingTheShape) {
   SyncBatchNorm sync(3);
-  EXPECT_NE(error_message([&] { sync(torch::randn({3})); }).find("at least 2 dimensions, got [3]"),
+  EXPECT_NE(error_of([&] { sync(torch::randn({3})); }).find("at least 2 dimensions, got [3]"),
             std::string::npos);
-  EXPECT_NE(error_message([&] { sync(torch::randn({2, 4, 5})); }).find("expected 3 channels"), std::string::npos);
-  EXPECT_NE(error_message([&] { sync(torch::ones({2, 3}, torch::kLong)); }).find("floating-point"),
+  EXPECT_NE(error_of([&] { sync(torch::randn({2, 4, 5})); }).find("expected 3 channels"), std::string::npos);
+  EXPECT_NE(error_of([&] { sync(torch::ones({2, 3}, torch::kLong)); }).find("floating-point"),
             std::string::npos);
-  EXPECT_NE(error_message([&] { sync(torch::randn({1, 3})); }).find("more than 1 value per channel"),
+  EXPECT_NE(error_of([&] { sync(torch::randn({1, 3})); }).find("more than 1 value per channel"),
             std::string::npos);
-  EXPECT_NE(error_message([] { SyncBatchNorm(SyncBatchNormOptions(0)); }).find("num_features must be positive"), std::string::npos);
-  EXPECT_NE(error_message([] { convert_sync_batchnorm(std::shared_ptr<torch::nn::Module>()); }).find("null"),
+  EXPECT_NE(error_of([] { SyncBatchNorm(SyncBatchNormOptions(0)); }).find("num_features must be positive"), std::string::npos);
+  EXPECT_NE(error_of([] { convert_sync_batchnorm(std::shared_ptr<torch::nn::Module>()); }).find("null"),
             std::string::npos);
 }
 
@@ -323,16 +323,16 @@ struct MemberNet : torch::nn::Module {
 
 TEST(ConvertSyncBatchNorm, AMemberThatForwardStillCallsIsAnErrorNamingIt) {
   auto net = std::make_shared<MemberNet>();
-  auto message = error_message([&] { convert_sync_batchnorm(net); });
+  auto message = error_of([&] { convert_sync_batchnorm(net); });
   EXPECT_NE(message.find("module(s) norm of"), std::string::npos) << message;
   EXPECT_NE(message.find("still referenced"), std::string::npos) << message;
   // A handle the caller kept counts too; dropping it makes the conversion clean.
   auto kept = torch::nn::BatchNorm2d(3);
   torch::nn::Sequential seq(torch::nn::Conv2d(3, 3, 1));
   seq->push_back(kept);
-  EXPECT_NE(error_message([&] { convert_sync_batchnorm(seq); }).find("module(s) 1 of"), std::string::npos);
+  EXPECT_NE(error_of([&] { convert_sync_batchnorm(seq); }).find("module(s) 1 of"), std::string::npos);
   torch::nn::Sequential clean(torch::nn::Conv2d(3, 3, 1), torch::nn::BatchNorm2d(3));
-  EXPECT_EQ(error_message([&] { convert_sync_batchnorm(clean); }), "<no error>");
+  EXPECT_EQ(error_of([&] { convert_sync_batchnorm(clean); }), "<no error>");
 }
 
 // --- several ranks ------------------------------------------------------------

@@ -18,6 +18,15 @@ extern char** environ;
 
 namespace lockstep::testing {
 
+std::string error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const std::exception& error) {
+    return error.what();
+  }
+  return "<no error>";
+}
+
 TempDir::TempDir() {
   std::string pattern = (std::filesystem::temp_directory_path() / "lockstep_test_XXXXXX").string();
   std::vector<char> buffer(pattern.begin(), pattern.end());

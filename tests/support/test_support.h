@@ -6,6 +6,7 @@
 //   EXPECT_EQ(result.exit_code, 0);
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,9 @@ struct CommandResult {
 CommandResult run_command(const std::vector<std::string>& argv,
                           const std::vector<std::string>& extra_env = {},
                           double timeout_s = 300);
+
+// The message of the exception `action` throws, "<no error>" when it throws none.
+std::string error_of(const std::function<void()>& action);
 
 std::string source_dir();                 // the checkout
 std::string binary_dir();                 // the build tree

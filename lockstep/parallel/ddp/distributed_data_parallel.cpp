@@ -24,12 +24,6 @@ std::string shape_text(c10::IntArrayRef sizes) {
   return text.str();
 }
 
-// Rank-identical group names: every DDP instance is created in the same order on every rank.
-std::string next_group_name() {
-  static std::atomic<int> counter{0};
-  return "ddp" + std::to_string(counter++);
-}
-
 }  // namespace
 
 std::vector<std::pair<std::string, torch::Tensor>> unique_trainable_parameters(const torch::nn::Module& module) {
@@ -69,7 +63,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
                  "(call lockstep::init_from_env() or init_process_group() first)");
   std::vector<int> members(static_cast<size_t>(group->size()));
   for (int r = 0; r < group->size(); ++r) members[static_cast<size_t>(r)] = r;
-  group_ = group->new_group(members, group->name() + "." + next_group_name());
+  group_ = group->new_group(members, group->name() + "." + next_group_name("ddp"));
 
   for (auto& [name, param] : unique_trainable_parameters(*module_)) {
     names_.push_back(name);

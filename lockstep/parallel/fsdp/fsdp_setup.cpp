@@ -18,12 +18,6 @@
 namespace lockstep {
 namespace {
 
-// Rank-identical names: FSDP instances are created in the same order on every rank.
-std::string next_group_name() {
-  static std::atomic<int> counter{0};
-  return "fsdp" + std::to_string(counter++);
-}
-
 std::string display(const std::string& path) { return path.empty() ? "(root)" : "'" + path + "'"; }
 
 bool path_contains(const std::string& unit_path, const std::string& name) {
@@ -80,7 +74,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
   if (!group) group = world();
   LOCKSTEP_CHECK(group != nullptr, "FullyShardedDataParallel needs an initialised process group "
                  "(call lockstep::init_from_env() or init_process_group() first)");
-  const std::string name = group->name() + "." + next_group_name();
+  const std::string name = group->name() + "." + next_group_name("fsdp");
   std::vector<int> members(static_cast<size_t>(group->size()));
   for (int r = 0; r < group->size(); ++r) members[static_cast<size_t>(r)] = r;
   group_ = group->new_group(members, name);

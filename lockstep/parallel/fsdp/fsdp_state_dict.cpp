@@ -5,9 +5,9 @@
 #include <sstream>
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/load_report.h"
 #include "lockstep/dist/process_group.h"
 #include "lockstep/parallel/fsdp/fully_sharded_data_parallel.h"
-#include "lockstep/strategy/strategy.h"
 
 namespace lockstep {
 namespace {

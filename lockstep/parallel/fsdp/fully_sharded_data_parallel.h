@@ -46,6 +46,7 @@
 
 #include <torch/torch.h>
 
+#include "lockstep/core/load_report.h"
 #include "lockstep/core/state.h"
 #include "lockstep/optim/gradient_sync.h"
 #include "lockstep/parallel/fsdp/flat_param.h"
@@ -55,7 +56,6 @@
 namespace lockstep {
 
 class ProcessGroup;
-struct LoadReport;
 
 // Bytes held by parameters, gradients and optimizer state on this rank,
 // tracked at every gather, free and reduction FSDP performs.

@@ -1,10 +1,11 @@
-#include "lockstep/checkpoint/pretrained.h"
+#include "lockstep/strategy/load_pretrained.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "lockstep/checkpoint/checkpoint_file.h"
+#include "lockstep/checkpoint/pretrained.h"
 #include "lockstep/config/config_test_util.h"
 #include "lockstep/model/model.h"
 #include "tests/support/test_support.h"
@@ -186,7 +187,7 @@ TEST(LoadPretrainedTest, FromALockstepCheckpointWithAPrefix) {
   testing::TempDir dir;
   auto source = std::make_shared<TwoLayers>();
   auto source_strategy = prepared(source);
-  source_strategy->save_checkpoint(dir.file("run.ckpt"), State(), CheckpointOptions());
+  source_strategy->save_checkpoint(dir.file("run.ckpt"), CheckpointContents(), CheckpointOptions());
   // Only the model part counts; its keys carry no "model/" prefix.
   auto weights = read_model_weights(dir.file("run.ckpt"));
   EXPECT_THAT([&] {

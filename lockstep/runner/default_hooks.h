@@ -12,33 +12,23 @@
 //                  save_best: accuracy/top1, rule: greater}
 //   custom_hooks:
 //     - {type: MyHook, period: 100}
+//
+// Every hook is built through the hook registry (hooks/hook_registry.h): a
+// default slot names the type it builds when its section has none (and
+// refuses a type that does not fit the slot), so each hook's keys and
+// defaults live in one place, its factory.
 #pragma once
 
-#include <functional>
-#include <map>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "lockstep/config/config.h"
 #include "lockstep/engine/hook.h"
+#include "lockstep/hooks/hook_registry.h"
 
 namespace lockstep {
 
-class Checkpointer;
-class Strategy;
-
-struct DefaultHookSettings {
-  std::shared_ptr<Strategy> strategy;
-  std::shared_ptr<Checkpointer> checkpointer;
-  std::string work_dir;
-  int64_t iters_per_epoch = 1;
-  int64_t max_iters = 0;
-  int64_t val_interval = 0;  // in iterations; 0: no periodic evaluation
-  std::function<std::map<std::string, double>()> evaluate;  // null: no val set
-};
-
 std::vector<std::shared_ptr<Hook>> build_default_hooks(const Config& default_hooks, const Config& custom_hooks,
-                                                       const DefaultHookSettings& settings);
+                                                       const HookContext& context);
 
 }  // namespace lockstep

@@ -156,7 +156,7 @@ TEST(Launcher, ForwardsSigtermToWorkers) {
 }
 
 LOCKSTEP_WORKER_TEST(RendezvousWorker, ShortWorld) {
-  auto message = testing::error_message([] { init_from_env("pytorch"); });
+  auto message = testing::error_of([] { init_from_env("pytorch"); });
   std::cout << "error: " << message << std::endl;
 }
 

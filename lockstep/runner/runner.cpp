@@ -1,22 +1,23 @@
-#include "lockstep/engine/runner.h"
+#include "lockstep/runner/runner.h"
 
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
 
-#include "lockstep/checkpoint/checkpoint_file.h"
-#include "lockstep/checkpoint/checkpointer.h"
+#include "lockstep/checkpoint/checkpoint_layout.h"
 #include "lockstep/checkpoint/pretrained.h"
-#include "lockstep/checkpoint/atomic_file.h"
+#include "lockstep/core/atomic_file.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/core/rng.h"
 #include "lockstep/data/data_loader.h"
 #include "lockstep/dist/env.h"
-#include "lockstep/engine/default_hooks.h"
+#include "lockstep/engine/checkpointer.h"
 #include "lockstep/evaluation/metric.h"
 #include "lockstep/model/model.h"
+#include "lockstep/runner/default_hooks.h"
+#include "lockstep/strategy/load_pretrained.h"
 #include "lockstep/strategy/strategy.h"
 
 namespace lockstep {
@@ -36,18 +37,11 @@ TrainerOptions parse_trainer_options(const Config& config) {
   return options;
 }
 
-// Which restart of the job this process belongs to (the launcher's count; 0
-// for the first attempt or without a launcher).
-int restart_attempt() {
-  const char* count = std::getenv("TORCHELASTIC_RESTART_COUNT");
-  return count != nullptr && *count != '\0' ? std::atoi(count) : 0;
-}
-
 // A job the launcher restarted after a failure (--max-restarts) continues
 // from its last good checkpoint by itself: retraining from scratch would
 // throw away the work of the failed attempt.
 bool should_resume(const RunnerOptions& options, const Config& config) {
-  return options.resume() || config.get<bool>("resume", false) || restart_attempt() > 0;
+  return options.resume() || config.get<bool>("resume", false) || restart_count() > 0;
 }
 
 std::string default_work_dir(const Config& config) {
@@ -129,8 +123,8 @@ void Runner::setup_environment() {
     Checkpointer probe(strategy_, work_dir_);
     if (auto last = probe.last_checkpoint(); last && fs::exists(*last)) {
       try {
-        State saved = read_checkpoint_file(*last);
-        if (saved.values.contains("meta")) seed = saved.values["meta"].value("seed", uint64_t{0});
+        CheckpointContents saved = read_checkpoint(*last);
+        if (saved.meta) seed = saved.meta->seed;
       } catch (const Error&) {
         // A corrupt newest checkpoint is handled (with a fallback) by resume().
       }
@@ -185,55 +179,43 @@ void Runner::build_for_training() {
     evaluators_["val"] = build_evaluator(config_.at("val_evaluator"));
   }
 
-  checkpointer_ = std::make_shared<Checkpointer>(strategy_, work_dir_);
-  checkpointer_->set_extra_state([this] { return extra_checkpoint_state(); });
+  checkpointer_ = std::make_shared<Checkpointer>(strategy_, work_dir_, Checkpointer::RunInfo{seed_, config_.to_yaml()});
   trainer_ = std::make_unique<Trainer>(strategy_->model(), train_loader_, strategy_->optim_wrapper(),
-                                       parse_trainer_options(config_.child("trainer")));
-  trainer_->set_metrics_gatherer(strategy_->metrics_gatherer());
+                                       parse_trainer_options(config_.child("trainer")), strategy_->metrics_gatherer());
 
-  DefaultHookSettings settings;
-  settings.strategy = strategy_;
-  settings.checkpointer = checkpointer_;
-  settings.work_dir = work_dir_;
-  settings.iters_per_epoch = iters_per_epoch;
-  settings.max_iters = max_iters;
-  settings.val_interval = val_interval;
-  if (eval_loaders_.count("val")) settings.evaluate = [this] { return evaluate("val"); };
-  trainer_->register_hooks(build_default_hooks(config_.child("default_hooks"), config_.child("custom_hooks"), settings));
-}
-
-State Runner::extra_checkpoint_state() const {
-  State extra;
-  extra.put("trainer", trainer_->state());
-  extra.values["meta"] = {{"seed", seed_},
-                          {"iteration", trainer_->iter()},
-                          {"world_size", strategy_->world_size()},
-                          {"strategy", strategy_->name()},
-                          {"config", config_.to_yaml()}};
-  return extra;
+  HookContext context;
+  context.strategy = strategy_;
+  context.checkpointer = checkpointer_;
+  context.work_dir = work_dir_;
+  context.iters_per_epoch = iters_per_epoch;
+  context.max_iters = max_iters;
+  context.val_interval = val_interval;
+  if (eval_loaders_.count("val")) context.evaluate = [this] { return evaluate("val"); };
+  trainer_->register_hooks(build_default_hooks(config_.child("default_hooks"), config_.child("custom_hooks"), context));
 }
 
 std::map<std::string, double> Runner::train() {
   build_for_training();
   int64_t start_iter = 0;
   const bool resuming = should_resume(options_, config_);
-  if (resuming && restart_attempt() > 0) {
-    logger().info("Restart {} of this job: resuming from the last good checkpoint in {}", restart_attempt(), work_dir_);
+  if (resuming && restart_count() > 0) {
+    logger().info("Restart {} of this job: resuming from the last good checkpoint in {}", restart_count(), work_dir_);
   }
   const PretrainedOptions load_from = parse_load_from(config_.child("load_from"), options_.load_from());
-  std::optional<State> resumed;
+  std::optional<CheckpointContents> resumed;
   if (resuming) {
     resumed = checkpointer_->resume();
     if (!resumed) logger().warn("resume: no checkpoint in {}; starting from scratch", work_dir_);
   }
   if (resumed) {
-    const int64_t saved_world = resumed->values.contains("meta") ? resumed->values["meta"].value("world_size", 1) : 1;
+    const int saved_world = resumed->meta ? resumed->meta->world_size : 1;
     if (saved_world != strategy_->world_size()) {
       logger().warn("The checkpoint was written by {} processes and this run has {}: the data order and the "
                     "effective batch size change from here on",
                     saved_world, strategy_->world_size());
     }
-    trainer_->load_state(resumed->get("trainer"));
+    LOCKSTEP_CHECK(resumed->trainer.has_value(), work_dir_, ": the checkpoint resumed holds no trainer state");
+    trainer_->load_state(*resumed->trainer);
     start_iter = trainer_->iter() + 1;
   } else if (!load_from.path().empty()) {
     load_pretrained(*strategy_, load_from);

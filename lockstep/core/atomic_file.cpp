@@ -1,4 +1,4 @@
-#include "lockstep/checkpoint/atomic_file.h"
+#include "lockstep/core/atomic_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -9,7 +9,7 @@
 #include <filesystem>
 
 #include "lockstep/core/error.h"
-#include "lockstep/hooks/fault_injection.h"
+#include "lockstep/core/fault_point.h"
 
 namespace lockstep {
 

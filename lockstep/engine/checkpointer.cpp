@@ -1,12 +1,13 @@
-#include "lockstep/checkpoint/checkpointer.h"
+#include "lockstep/engine/checkpointer.h"
 
 #include <filesystem>
 #include <fstream>
 
-#include "lockstep/checkpoint/atomic_file.h"
 #include "lockstep/checkpoint/checkpoint_file.h"
+#include "lockstep/core/atomic_file.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
+#include "lockstep/engine/trainer.h"
 
 namespace lockstep {
 namespace fs = std::filesystem;
@@ -15,16 +16,19 @@ namespace {
 const char* const kPointer = "last_checkpoint";
 }
 
-Checkpointer::Checkpointer(std::shared_ptr<Strategy> strategy, std::string save_dir, CheckpointOptions options)
-    : strategy_(std::move(strategy)), save_dir_(std::move(save_dir)), options_(options) {
+Checkpointer::Checkpointer(std::shared_ptr<Strategy> strategy, std::string save_dir, RunInfo run,
+                           CheckpointOptions options)
+    : strategy_(std::move(strategy)), save_dir_(std::move(save_dir)), run_(std::move(run)), options_(options) {
   LOCKSTEP_CHECK(strategy_ != nullptr, "Checkpointer needs a strategy");
 }
 
-std::string Checkpointer::save(const std::string& name) {
+std::string Checkpointer::save(const std::string& name, const Trainer& trainer) {
   const std::string path = path_of(name);
   if (strategy_->is_main_process()) fs::create_directories(save_dir_);
-  State extra = extra_state_ ? extra_state_() : State();
-  strategy_->save_checkpoint(path, std::move(extra), options_);
+  CheckpointContents contents;
+  contents.trainer = trainer.state();
+  contents.meta = RunMeta{run_.seed, trainer.iter(), strategy_->world_size(), strategy_->name(), run_.config};
+  strategy_->save_checkpoint(path, std::move(contents), options_);
   if (strategy_->is_main_process()) {
     write_file_atomically(save_dir_ + "/" + kPointer, fs::path(path).filename().string());
     logger().info("Saved checkpoint {}", path);
@@ -88,7 +92,7 @@ void remove_partial_saves(const std::string& save_dir) {
 
 }  // namespace
 
-std::optional<State> Checkpointer::resume() {
+std::optional<CheckpointContents> Checkpointer::resume() {
   // Resuming happens before anyone saves again, so no temporary here is live.
   if (strategy_->is_main_process()) remove_partial_saves(save_dir_);
   for (const auto& candidate : resume_candidates()) {
@@ -105,12 +109,6 @@ std::optional<State> Checkpointer::resume() {
     return strategy_->load_checkpoint(candidate, /*load_optimizer=*/true, /*load_schedulers=*/true, /*strict=*/true);
   }
   return std::nullopt;
-}
-
-State Checkpointer::load_weights(const std::string& path, bool strict) {
-  LOCKSTEP_CHECK(fs::exists(path), "load_from: checkpoint ", path, " does not exist");
-  logger().info("Loading weights from {}", path);
-  return strategy_->load_checkpoint(path, /*load_optimizer=*/false, /*load_schedulers=*/false, strict);
 }
 
 }  // namespace lockstep

@@ -68,7 +68,6 @@ class Runner {
   void build_for_training();
   std::map<std::string, double> evaluate(const std::string& split);
   std::vector<std::shared_ptr<Hook>> build_hooks(int64_t iters_per_epoch, int64_t max_iters);
-  State extra_checkpoint_state() const;
 
   Config config_;
   RunnerOptions options_;

@@ -1,0 +1,97 @@
+#include "lockstep/runner/default_hooks.h"
+
+#include <algorithm>
+#include <optional>
+#include <string>
+
+#include "lockstep/core/error.h"
+
+namespace lockstep {
+namespace {
+
+// A default hook's slot: the key under default_hooks, the type it builds and
+// the other names that type goes by.
+struct Slot {
+  const char* key;
+  std::vector<std::string> types;  // the first is the default
+};
+
+const Slot kTimer{"timer", {"IterationTimer", "IterTimerHook"}};
+const Slot kScheduler{"param_scheduler", {"LRSchedulerHook", "ParamSchedulerHook"}};
+const Slot kCheckpoint{"checkpoint", {"PeriodicCheckpointer", "CheckpointHook"}};
+const Slot kLogger{"logger", {"PeriodicWriter", "LoggerHook"}};
+
+// A slot's section: absent -> the defaults; explicit null -> disabled.
+std::optional<Config> section_of(const Config& default_hooks, const Slot& slot) {
+  if (default_hooks.is_null() || !default_hooks.has(slot.key)) return Config::map();
+  Config section = default_hooks.at(slot.key);
+  if (section.is_null()) return std::nullopt;
+  LOCKSTEP_CHECK(section.is_map(), section.where(), ": default_hooks.", slot.key, " must be a map or null");
+  return section;
+}
+
+// Builds the slot's hook through the registry; a `type`, if given, must name it.
+std::shared_ptr<Hook> build_slot(const Slot& slot, const Config& section, const HookContext& context) {
+  std::string type = slot.types.front();
+  if (section.has("type")) {
+    type = section.get<std::string>("type");
+    std::string names;
+    for (const auto& accepted : slot.types) names += (names.empty() ? "" : ", ") + accepted;
+    LOCKSTEP_CHECK(std::find(slot.types.begin(), slot.types.end(), type) != slot.types.end(), section.where("type"),
+                   ": default_hooks.", slot.key, " builds a ", slot.types.front(), "; type '", type,
+                   "' does not fit this slot (accepted: ", names, "); put other hooks in custom_hooks");
+  }
+  return hook_registry().build_as(type, section, context);
+}
+
+// A hook the runner adds by itself, from a config of its own making.
+std::shared_ptr<Hook> build_internal(const std::string& yaml, const HookContext& context) {
+  Config config = Config::parse(yaml, "<default_hooks>");
+  return hook_registry().build(config, context);
+}
+
+}  // namespace
+
+std::vector<std::shared_ptr<Hook>> build_default_hooks(const Config& default_hooks, const Config& custom_hooks,
+                                                       const HookContext& context) {
+  if (!default_hooks.is_null()) {
+    LOCKSTEP_CHECK(default_hooks.is_map(), default_hooks.where(), ": default_hooks must be a map of slots");
+    default_hooks.check_known_keys({kTimer.key, kScheduler.key, kCheckpoint.key, kLogger.key}, "default hook slot");
+  }
+  std::vector<std::shared_ptr<Hook>> hooks;
+  if (auto timer = section_of(default_hooks, kTimer)) hooks.push_back(build_slot(kTimer, *timer, context));
+  if (auto scheduler = section_of(default_hooks, kScheduler)) {
+    hooks.push_back(build_slot(kScheduler, *scheduler, context));
+  }
+
+  if (!custom_hooks.is_null()) {
+    LOCKSTEP_CHECK(custom_hooks.is_sequence(), custom_hooks.where(), ": custom_hooks must be a list of {type: ...} maps");
+    for (size_t i = 0; i < custom_hooks.size(); ++i) hooks.push_back(hook_registry().build(custom_hooks.at(i), context));
+  }
+
+  // save_best and rule belong to BestCheckpointer; the rest of the section to PeriodicCheckpointer.
+  std::string save_best;
+  std::string rule = "greater";
+  if (auto checkpoint = section_of(default_hooks, kCheckpoint)) {
+    Config periodic = checkpoint->clone();
+    save_best = checkpoint->get<std::string>("save_best", "");
+    rule = checkpoint->get<std::string>("rule", "greater");
+    LOCKSTEP_CHECK(rule == "greater" || rule == "less", checkpoint->where("rule"),
+                   ": rule must be 'greater' or 'less', got '", rule, "'");
+    for (const char* key : {"save_best", "rule"}) {
+      if (periodic.has(key)) periodic.erase(key);
+    }
+    hooks.push_back(build_slot(kCheckpoint, periodic, context));
+  }
+  if (context.evaluate) hooks.push_back(build_internal("type: EvalHook\n", context));
+  if (!save_best.empty()) {
+    LOCKSTEP_CHECK(context.evaluate != nullptr, default_hooks.where("checkpoint"),
+                   ": save_best needs evaluation, but the config has no val_dataloader");
+    hooks.push_back(build_internal("type: BestCheckpointer\nmetric: \"" + save_best + "\"\nrule: " + rule + "\n", context));
+  }
+
+  if (auto logger = section_of(default_hooks, kLogger)) hooks.push_back(build_slot(kLogger, *logger, context));
+  return hooks;
+}
+
+}  // namespace lockstep
