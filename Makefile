@@ -22,7 +22,9 @@ build: configure
 
 # Trains the Fashion-MNIST CNN on 2 processes with lockstep's DDP and prints its test accuracy.
 DEMO_NPROC ?= 2
-demo: build
+# Builds only the CLI (the library and bin/lockstep), not the tests.
+demo: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target lockstep_cli
 	$(BUILD_DIR)/bin/lockstep train examples/fashion_mnist/cnn_ddp.yaml --nproc $(DEMO_NPROC) --work-dir work_dirs/demo
 
 # Unit tests run in parallel; multi-process tests are RUN_SERIAL (they use every core).
