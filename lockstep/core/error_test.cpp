@@ -1,4 +1,5 @@
 #include "lockstep/core/error.h"
+#include "lockstep/core/internal_error.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -13,6 +14,20 @@ TEST(ErrorTest, CheckBuildsMessageFromParts) {
   } catch (const Error& error) {
     EXPECT_STREQ(error.what(), "key a.b: expected 3, got 2");
   }
+}
+
+TEST(ErrorTest, AssertSaysItIsABugAndWhere) {
+  const int phase = 2;
+  try {
+    LOCKSTEP_ASSERT(phase == 1, "phase ", phase);
+    FAIL() << "LOCKSTEP_ASSERT did not throw";
+  } catch (const InternalError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("lockstep internal error (a bug in lockstep"), std::string::npos) << message;
+    EXPECT_NE(message.find("error_test.cpp:"), std::string::npos) << message;
+    EXPECT_NE(message.find("phase == 1: phase 2"), std::string::npos) << message;
+  }
+  EXPECT_NO_THROW(LOCKSTEP_ASSERT(phase == 2, "never"));
 }
 
 TEST(ErrorTest, RethrowWithContextKeepsOnlyTorchsFirstLine) {

@@ -7,6 +7,7 @@
 
 #include "lockstep/compat/autograd.h"
 #include "lockstep/core/error.h"
+#include "lockstep/core/internal_error.h"
 #include "lockstep/dist/process_group.h"
 #include "lockstep/parallel/ddp/bucket_assignment.h"
 
@@ -65,7 +66,7 @@ Reducer::~Reducer() {
 void Reducer::set_comm_hook(std::shared_ptr<CommHook> hook) {
   std::lock_guard<std::mutex> lock(mutex_);
   LOCKSTEP_CHECK(hook != nullptr, "register_comm_hook(nullptr)");
-  LOCKSTEP_CHECK(finalized_, "a communication hook cannot change during a backward pass");
+  LOCKSTEP_CHECK(!reducing(), "a communication hook cannot change during a backward pass");
   comm_hook_ = std::move(hook);
 }
 
@@ -103,7 +104,7 @@ void Reducer::build_buckets_from(const std::vector<std::vector<size_t>>& assignm
 
 void Reducer::prepare_for_forward() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (rebuild_pending_ && finalized_) rebuild_buckets_from_rank0();
+  if (rebuild_pending_ && !reducing()) rebuild_buckets_from_rank0();
 }
 
 void Reducer::set_local_accumulation_allowed(bool allowed) {
@@ -140,7 +141,7 @@ std::vector<int64_t> Reducer::rebuilt_order() const {
 
 void Reducer::restore_rebuilt_order(const std::vector<int64_t>& order) {
   std::lock_guard<std::mutex> lock(mutex_);
-  LOCKSTEP_CHECK(finalized_, "DDP: bucket order restored during a backward pass");
+  LOCKSTEP_CHECK(!reducing(), "DDP: bucket order restored during a backward pass");
   std::vector<size_t> indices;
   std::vector<bool> seen(params_.size(), false);
   for (int64_t index : order) {
@@ -171,15 +172,15 @@ std::vector<size_t> Reducer::traverse_unused(const torch::Tensor& loss) const {
 
 void Reducer::prepare_for_backward(const torch::Tensor& loss, bool sync, int64_t iteration) {
   std::lock_guard<std::mutex> lock(mutex_);
-  LOCKSTEP_CHECK(finalized_, "DDP: a new backward pass started before the previous one finished its gradient "
+  LOCKSTEP_CHECK(!reducing(), "DDP: a new backward pass started before the previous one finished its gradient "
                  "reduction on this rank (did an earlier backward raise?)");
-  expect_hooks_ = true;
-  sync_ = sync;
-  if (!sync) return;  // no_sync: hooks only record which parameters were used
+  if (!sync) {  // no_sync: hooks only record which parameters were used
+    phase_ = Phase::kLocalBackward;
+    return;
+  }
   if (rebuild_pending_) rebuild_buckets_from_rank0();
+  phase_ = Phase::kReducing;
   iteration_ = iteration;
-  finalized_ = false;
-  callback_queued_ = false;
   next_bucket_ = 0;
   ready_.assign(params_.size(), false);
   for (auto& bucket : buckets_) {
@@ -208,7 +209,7 @@ void Reducer::prepare_for_backward(const torch::Tensor& loss, bool sync, int64_t
 
 void Reducer::autograd_hook(size_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!expect_hooks_) {
+  if (phase_ == Phase::kIdle) {
     // A gradient DDP was not told about: a backward outside the
     // OptimWrapper's update_params / backward (a custom train_step calling
     // loss.backward() itself). Reducing nothing would train every rank on its
@@ -222,10 +223,10 @@ void Reducer::autograd_hook(size_t index) {
                   "loss.backward(); for a backward that must stay local, open ddp.no_sync() around it.");
   }
   locally_used_[index] = 1;
-  if (!sync_) return;
+  if (phase_ == Phase::kLocalBackward) return;
   timeline_.last_hook = Clock::now();
-  if (!callback_queued_) {
-    callback_queued_ = true;
+  if (phase_ == Phase::kReducing) {
+    phase_ = Phase::kFinalizeQueued;
     compat::queue_backward_callback([this] { finalize_backward(); });
   }
   if (options_.static_graph()) {
@@ -239,6 +240,7 @@ void Reducer::autograd_hook(size_t index) {
 }
 
 void Reducer::mark_variable_ready(size_t index) {
+  LOCKSTEP_ASSERT(reducing(), "DDP parameter '", names_[index], "' marked ready outside a synchronised backward");
   LOCKSTEP_CHECK(!ready_[index], "DDP: parameter '", names_[index], "' became ready twice in one backward pass. "
                  "Either it is used in several reentrant backward passes (activation checkpointing), or "
                  "outside the forward; static_graph=true supports a parameter that is used several times "
@@ -295,8 +297,7 @@ void Reducer::fail_unready_buckets() {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!ready_[i]) missing.push_back(names_[i]);
   }
-  finalized_ = true;
-  expect_hooks_ = false;
+  end_pass();
   LOCKSTEP_FAIL("DDP on rank ", group_->global_rank(group_->rank()), ": the backward pass finished but ", missing.size(),
                 " parameter(s) received no gradient, so their buckets were never reduced: ", join_names(missing),
                 ". If some parameters do not take part in every loss, construct DDP with "
@@ -305,7 +306,7 @@ void Reducer::fail_unready_buckets() {
 
 void Reducer::finalize_backward() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (finalized_) return;
+  if (!reducing()) return;  // finish_backward got here first, or a failure ended the pass
   timeline_.backward_finished = Clock::now();
   if (options_.static_graph() && !static_graph_learned_) {
     // The first iteration of a static graph reduces at the end, in the order
@@ -334,8 +335,7 @@ void Reducer::finalize_backward() {
         text += (r ? ", " : "") + std::string("rank ") + std::to_string(group_->global_rank(r)) + " at iteration " +
                 std::to_string(sequence[static_cast<size_t>(r)]);
       }
-      finalized_ = true;
-      expect_hooks_ = false;
+      end_pass();
       LOCKSTEP_FAIL("DDP ranks are out of step: they reduced gradients of different iterations together (", text,
                     "). A rank skipped a step's backward pass (or ran an extra one); every rank must run "
                     "backward in the same iterations.");
@@ -370,9 +370,7 @@ void Reducer::finalize_backward() {
       grad = view.clone();
     }
   }
-  finalized_ = true;
-  expect_hooks_ = false;
-  sync_ = false;
+  end_pass();
   std::fill(locally_used_.begin(), locally_used_.end(), 0);
   check_work_.reset();
   // Buckets are rebuilt once, in the order gradients became ready -- except
@@ -385,11 +383,11 @@ void Reducer::finish_backward() {
   bool needs_finalize = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!sync_) {
-      expect_hooks_ = false;
+    if (!reducing()) {  // a no_sync pass, or one a failure already ended
+      end_pass();
       return;
     }
-    needs_finalize = !finalized_;
+    needs_finalize = true;
   }
   // No hook ran (every parameter unused on this rank): finish here instead of
   // in the autograd callback.
@@ -398,8 +396,10 @@ void Reducer::finish_backward() {
 
 bool Reducer::reduction_pending() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return !finalized_;
+  return reducing();
 }
+
+void Reducer::end_pass() { phase_ = Phase::kIdle; }
 
 std::vector<std::vector<size_t>> Reducer::bucket_indices() const {
   std::lock_guard<std::mutex> lock(mutex_);

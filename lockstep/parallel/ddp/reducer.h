@@ -132,13 +132,25 @@ class Reducer {
   std::vector<Bucket> buckets_;
   std::vector<Location> locations_;
 
+  // Where the reducer is in a step. Every transition is written once below;
+  // a transition the machine does not have is an internal error.
+  //   kIdle --prepare_for_backward(sync=false)--> kLocalBackward --finish_backward--> kIdle
+  //   kIdle --prepare_for_backward(sync=true)---> kReducing --first hook--> kFinalizeQueued
+  //   kReducing | kFinalizeQueued --finalize_backward (or a failure in it)--> kIdle
+  enum class Phase {
+    kIdle,            // no backward expected: a gradient hook now is an error outside no_sync
+    kLocalBackward,   // a no_sync backward: hooks record which parameters were used
+    kReducing,        // a synchronised backward before its first hook
+    kFinalizeQueued,  // hooks are firing; finalize_backward is queued with autograd
+  };
+  bool reducing() const { return phase_ == Phase::kReducing || phase_ == Phase::kFinalizeQueued; }
+  // Back to kIdle, whatever the pass was: the one reset.
+  void end_pass();
+
   mutable std::mutex mutex_;
-  // Per synchronised backward.
-  bool expect_hooks_ = false;
+  Phase phase_ = Phase::kIdle;
   bool local_accumulation_allowed_ = false;
-  bool sync_ = false;
-  bool finalized_ = true;
-  bool callback_queued_ = false;
+  // Per synchronised backward.
   size_t next_bucket_ = 0;
   std::vector<bool> ready_;
   std::vector<int32_t> locally_used_;  // kept across no_sync micro-steps

@@ -18,6 +18,7 @@
 
 #include "lockstep/compat/autograd.h"
 #include "lockstep/core/error.h"
+#include "lockstep/core/internal_error.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/dist/process_group.h"
 #include "lockstep/optim/optimizer_state.h"
@@ -39,7 +40,7 @@ void FullyShardedDataParallel::enter_unit(int unit) {
     return;
   }
   throw_pending_error();
-  LOCKSTEP_CHECK(!backward_active_, "FSDP: unit '", units_[static_cast<size_t>(unit)]->path(),
+  LOCKSTEP_CHECK(!in_backward(), "FSDP: unit '", units_[static_cast<size_t>(unit)]->path(),
                  "' ran forward during a backward pass (activation checkpointing is not supported)");
   if (!backward_seen_ &&
       std::find(forward_order_.begin(), forward_order_.end(), unit) == forward_order_.end()) {
@@ -167,21 +168,17 @@ void FullyShardedDataParallel::begin_backward(const torch::Tensor& loss, bool sy
       run.expected_grads += in_graph ? 1 : 0;
     }
   }
-  expectations_set_ = true;
+  // A backward already running (its hooks fired before this call) keeps running, now planned.
+  phase_ = in_backward() ? Phase::kBackward : Phase::kPlanned;
 }
 
 void FullyShardedDataParallel::end_backward(bool /*sync*/) {
-  if (backward_active_) {
+  if (in_backward()) {
     finish_backward_pass();  // autograd never ran the final callback (no hook fired after it was queued)
   } else {
     // A backward that reached none of FSDP's parameters: only clean up.
     for (auto& unit : units_) unit->reshard();
-    for (auto& run : runs_) {
-      run.pre_backward_done = run.post_backward_done = false;
-      run.ready_grads = 0;
-      std::fill(run.slot_ready.begin(), run.slot_ready.end(), 0);
-    }
-    expectations_set_ = false;
+    reset_backward_state();
   }
   // Every rank ends each backward here: the backward's unit collectives are
   // compared while the optimizer steps, and checked before the update is used.
@@ -227,13 +224,14 @@ void FullyShardedDataParallel::after_step() {
 // --- backward --------------------------------------------------------------
 
 void FullyShardedDataParallel::begin_backward_pass() {
+  LOCKSTEP_ASSERT(!in_backward(), "FSDP backward pass begun twice");
   step_check_->verify();  // before this backward pairs a collective with another rank's
-  backward_active_ = true;
+  phase_ = phase_ == Phase::kPlanned ? Phase::kBackward : Phase::kUnplannedBackward;
   compat::queue_backward_callback([this] { finish_backward_pass(); });
 }
 
 void FullyShardedDataParallel::pre_backward(int unit) {
-  if (!backward_active_) begin_backward_pass();
+  if (!in_backward()) begin_backward_pass();
   UnitRun& run = runs_[static_cast<size_t>(unit)];
   if (run.pre_backward_done) return;
   run.pre_backward_done = true;
@@ -246,14 +244,14 @@ void FullyShardedDataParallel::pre_backward(int unit) {
 }
 
 void FullyShardedDataParallel::on_grad_ready(int unit, size_t slot) {
-  if (!backward_active_) begin_backward_pass();
+  if (!in_backward()) begin_backward_pass();
   UnitRun& run = runs_[static_cast<size_t>(unit)];
   if (!run.entered_ever && !units_[static_cast<size_t>(unit)]->persistent()) check_interception();
   if (run.slot_ready[slot]) return;
   run.slot_ready[slot] = 1;
   run.ready_grads += 1;
   if (!options_.accumulate_unsharded() || sync_) units_[static_cast<size_t>(unit)]->absorb_grad(slot);
-  const int expected = expectations_set_ ? run.expected_grads : static_cast<int>(run.slot_ready.size());
+  const int expected = phase_ == Phase::kBackward ? run.expected_grads : static_cast<int>(run.slot_ready.size());
   if (run.ready_grads >= expected && !run.post_backward_done) post_backward(unit);
 }
 
@@ -293,14 +291,17 @@ void FullyShardedDataParallel::finish_backward_pass() {
   while (!reducing_.empty()) finish_oldest_reduction();
   for (auto& unit : units_) unit->reshard();
   backward_seen_ = true;
+  reset_backward_state();
+  sample_memory();
+}
+
+void FullyShardedDataParallel::reset_backward_state() {
   for (auto& run : runs_) {
     run.pre_backward_done = run.post_backward_done = false;
     run.ready_grads = 0;
     std::fill(run.slot_ready.begin(), run.slot_ready.end(), 0);
   }
-  expectations_set_ = false;
-  backward_active_ = false;
-  sample_memory();
+  phase_ = Phase::kIdle;
 }
 
 // --- parameters, memory ----------------------------------------------------
@@ -349,7 +350,7 @@ void FullyShardedDataParallel::reset_peak_stats() {
 
 FullyShardedDataParallel::FullParams::FullParams(FullyShardedDataParallel* fsdp, bool writeback)
     : fsdp_(fsdp), writeback_(writeback) {
-  LOCKSTEP_CHECK(!fsdp_->backward_active_, "summon_full_params during backward");
+  LOCKSTEP_CHECK(!fsdp_->in_backward(), "summon_full_params during backward");
   for (auto& unit : fsdp_->units_) {
     if (unit->state() == fsdp::FlatParamUnit::State::kGathering) unit->finish_gather();
     flats_.push_back(unit->gather_full_precision());

@@ -205,10 +205,23 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
   std::unique_ptr<fsdp::StepCheck> step_check_;  // ranks ran the same step and units (step_check.h)
   int64_t iteration_ = 0;                         // of the current backward, for the step check
 
+  // Where FSDP is in a step's backward. Every transition is written once:
+  //   kIdle --begin_backward--> kPlanned --first hook--> kBackward
+  //   kIdle --first hook (no begin_backward)--> kUnplannedBackward
+  //   any --finish_backward_pass / end_backward--> kIdle (reset_backward_state)
+  enum class Phase {
+    kIdle,
+    kPlanned,            // begin_backward computed which slots this loss reaches
+    kBackward,           // hooks are firing; units complete when their reached slots are ready
+    kUnplannedBackward,  // hooks are firing for a backward begin_backward never saw: every slot counts
+  };
+  bool in_backward() const { return phase_ == Phase::kBackward || phase_ == Phase::kUnplannedBackward; }
+  // Clears every unit's per-backward progress and returns to kIdle: the one reset.
+  void reset_backward_state();
+
+  Phase phase_ = Phase::kIdle;
   bool sync_ = true;
-  bool backward_active_ = false;
   bool backward_seen_ = false;      // the first backward has finished: orders are fixed
-  bool expectations_set_ = false;   // begin_backward computed which slots are in the graph
   std::string pending_error_;
   std::vector<int> forward_order_;
   std::vector<int> backward_order_;
