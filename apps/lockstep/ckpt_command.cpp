@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lockstep/checkpoint/checkpoint_file.h"
+#include "lockstep/checkpoint/checkpoint_layout.h"
 #include "lockstep/checkpoint/safetensors_tools.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/state.h"
@@ -62,21 +63,12 @@ nlohmann::json describe_file(const std::string& path) {
     State state = read_checkpoint_file(path);
     info["kind"] = "lockstep checkpoint";
     info["verified"] = true;
-    nlohmann::json meta = state.values.contains("meta") ? state.values["meta"] : nlohmann::json::object();
-    info["iteration"] = meta.contains("iteration") ? meta["iteration"] : nlohmann::json();
-    info["config"] = meta.contains("config") ? meta["config"] : nlohmann::json();
-    meta.erase("config");
-    info["meta"] = meta;
-    // What the checkpoint holds: tensor prefixes ("model/...") and saved values, with tensor counts.
-    nlohmann::json parts = nlohmann::json::object();
-    for (const auto& item : state.values.items()) {
-      if (item.key() != "meta") parts[item.key()] = 0;
-    }
-    for (const auto& [name, tensor] : state.tensors) {
-      std::string part = name.substr(0, name.find('/'));
-      parts[part] = parts.value(part, 0) + 1;
-    }
-    info["parts"] = parts;
+    const std::optional<RunMeta> meta = contents_of(state).meta;
+    info["iteration"] = meta ? nlohmann::json(meta->iteration) : nlohmann::json();
+    info["config"] = meta ? nlohmann::json(meta->config) : nlohmann::json();
+    info["meta"] = nlohmann::json::object();
+    if (meta) info["meta"] = {{"seed", meta->seed}, {"world_size", meta->world_size}, {"strategy", meta->strategy}};
+    info["parts"] = checkpoint_parts(state);  // part -> tensor count
   } else {
     read_safetensors_file(path);  // validates every entry and the data's extent
     info["kind"] = "safetensors";

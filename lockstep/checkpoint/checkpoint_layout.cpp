@@ -62,6 +62,15 @@ State to_state(const CheckpointContents& contents) {
   return state;
 }
 
+std::map<std::string, int> checkpoint_parts(const State& state) {
+  std::map<std::string, int> parts;
+  for (const auto& item : state.values.items()) {
+    if (item.key() != kMeta) parts[item.key()] = 0;
+  }
+  for (const auto& entry : state.tensors) ++parts[entry.first.substr(0, entry.first.find('/'))];
+  return parts;
+}
+
 CheckpointContents contents_of(const State& state) {
   CheckpointContents contents;
   const nlohmann::json& values = state.values;

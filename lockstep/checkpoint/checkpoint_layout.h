@@ -60,6 +60,10 @@ struct CheckpointContents {
 State to_state(const CheckpointContents& contents);
 CheckpointContents contents_of(const State& state);
 
+// What a checkpoint file holds besides its meta, for `lockstep ckpt inspect`:
+// each part ("model", "optim_wrapper", "trainer", ...) with its tensor count.
+std::map<std::string, int> checkpoint_parts(const State& state);
+
 // write_checkpoint_file / read_checkpoint_file (atomic, CRC-checked) of the contents.
 void write_checkpoint(const std::string& path, const CheckpointContents& contents);
 CheckpointContents read_checkpoint(const std::string& path);
