@@ -1,5 +1,6 @@
 #include "lockstep/core/error.h"
 #include "lockstep/core/internal_error.h"
+#include "tests/support/test_support.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -18,15 +19,11 @@ TEST(ErrorTest, CheckBuildsMessageFromParts) {
 
 TEST(ErrorTest, AssertSaysItIsABugAndWhere) {
   const int phase = 2;
-  try {
-    LOCKSTEP_ASSERT(phase == 1, "phase ", phase);
-    FAIL() << "LOCKSTEP_ASSERT did not throw";
-  } catch (const InternalError& error) {
-    const std::string message = error.what();
-    EXPECT_NE(message.find("lockstep internal error (a bug in lockstep"), std::string::npos) << message;
-    EXPECT_NE(message.find("error_test.cpp:"), std::string::npos) << message;
-    EXPECT_NE(message.find("phase == 1: phase 2"), std::string::npos) << message;
-  }
+  EXPECT_THROW(LOCKSTEP_ASSERT(phase == 1, "phase ", phase), InternalError);
+  const std::string message = testing::error_of([&] { LOCKSTEP_ASSERT(phase == 1, "phase ", phase); });
+  EXPECT_NE(message.find("lockstep internal error (a bug in lockstep"), std::string::npos) << message;
+  EXPECT_NE(message.find("error_test.cpp:"), std::string::npos) << message;
+  EXPECT_NE(message.find("phase == 1: phase 2"), std::string::npos) << message;
   EXPECT_NO_THROW(LOCKSTEP_ASSERT(phase == 2, "never"));
 }
 
