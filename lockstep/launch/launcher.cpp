@@ -181,19 +181,29 @@ class Supervisor {
     std::string exec_error = "lockstep run: cannot execute '" + command[0] + "': ";
 
     const pid_t launcher = getpid();
+    // The child starts with the launcher's signal handlers, which write into
+    // the launcher's signal pipe: a SIGTERM sent to a worker that has not yet
+    // reset them (a peer failed in the same millisecond) would read as the
+    // launcher's own. So the signals stay blocked from before fork until the
+    // child has its default handlers; one sent meanwhile waits, then kills it.
+    sigset_t handled, saved_mask;
+    sigemptyset(&handled);
+    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) sigaddset(&handled, s);
+    pthread_sigmask(SIG_BLOCK, &handled, &saved_mask);
     pid_t pid = fork();
+    if (pid != 0) pthread_sigmask(SIG_SETMASK, &saved_mask, nullptr);
     LOCKSTEP_CHECK(pid >= 0, "lockstep run: fork: ", std::strerror(errno));
     if (pid == 0) {
       setpgid(0, 0);
+      struct sigaction default_action {};
+      default_action.sa_handler = SIG_DFL;
+      for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) sigaction(s, &default_action, nullptr);
       // A launcher killed outright (SIGKILL) takes its workers with it.
       prctl(PR_SET_PDEATHSIG, SIGTERM);
       if (getppid() != launcher) _exit(128 + SIGTERM);
       sigset_t none;
       sigemptyset(&none);
       sigprocmask(SIG_SETMASK, &none, nullptr);
-      struct sigaction default_action {};
-      default_action.sa_handler = SIG_DFL;
-      for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) sigaction(s, &default_action, nullptr);
       dup2(out[1], STDOUT_FILENO);
       dup2(err[1], STDERR_FILENO);
 #ifdef SYS_close_range

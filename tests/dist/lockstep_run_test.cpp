@@ -79,6 +79,22 @@ TEST(Launcher, FailingWorkerStopsTheOthersAndSetsTheExitCode) {
   EXPECT_FALSE(contains(result.output, "finished sleeping")) << result.output;
 }
 
+// A worker that fails the moment it starts gets its peers SIGTERMed while
+// they may still be between fork and exec, running the launcher's own signal
+// handler: that once wrote into the launcher's signal pipe, so the launcher
+// took the peer's SIGTERM for its own ("received Terminated", no restart;
+// tests/multinode peerfail caught it, about every second run).
+TEST(Launcher, APeerStoppedRightAfterForkIsNotTheLaunchersSignal) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  for (int attempt = 0; attempt < 15; ++attempt) {
+    auto result = testing::run_command({testing::lockstep_binary(), "run", "--standalone", "--nproc-per-node", "4",
+                                        "--", "bash", "-c", "[ $RANK = 0 ] && exit 3; sleep 30"},
+                                       {}, 60);
+    ASSERT_EQ(result.exit_code, 3) << "attempt " << attempt << ":\n" << result.output;
+    ASSERT_FALSE(contains(result.output, "received Terminated")) << "attempt " << attempt << ":\n" << result.output;
+  }
+}
+
 LOCKSTEP_WORKER_TEST(LauncherWorker, PeerStops) {
   testing::WorkerWorld session;
   auto world = lockstep::world();
