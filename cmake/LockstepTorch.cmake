@@ -8,10 +8,15 @@ separate_arguments(_lockstep_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
 target_compile_options(lockstep_torch INTERFACE ${_lockstep_torch_flags})
 # c10d's Gloo headers are only visible with USE_C10D_GLOO; the backend is in libtorch.
 target_compile_definitions(lockstep_torch INTERFACE USE_C10D_GLOO)
+set(LOCKSTEP_WITH_CUDA OFF)
 if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES)
+  set(LOCKSTEP_WITH_CUDA ON)
   target_compile_definitions(lockstep_torch INTERFACE LOCKSTEP_WITH_CUDA)
 endif()
+message(STATUS "lockstep: libtorch ${Torch_VERSION} from ${Torch_DIR}, CUDA ${LOCKSTEP_WITH_CUDA}")
 find_path(LOCKSTEP_NCCL_HEADER torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp PATHS ${TORCH_INCLUDE_DIRS} NO_DEFAULT_PATH)
+
+include(${CMAKE_CURRENT_LIST_DIR}/LockstepGloo.cmake)
 
 # The precompiled header is built once (in a tiny static library) and reused by
 # every target, so torch's headers are parsed once per build, not once per target.
