@@ -7,7 +7,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: all deps configure build demo test test-unit test-sanitize bench fuzz clean
+.PHONY: all deps configure build demo test test-unit test-sanitize bench fuzz clean cuda-check cuda-test cuda-compile
 
 all: build
 
@@ -54,6 +54,22 @@ test-sanitize: deps
 	  echo "test-sanitize: sanitizer reports in $(SANITIZE_REPORTS):"; head -n 60 $(SANITIZE_REPORTS)/*; exit 1; \
 	fi; \
 	echo "test-sanitize: no sanitizer reports"; exit $$status
+
+# lockstep against a CUDA build of libtorch, on a machine without a GPU:
+# Debian trixie's libtorch-cuda-dev 2.6, CUDA 12.4 and NCCL 2.22 in a root of
+# their own (scripts/trixie-root.sh --cuda, about 7 GB).
+#   cuda-check: every source whose code depends on CUDA compiles (CI runs it);
+#   cuda-test:  everything builds and links, and the whole suite runs (CUDA tests skip).
+# cuda-compile is cuda-check's work, for any machine whose libtorch has CUDA.
+CUDA_BUILD_DIR ?= build-cuda
+cuda-check:
+	scripts/trixie-root.sh --cuda make cuda-compile CUDA_BUILD_DIR=$(CUDA_BUILD_DIR)
+cuda-compile: deps
+	@cmake -S . -B $(CUDA_BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DLOCKSTEP_REQUIRE_CUDA=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(CUDA_BUILD_DIR) -j $(JOBS) --target lockstep_cuda_dependent
+cuda-test:
+	scripts/trixie-root.sh --cuda make test BUILD_DIR=$(CUDA_BUILD_DIR) \
+	  "CMAKE_FLAGS=-DLOCKSTEP_REQUIRE_CUDA=ON $(CMAKE_FLAGS)"
 
 bench: build
 	@for b in $(BUILD_DIR)/bench/bench_*; do echo "== $$b"; $$b || exit 1; done

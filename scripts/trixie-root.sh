@@ -1,16 +1,33 @@
 #!/usr/bin/env bash
 # Builds (once) a Debian trixie root with libtorch 2.x and runs a command inside
-# it with the lockstep checkout bind-mounted at /src. This is the libtorch 2.x
-# leg of CI: the same sources, configured and tested against Debian trixie's
-# libtorch-dev (2.6) instead of bookworm's 1.13.
+# it with the lockstep checkout bind-mounted at /src. Two flavours:
 #
-#   scripts/trixie-root.sh make test          # run the test suite under libtorch 2.x
+#   default  libtorch-dev 2.6 (CPU, Gloo): the libtorch 2.x leg of CI.
+#   --cuda   libtorch-cuda-dev 2.6, nvidia-cuda-dev 12.4, libnccl-dev 2.22,
+#            libgloo-cuda-dev and nvidia-cuda-toolkit (nvcc: libtorch's CMake
+#            config enables the CUDA language): a CUDA build of libtorch to
+#            compile, link and test lockstep's CUDA/NCCL path against on a
+#            machine without a GPU (about 7.8 GB, 3 minutes from a near mirror).
+#
+#   scripts/trixie-root.sh make test                 # the test suite under libtorch 2.x
+#   scripts/trixie-root.sh --cuda make cuda-check    # compile every CUDA-dependent file
 #   TRIXIE_ROOT=/var/tmp/t scripts/trixie-root.sh bash
+#
+# The CUDA packages depend on two things the archive cannot give a GPU-less
+# machine: `nvidia-cudnn`, an installer that downloads cuDNN from the internet,
+# and the driver's `libcuda1`. A local stand-in package (lockstep-cuda-standins)
+# provides both names. At run time the stand-ins are libraries that answer
+# "no device": libcuda.so.1 is the toolkit's own stub (every call returns
+# CUDA_ERROR_STUB_LIBRARY) and libcudnn.so.9 is generated from the cudnn*
+# symbols libtorch_cuda imports, each returning an error status. So programs
+# link and run, and torch::cuda::is_available() is false.
 set -euo pipefail
 # debootstrap, chroot and mount need root.
 if [[ $(id -u) -ne 0 ]]; then exec sudo --preserve-env=TRIXIE_ROOT,DEBIAN_MIRROR "$0" "$@"; fi
+cuda=0
+if [[ "${1:-}" == "--cuda" ]]; then cuda=1; shift; fi
 here=$(cd "$(dirname "$0")/.." && pwd)
-root=${TRIXIE_ROOT:-/var/tmp/lockstep-trixie}
+if [[ $cuda == 1 ]]; then root=${TRIXIE_ROOT:-/var/tmp/lockstep-trixie-cuda}; else root=${TRIXIE_ROOT:-/var/tmp/lockstep-trixie}; fi
 mirror=${DEBIAN_MIRROR:-}
 if [[ -z "$mirror" ]]; then
   mirror=$(grep -hoE '^(deb|URIs:) *(\[[^]]*\] *)?https?://[^ ]+' /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null \
@@ -21,19 +38,68 @@ if [[ -z "$mirror" ]]; then
   fi
 fi
 
-need=(g++ cmake make ccache libtorch-dev libgloo-dev libopenblas0-openmp libyaml-cpp-dev
-      nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev zlib1g-dev libgtest-dev libgmock-dev
-      dataset-fashion-mnist python3-numpy protobuf-compiler fortunes procps iproute2 psmisc)
+common=(g++ cmake make ccache libopenblas0-openmp libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
+        libspdlog-dev libfmt-dev zlib1g-dev libgtest-dev libgmock-dev dataset-fashion-mnist
+        python3-numpy protobuf-compiler fortunes procps iproute2 psmisc)
+if [[ $cuda == 1 ]]; then
+  need=("${common[@]}" libtorch-cuda-dev nvidia-cuda-dev nvidia-cuda-toolkit libnccl-dev libgloo-cuda-dev)
+  components=main,contrib,non-free
+else
+  need=("${common[@]}" libtorch-dev libgloo-dev)
+  components=main
+fi
+
+# The stand-in package: only names and versions, so that apt accepts the
+# CUDA packages without the cuDNN downloader and the driver.
+install_cuda_standins() {
+  local pkg=$root/tmp/lockstep-cuda-standins
+  mkdir -p "$pkg/DEBIAN"
+  cat >"$pkg/DEBIAN/control" <<'EOF'
+Package: lockstep-cuda-standins
+Version: 1.0
+Architecture: amd64
+Maintainer: lockstep <lockstep@localhost>
+Provides: nvidia-cudnn (= 9.0.0.312~cuda12), libcudnn.so.9, libcuda.so.1 (= 550.163.01), libcuda1-any
+Conflicts: nvidia-cudnn, libcuda1
+Description: stand-ins for cuDNN's downloader and the NVIDIA driver library
+ Lets libtorch-cuda-dev install on a machine without a GPU or internet access.
+ See lockstep's scripts/trixie-root.sh.
+EOF
+  chroot "$root" dpkg-deb --build /tmp/lockstep-cuda-standins /tmp/lockstep-cuda-standins.deb >/dev/null
+  chroot "$root" dpkg -i /tmp/lockstep-cuda-standins.deb >/dev/null
+}
+
+# The run-time stand-ins: the toolkit's libcuda stub as libcuda.so.1, and a
+# generated libcudnn.so.9 whose every function returns an error status.
+install_cuda_stub_libraries() {
+  local stubs=/usr/local/lib/lockstep-cuda-stubs
+  chroot "$root" bash -euo pipefail -c "
+    mkdir -p $stubs
+    ln -sf /usr/lib/x86_64-linux-gnu/stubs/libcuda.so $stubs/libcuda.so.1
+    nm -D --undefined-only /usr/lib/x86_64-linux-gnu/libtorch*.so.*.* | awk '\$2 ~ /^cudnn/ {sub(/@.*/, \"\", \$2); print \$2}' \
+      | sort -u | awk '{print \"long \" \$1 \"(void) { return 1; }\"}' > $stubs/cudnn_stub.c
+    # libtorch asks for the symbols at version libcudnn.so.9, as cuDNN defines them.
+    echo 'libcudnn.so.9 { global: *; };' > $stubs/cudnn_stub.map
+    gcc -shared -fPIC -Wl,-soname,libcudnn.so.9 -Wl,--version-script=$stubs/cudnn_stub.map \
+      -o $stubs/libcudnn.so.9 $stubs/cudnn_stub.c
+    ln -sf libcudnn.so.9 $stubs/libcudnn.so
+    echo $stubs > /etc/ld.so.conf.d/lockstep-cuda-stubs.conf
+    ldconfig
+  "
+}
 
 if [[ ! -f "$root/.lockstep-ready" ]]; then
   command -v debootstrap >/dev/null || "$here/scripts/install-deps.sh" --chroot
-  echo "trixie-root: debootstrap into $root from $mirror"
+  echo "trixie-root: debootstrap into $root from $mirror ($components)"
   rm -rf "$root"
-  debootstrap --variant=minbase trixie "$root" "$mirror" >/dev/null
+  debootstrap --variant=minbase --components="$components" trixie "$root" "$mirror" >/dev/null
   mount --bind /proc "$root/proc"
   trap 'umount "$root/proc" 2>/dev/null || true' EXIT
   chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  [[ $cuda == 1 ]] && install_cuda_standins
   chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  [[ $cuda == 1 ]] && install_cuda_stub_libraries
+  chroot "$root" apt-get clean
   umount "$root/proc"; trap - EXIT
   touch "$root/.lockstep-ready"
 fi
