@@ -7,6 +7,7 @@
 #include "lockstep/dist/comm.h"
 #include "lockstep/dist/init.h"
 #include "lockstep/dist/process_group.h"
+#include "lockstep/strategy/device_choice.h"
 
 namespace lockstep {
 namespace {
@@ -42,20 +43,31 @@ LogVars decode_metrics(const nlohmann::json& encoded) {
 DistributedOptions parse_distributed_options(const Config& config) {
   DistributedOptions options;
   options.launcher(config.get<std::string>("launcher", "auto"))
-      .backend(config.get<std::string>("backend", "gloo"))
+      .device(config.get<std::string>("device", "auto"))
+      .backend(config.get<std::string>("backend", "auto"))
       .timeout_s(config.get<double>("timeout_s", 0));
-  LOCKSTEP_CHECK(options.backend() == "gloo" || options.backend() == "nccl", config.where("backend"),
-                 ": backend must be gloo or nccl, got '", options.backend(), "'");
+  LOCKSTEP_CHECK(options.backend() == "auto" || options.backend() == "gloo" || options.backend() == "nccl",
+                 config.where("backend"), ": backend must be auto, gloo or nccl, got '", options.backend(), "'");
+  // A bad device name fails here, at parse time, whatever the machine has.
+  choose_device(options.device(), 0, 1024, config.where("device"));
   LOCKSTEP_CHECK(options.timeout_s() >= 0, config.where("timeout_s"), ": timeout_s must not be negative");
   return options;
 }
 
 DistributedStrategy::DistributedStrategy(const DistributedOptions& options) {
+  // The device first: NCCL communicators, streams and allocations go to the
+  // current device, so it must be this rank's before the group exists.
+  const int local_rank = is_initialized() ? dist_env().local_rank : detect_dist_env(options.launcher()).local_rank;
+  device_ = place_on_device(options.device(), local_rank, "strategy.device");
+  std::string backend = options.backend();
+  if (backend == "auto") backend = device_.is_cuda() ? "nccl" : "gloo";
+  LOCKSTEP_CHECK(backend != "nccl" || device_.is_cuda(), "strategy.backend: nccl moves CUDA tensors, but this rank's "
+                 "device is ", device_.str(), " (device: ", options.device(), "); use backend gloo, or device cuda");
   if (!is_initialized()) {
     auto timeout = options.timeout_s() > 0
                        ? std::chrono::milliseconds(static_cast<int64_t>(options.timeout_s() * 1000))
                        : default_timeout();
-    init_from_env(options.launcher(), options.backend(), timeout);
+    init_from_env(options.launcher(), backend, timeout);
     if (!dist_env().absent_launcher.empty()) {
       logger().info("No launcher environment ('{}' sets RANK/WORLD_SIZE or their like, and none is set): "
                     "running as a world of one process", dist_env().absent_launcher);
@@ -65,11 +77,7 @@ DistributedStrategy::DistributedStrategy(const DistributedOptions& options) {
   std::vector<int> everyone(static_cast<size_t>(world_->size()));
   for (int r = 0; r < world_->size(); ++r) everyone[static_cast<size_t>(r)] = r;
   side_group_ = world_->new_group(everyone, "side");
-  if (options.backend() == "nccl") {
-    LOCKSTEP_CHECK(torch::cuda::is_available(), "backend nccl needs CUDA, and no GPU is visible");
-    const int devices = static_cast<int>(torch::cuda::device_count());
-    device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(get_local_rank() % devices));
-  }
+  logger().info("rank {} of {}: device {}, backend {}", world_->rank(), world_->size(), device_.str(), backend);
 }
 
 int DistributedStrategy::rank() const { return world_->rank(); }

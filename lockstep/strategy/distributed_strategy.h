@@ -1,8 +1,9 @@
 // DistributedStrategy: what every multi-process strategy shares.
 //
-// It starts the process group from the launcher's environment (torchrun /
-// `lockstep run`, SLURM or Open MPI; Gloo on CPU, NCCL on CUDA), picks the
-// device (cuda:LOCAL_RANK with NCCL), and gives the trainer and the runner
+// It picks this rank's device from LOCAL_RANK and makes it current before any
+// process group or tensor exists (see device_choice.h), starts the process
+// group from the launcher's environment (torchrun / `lockstep run`, SLURM or
+// Open MPI; Gloo for CPU tensors, NCCL for CUDA ones), and gives the trainer and the runner
 // their collective helpers: metrics gathered on a group of their own (so an
 // asynchronous metrics writer never interleaves with gradient collectives),
 // a seed drawn on rank 0, evaluation records gathered in dataset order.
@@ -10,8 +11,9 @@
 //   strategy:
 //     type: DDPStrategy
 //     launcher: pytorch      # pytorch | slurm | mpi | auto
-//     backend: gloo          # gloo | nccl
-//     timeout_s: 1800
+//     device: auto           # auto | cpu | cuda (cuda:LOCAL_RANK)
+//     backend: auto          # auto (nccl on GPUs, gloo on CPU) | gloo | nccl
+//     timeout_s: 1800        # every collective wait, Gloo's and NCCL's
 #pragma once
 
 #include <memory>
@@ -25,12 +27,14 @@ class ProcessGroup;
 
 struct DistributedOptions {
   TORCH_ARG(std::string, launcher) = "auto";
-  TORCH_ARG(std::string, backend) = "gloo";
+  TORCH_ARG(std::string, device) = "auto";
+  // "auto": nccl when the device is a GPU, gloo otherwise.
+  TORCH_ARG(std::string, backend) = "auto";
   // 0: lockstep's default (30 minutes, or LOCKSTEP_TIMEOUT_S).
   TORCH_ARG(double, timeout_s) = 0;
 };
 
-// launcher, backend, timeout_s.
+// launcher, device, backend, timeout_s.
 DistributedOptions parse_distributed_options(const Config& config);
 
 class DistributedStrategy : public Strategy {

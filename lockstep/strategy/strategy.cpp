@@ -8,6 +8,7 @@
 #include "lockstep/core/logging.h"
 #include "lockstep/model/model.h"
 #include "lockstep/optim/optim_wrapper_builder.h"
+#include "lockstep/strategy/device_choice.h"
 
 namespace lockstep {
 namespace {
@@ -186,35 +187,19 @@ SingleDeviceStrategy::SingleDeviceStrategy(torch::Device device) { device_ = dev
 
 void SingleDeviceStrategy::place_model(Model& model) { model.move_to(device_); }
 
-torch::Device parse_device(const std::string& text, const std::string& where) {
-  if (text == "auto") return torch::cuda::is_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
-  try {
-    torch::Device device(text);
-    if (device.is_cuda()) {
-      LOCKSTEP_CHECK(torch::cuda::is_available(), where, ": device '", text,
-                     "' asked for, but this libtorch has no CUDA or no GPU is visible");
-    }
-    return device;
-  } catch (const Error&) {
-    throw;
-  } catch (...) {
-    LOCKSTEP_FAIL(where, ": '", text, "' is not a device (use cpu, cuda, cuda:N or auto)");
-  }
-}
-
 Registry<Strategy>& strategy_registry() {
   static Registry<Strategy> registry("strategy");
   return registry;
 }
 
 std::shared_ptr<Strategy> build_strategy(const Config& config) {
-  if (config.is_null()) return std::make_shared<SingleDeviceStrategy>(torch::kCPU);
+  if (config.is_null()) return std::make_shared<SingleDeviceStrategy>(place_on_device("auto", -1, "strategy.device"));
   return strategy_registry().build(config);
 }
 
 LOCKSTEP_REGISTER(strategy_registry(), "SingleDeviceStrategy", [](const Config& config) {
   return std::make_shared<SingleDeviceStrategy>(
-      parse_device(config.get<std::string>("device", "cpu"), config.where("device")));
+      place_on_device(config.get<std::string>("device", "auto"), -1, config.where("device")));
 });
 
 }  // namespace lockstep

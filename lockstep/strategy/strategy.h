@@ -115,9 +115,8 @@ class SingleDeviceStrategy : public Strategy {
 };
 
 Registry<Strategy>& strategy_registry();
-// Builds `strategy:` (null: SingleDeviceStrategy on CPU, or CUDA when `device: cuda`).
+// Builds `strategy:` (null: SingleDeviceStrategy with device auto: the first
+// GPU when one is visible, else the CPU; see device_choice.h).
 std::shared_ptr<Strategy> build_strategy(const Config& config);
-// "cpu", "cuda", "cuda:1", "auto" (CUDA when available).
-torch::Device parse_device(const std::string& text, const std::string& where);
 
 }  // namespace lockstep
