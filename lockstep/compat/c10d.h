@@ -28,9 +28,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
-#include <vector>
 #include <utility>
+#include <vector>
 
 namespace lockstep::compat {
 
@@ -84,9 +85,31 @@ c10::intrusive_ptr<C10dGroup> make_gloo(const c10::intrusive_ptr<C10dStore>& sto
 // Whether this libtorch was built with NCCL (decided at compile time).
 bool has_nccl();
 
-// An NCCL backend; throws lockstep::Error when has_nccl() is false.
+// An NCCL backend whose waits are bounded by `timeout` like Gloo's (see
+// nccl_wait_settings); throws lockstep::Error when has_nccl() is false.
 c10::intrusive_ptr<C10dGroup> make_nccl(const c10::intrusive_ptr<C10dStore>& store, int rank, int size,
                                         std::chrono::milliseconds timeout);
+
+// How an NCCL group is set up so that no wait outlives the group timeout.
+//
+// lockstep waits on every collective with the group timeout (Work::wait), and
+// on NCCL that wait must block the host, not only the compute stream:
+// libtorch 2.6 does so whenever wait() is given a timeout (its
+// ProcessGroupNCCL.hpp says so); older versions only with NCCL_BLOCKING_WAIT=1,
+// which is therefore set there unless the user set it. Either
+// way, a wait that runs out aborts the group's NCCL communicators (libtorch
+// does it before it throws), so the kernels of this rank stop and the
+// launcher can restart the job; lockstep then names the late ranks from the
+// arrival board. libtorch's watchdog gets a longer timeout, as a backstop for
+// work nobody waits on (it tears the process down), so that lockstep's
+// message comes first.
+struct NcclWaitSettings {
+  std::chrono::milliseconds watchdog_timeout{0};
+  std::vector<std::pair<std::string, std::string>> env_defaults;  // set where the user has not
+  std::vector<std::string> warnings;                              // user settings that unbound waits
+};
+NcclWaitSettings nccl_wait_settings(std::chrono::milliseconds group_timeout, int torch_major, int torch_minor,
+                                    const std::function<const char*(const char*)>& getenv);
 
 // What Gloo can do natively in this libtorch.
 struct GlooCapabilities {
