@@ -5,11 +5,12 @@
 namespace lockstep::detail {
 
 BatchPipeline::BatchPipeline(std::shared_ptr<const Dataset> dataset, TaskSource source, int num_workers,
-                             int capacity)
+                             int capacity, bool pin_memory)
     : dataset_(std::move(dataset)),
       source_(std::move(source)),
       num_workers_(std::max(num_workers, 0)),
-      capacity_(std::max(capacity, 1)) {
+      capacity_(std::max(capacity, 1)),
+      pin_memory_(pin_memory) {
   LOCKSTEP_CHECK(num_workers >= 0, "data loader: num_workers must be non-negative, got ", num_workers);
   workers_.reserve(num_workers);
   try {
@@ -46,22 +47,23 @@ BatchPipeline::Result BatchPipeline::build(int64_t sequence, bool* has_task) {
   result.epoch = task.epoch;
   result.batch_in_epoch = task.batch_in_epoch;
   if (result.error) return result;
-  if (*has_task && num_workers_ == 0) produce(*dataset_, task, result);
+  if (*has_task && num_workers_ == 0) produce(task, result);
   if (*has_task && num_workers_ > 0) {
     // Leave the lock while the dataset works: that is what workers are for.
     mutex_.unlock();
-    produce(*dataset_, task, result);
+    produce(task, result);
     mutex_.lock();
   }
   return result;
 }
 
-void BatchPipeline::produce(const Dataset& dataset, const BatchTask& task, Result& result) {
+void BatchPipeline::produce(const BatchTask& task, Result& result) const {
   try {
-    result.batch = dataset.get_batch(task.indices, task.seed);
+    result.batch = dataset_->get_batch(task.indices, task.seed);
     LOCKSTEP_CHECK(result.batch.size() == static_cast<int64_t>(task.indices.size()),
                    "the dataset returned a batch of ", result.batch.size(), " examples for ",
                    task.indices.size(), " indices");
+    if (pin_memory_) result.batch = result.batch.pin_memory();
   } catch (...) {
     result.error = std::current_exception();
   }

@@ -44,7 +44,9 @@ class BatchPipeline {
   using TaskSource = std::function<bool(int64_t sequence, BatchTask& task)>;
 
   // num_workers == 0 builds each batch inside next(), on the caller's thread.
-  BatchPipeline(std::shared_ptr<const Dataset> dataset, TaskSource source, int num_workers, int capacity);
+  // With pin_memory, whoever builds a batch also copies it to pinned memory.
+  BatchPipeline(std::shared_ptr<const Dataset> dataset, TaskSource source, int num_workers, int capacity,
+                bool pin_memory = false);
   ~BatchPipeline();
   BatchPipeline(const BatchPipeline&) = delete;
   BatchPipeline& operator=(const BatchPipeline&) = delete;
@@ -60,7 +62,7 @@ class BatchPipeline {
   };
 
   Result build(int64_t sequence, bool* has_task);  // runs the source; requires the lock (or no workers)
-  static void produce(const Dataset& dataset, const BatchTask& task, Result& result);
+  void produce(const BatchTask& task, Result& result) const;
   void worker_loop();
   void stop_and_join();
 
@@ -68,6 +70,7 @@ class BatchPipeline {
   TaskSource source_;
   const int num_workers_;  // fixed before any worker starts (workers_ grows while they run)
   const int capacity_;
+  const bool pin_memory_;
 
   std::mutex mutex_;
   std::condition_variable work_ready_;   // workers wait for room or stop

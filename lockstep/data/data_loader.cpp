@@ -2,6 +2,8 @@
 
 #include <map>
 
+#include "lockstep/compat/cuda.h"
+#include "lockstep/core/logging.h"
 #include "lockstep/core/rng.h"
 #include "lockstep/data/batch_pipeline.h"
 
@@ -48,6 +50,11 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<c
   LOCKSTEP_CHECK(options_.num_workers() >= 0, "DataLoader: num_workers must be non-negative, got ",
                  options_.num_workers());
   LOCKSTEP_CHECK(options_.prefetch() >= 1, "DataLoader: prefetch must be at least 1, got ", options_.prefetch());
+  if (options_.pin_memory() && !compat::can_pin_memory()) {
+    logger().warn("data loader: pin_memory is set, but {}: batches stay in pageable memory",
+                  compat::built_with_cuda() ? "no GPU is visible" : "this libtorch has no CUDA");
+    options_.pin_memory(false);
+  }
   const int64_t samples = sampler_->num_samples();
   const int64_t batch = options_.batch_size();
   if (sampler_->infinite()) {
@@ -103,7 +110,7 @@ Batch DataLoader::next() {
     }
     pipeline_ = std::make_unique<detail::BatchPipeline>(
         dataset_, std::move(source), options_.num_workers(),
-        options_.prefetch() * std::max(1, options_.num_workers()));
+        options_.prefetch() * std::max(1, options_.num_workers()), options_.pin_memory());
   }
   ++position_;  // also past a batch that fails: the stream goes on after it
   std::optional<Batch> batch = pipeline_->next();
@@ -137,7 +144,7 @@ void DataLoader::for_each_batch(int64_t epoch, const std::function<void(const Ba
         task.indices.assign(indices->begin() + begin, indices->begin() + std::min(begin + batch, total));
         return true;
       },
-      options_.num_workers(), options_.prefetch() * std::max(1, options_.num_workers()));
+      options_.num_workers(), options_.prefetch() * std::max(1, options_.num_workers()), options_.pin_memory());
   while (std::optional<Batch> next = pipeline.next()) visit(*next);
 }
 
@@ -179,6 +186,7 @@ std::unique_ptr<DataLoader> build_data_loader(const Config& cfg, const SamplerCo
   LOCKSTEP_CHECK(options.prefetch() >= 1, cfg.where("prefetch_factor"), ": prefetch_factor must be at least 1, got ",
                  options.prefetch());
   options.drop_last(cfg.get<bool>("drop_last", false));
+  options.pin_memory(cfg.get<bool>("pin_memory", false));
   // Mixing in the rank keeps ranks from applying the same random draws to
   // their (different) examples.
   options.seed(batch_seed(ctx.seed, ctx.rank, -1));

@@ -19,7 +19,8 @@
 //   val_loader.for_each_batch(/*epoch=*/0, [&](const lockstep::Batch& batch) { evaluate(batch); });
 //
 //   // From an mmengine-style section:
-//   //   {batch_size: 64, num_workers: 2, drop_last: false, sampler: {type: DefaultSampler, shuffle: true},
+//   //   {batch_size: 64, num_workers: 2, drop_last: false, pin_memory: true,
+//   //    sampler: {type: DefaultSampler, shuffle: true},
 //   //    dataset: {type: FashionMNIST, split: train}}
 //   auto train = lockstep::build_data_loader(cfg.at("train_dataloader"), {rank, world_size, seed});
 //
@@ -59,6 +60,10 @@ struct DataLoaderOptions {
   TORCH_ARG(bool, drop_last) = false;
   // Base of the per-batch augmentation seeds; see batch_seed().
   TORCH_ARG(uint64_t, seed) = 0;
+  // Batches come out in page-locked memory, pinned by the worker that built
+  // them, so the copy to the GPU (DataPreprocessor: non_blocking) overlaps
+  // compute. Ignored, with a warning, where no GPU is visible (as torch's).
+  TORCH_ARG(bool, pin_memory) = false;
 };
 
 // The seed the dataset receives for batch (epoch, batch_in_epoch): a splitmix64

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "lockstep/compat/cuda.h"
 #include "tests/support/test_support.h"
 
 namespace lockstep {
@@ -146,6 +147,32 @@ TEST(DataLoader, SameBatchesForAnyWorkerCount) {
   EXPECT_EQ(to_indices(inline_batches[9].at("x")), slice(sampler->epoch_indices(1), 5, 10));
   EXPECT_EQ(to_indices(inline_batches[15].at("x")), slice(sampler->epoch_indices(1), 35, 37));
   EXPECT_EQ(inline_batches[9].at("seed")[0].item<int64_t>(), static_cast<int64_t>(batch_seed(99, 1, 1)));
+}
+
+TEST(DataLoader, PinMemoryWithoutAGpuKeepsTheBatchesAndSaysSo) {
+  if (compat::can_pin_memory()) GTEST_SKIP() << "a GPU is visible: PinMemoryPinsEveryBatch covers it";
+  auto dataset = std::make_shared<AugmentingDataset>(23);
+  auto sampler = std::make_shared<DefaultSampler>(23, true, 1);
+  DataLoader plain(dataset, sampler, DataLoaderOptions().batch_size(4).num_workers(2).seed(3));
+  DataLoader pinned(dataset, sampler, DataLoaderOptions().batch_size(4).num_workers(2).seed(3).pin_memory(true));
+  EXPECT_FALSE(pinned.options().pin_memory());  // turned off, with a warning, as torch's DataLoader does
+  for (int k = 0; k < 9; ++k) EXPECT_TRUE(same(plain.next(), pinned.next())) << "batch " << k;
+}
+
+TEST(DataLoader, PinMemoryPinsEveryBatch) {
+  if (!compat::can_pin_memory()) GTEST_SKIP() << "no CUDA device: page-locked memory needs one";
+  auto dataset = std::make_shared<AugmentingDataset>(23);
+  auto sampler = std::make_shared<DefaultSampler>(23, true, 1);
+  for (int workers : {0, 2}) {
+    DataLoader plain(dataset, sampler, DataLoaderOptions().batch_size(4).num_workers(workers).seed(3));
+    DataLoader pinned(dataset, sampler,
+                      DataLoaderOptions().batch_size(4).num_workers(workers).seed(3).pin_memory(true));
+    for (int k = 0; k < 9; ++k) {
+      Batch batch = pinned.next();
+      for (const auto& item : batch) EXPECT_TRUE(item.second.is_pinned()) << item.first << ", batch " << k;
+      EXPECT_TRUE(same(plain.next(), batch)) << "batch " << k;
+    }
+  }
 }
 
 TEST(DataLoader, BatchSeedsDependOnPositionOnly) {
@@ -343,6 +370,7 @@ TEST(BuildDataLoader, FromAnMmengineStyleSection) {
       "batch_size: 64\n"
       "num_workers: 2\n"
       "drop_last: false\n"
+      "pin_memory: true\n"
       "sampler: {type: DefaultSampler, shuffle: false}\n"
       "dataset: {type: FashionMNIST, split: test}\n";
   SamplerContext ctx;

@@ -54,6 +54,15 @@ Batch Batch::to(const torch::Device& device, bool non_blocking) const {
   return moved;
 }
 
+Batch Batch::pin_memory() const {
+  Batch pinned;
+  for (const auto& item : items_) {
+    const torch::Tensor& tensor = item.second;
+    pinned.items_.emplace_back(item.first, tensor.is_cpu() && !tensor.is_pinned() ? tensor.pin_memory() : tensor);
+  }
+  return pinned;
+}
+
 Batch Batch::slice(int64_t start, int64_t length) const {
   Batch part;
   for (const auto& item : items_) part.items_.emplace_back(item.first, item.second.narrow(0, start, length));

@@ -6,7 +6,7 @@
 //   lockstep::Batch batch{{"image", images}, {"label", labels}};
 //   batch.set("weight", weights);
 //   auto x = batch.at("image");        // error lists the names present if absent
-//   auto on_gpu = batch.to(torch::kCUDA);
+//   auto on_gpu = batch.pin_memory().to(torch::kCUDA, /*non_blocking=*/true);
 #pragma once
 
 #include <initializer_list>
@@ -33,6 +33,10 @@ class Batch {
   // The size of dimension 0 of the first tensor (0 when empty).
   int64_t size() const;
   Batch to(const torch::Device& device, bool non_blocking = false) const;
+  // The same tensors in page-locked host memory (CPU tensors only; already
+  // pinned ones are kept), so that to(cuda, non_blocking) is asynchronous.
+  // Needs a CUDA build with a visible GPU (compat::can_pin_memory()).
+  Batch pin_memory() const;
   // Rows [start, start + length) of every tensor (micro-batching, tests).
   Batch slice(int64_t start, int64_t length) const;
   // Concatenates batches along dimension 0 (same names in each).

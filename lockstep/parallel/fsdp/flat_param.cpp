@@ -2,6 +2,7 @@
 
 #include <limits>
 
+#include "lockstep/compat/cuda.h"
 #include "lockstep/compat/storage.h"
 #include "lockstep/core/error.h"
 #include "lockstep/dist/process_group.h"
@@ -66,6 +67,8 @@ FlatParamUnit::FlatParamUnit(int index, std::string path, torch::nn::Module* mod
     shard_ = flat.narrow(0, shard_rank_ * shard_numel_, shard_numel_).to(shard_options, /*non_blocking=*/false,
                                                                          /*copy=*/true);
     full_ = flat.to(torch::TensorOptions().dtype(setup_.param_dtype).device(setup_.compute_device));
+    pinned_offload_ = setup_.shard_device.is_cpu() && setup_.compute_device.is_cuda() && compat::can_pin_memory();
+    if (pinned_offload_) shard_ = shard_.pin_memory();
   }
   shard_.requires_grad_(true);
   empty_ = torch::empty({0}, full_.options());
@@ -146,7 +149,9 @@ void FlatParamUnit::start_gather() {
   shard_updated_ = false;
   torch::Tensor source = shard_.detach();
   if (source.scalar_type() != full_.scalar_type() || source.device() != full_.device()) {
-    source = source.to(full_.options());
+    // From pinned memory the copy to the GPU is queued on the current stream,
+    // ahead of the all-gather that reads it.
+    source = source.to(full_.options(), /*non_blocking=*/pinned_offload_);
   }
   if (shard_world_ == 1) {
     full_.copy_(source);
@@ -235,15 +240,31 @@ void FlatParamUnit::finish_reduce() {
   torch::Tensor result = reduce_out_;
   reduce_in_ = torch::Tensor();
   reduce_out_ = torch::Tensor();
+  torch::Tensor& grad = shard_.mutable_grad();
+  if (pinned_offload_ && !grad.defined()) {
+    // To pinned host memory without blocking: the next unit's reduction goes
+    // on meanwhile, and wait_for_host_copies() waits once for all of them.
+    grad = torch::empty(shard_.sizes(), shard_.options().requires_grad(false).pinned_memory(true));
+    grad.copy_(result, /*non_blocking=*/true);
+    host_copy_pending_ = true;
+    return;
+  }
   if (result.scalar_type() != shard_.scalar_type() || result.device() != shard_.device()) {
+    // Accumulating into a host gradient reads it now: a blocking copy.
+    wait_for_host_copies();
     result = result.to(shard_.options().requires_grad(false));
   }
-  torch::Tensor& grad = shard_.mutable_grad();
   if (grad.defined()) {
     grad.add_(result);
   } else {
     grad = result;
   }
+}
+
+void FlatParamUnit::wait_for_host_copies() {
+  if (!host_copy_pending_) return;
+  compat::synchronize_cuda(setup_.compute_device.index());
+  host_copy_pending_ = false;
 }
 
 int64_t FlatParamUnit::gradient_bytes() const {

@@ -152,7 +152,13 @@ class FlatParamUnit {
   void start_reduce();
   bool reduce_pending() const { return reduce_work_ != nullptr || reduce_out_.defined(); }
   // Waits, averages across replicas (HYBRID_SHARD), adds into shard().grad().
+  // With CPU offload from a GPU the gradient goes to pinned host memory
+  // asynchronously: call wait_for_host_copies() before reading it.
   void finish_reduce();
+  // Whether a device-to-host copy into shard().grad() may still be running.
+  bool host_copy_pending() const { return host_copy_pending_; }
+  // Waits for that copy (synchronises the compute device).
+  void wait_for_host_copies();
   // Bytes held by gradients: the parameters' own, the flat buffers in flight, the shard's.
   int64_t gradient_bytes() const;
 
@@ -180,6 +186,10 @@ class FlatParamUnit {
   int64_t padded_numel_ = 0;
   int64_t shard_numel_ = 0;
   bool aliases_shard_ = false;  // `full` is the shard itself (one rank, same dtype and device)
+  // CPU offload from a GPU: the shard and its gradient live in page-locked
+  // memory, so copies between them and the GPU are asynchronous.
+  bool pinned_offload_ = false;
+  bool host_copy_pending_ = false;
   torch::Tensor shard_;
   torch::Tensor full_;
   torch::Tensor empty_;         // what parameters point at while sharded

@@ -289,6 +289,9 @@ void FullyShardedDataParallel::finish_backward_pass() {
   }
   sample_memory();
   while (!reducing_.empty()) finish_oldest_reduction();
+  // Offloaded gradients are read by the optimizer on the host: one wait for
+  // all of their copies (the device syncs once per backward, as PyTorch's FSDP).
+  for (auto& unit : units_) unit->wait_for_host_copies();
   for (auto& unit : units_) unit->reshard();
   backward_seen_ = true;
   reset_backward_state();
