@@ -116,6 +116,52 @@ struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> 
   }
 };
 
+// PyTorch's SyncBatchNorm function (torch/nn/modules/_functions.py) on
+// libtorch's fused CUDA kernels, which have no CPU versions: the statistics
+// come in from fused_synced_forward, the backward reduces sum(dy) and
+// sum(dy * (x - mean)) in one all_reduce, as PyTorch's does.
+struct FusedSyncBatchNormFunction : torch::autograd::Function<FusedSyncBatchNormFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& input,
+                               const c10::optional<torch::Tensor>& weight, const c10::optional<torch::Tensor>& bias,
+                               const torch::Tensor& mean, const torch::Tensor& invstd, const torch::Tensor& counts,
+                               double eps, std::shared_ptr<ProcessGroup> group) {
+    ctx->save_for_backward({input, weight.value_or(torch::Tensor()), mean, invstd, counts.to(torch::kInt)});
+    ctx->saved_data["group"] = c10::IValue::make_capsule(c10::make_intrusive<GroupCapsule>(std::move(group)));
+    return at::batch_norm_elemt(input, weight, bias, mean, invstd, eps);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto saved = ctx->get_saved_variables();
+    const auto& input = saved[0];
+    const auto& weight = saved[1];
+    const auto& mean = saved[2];
+    const auto& invstd = saved[3];
+    const auto& counts = saved[4];
+    auto capsule = ctx->saved_data["group"].toCapsule();
+    auto& group = *static_cast<GroupCapsule*>(capsule.get())->group;
+    const torch::Tensor grad_output = grad_outputs[0].contiguous(input.suggest_memory_format());
+    const c10::optional<torch::Tensor> optional_weight =
+        weight.defined() ? c10::optional<torch::Tensor>(weight) : c10::nullopt;
+    const bool affine_grads = weight.defined();
+    auto [sum_dy, sum_dy_xmu, grad_weight, grad_bias] =
+        at::batch_norm_backward_reduce(grad_output, input, mean, invstd, optional_weight, ctx->needs_input_grad(0),
+                                       affine_grads && ctx->needs_input_grad(1),
+                                       affine_grads && ctx->needs_input_grad(2));
+    torch::Tensor grad_input;
+    if (ctx->needs_input_grad(0)) {
+      const int64_t channels = sum_dy.size(0);
+      auto combined = torch::cat({sum_dy, sum_dy_xmu});
+      group.all_reduce(combined, ReduceOp::kSum);
+      c10::optional<torch::Tensor> elemt_weight = optional_weight;
+      if (weight.defined() && weight.scalar_type() != mean.scalar_type()) elemt_weight = weight.to(mean.scalar_type());
+      grad_input = at::batch_norm_backward_elemt(grad_output, input, mean, invstd, elemt_weight,
+                                                 combined.slice(0, 0, channels), combined.slice(0, channels), counts);
+    }
+    return {grad_input,      grad_weight,     grad_bias,       torch::Tensor(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 std::string shape_string(const torch::Tensor& t) {
   std::ostringstream out;
   out << t.sizes();
@@ -270,6 +316,7 @@ torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& input) {
 // M2 avoids the round trip through eps.) One all_gather of 2C+1 float64 per rank.
 torch::Tensor SyncBatchNormImpl::synced_forward(const torch::Tensor& input, ProcessGroup& group,
                                                 double average_factor) {
+  if (input.is_cuda()) return fused_synced_forward(input, group, average_factor);
   const int64_t channels = options.num_features();
   const int64_t local_count = input.numel() / channels;
   auto stats_options = torch::TensorOptions().dtype(kStatsType).device(input.device());
@@ -316,6 +363,52 @@ torch::Tensor SyncBatchNormImpl::synced_forward(const torch::Tensor& input, Proc
   auto optional = [](const torch::Tensor& t) { return t.defined() ? c10::optional<torch::Tensor>(t) : c10::nullopt; };
   return SyncBatchNormFunction::apply(input, optional(weight), optional(bias), mean, invstd, total_count,
                                       group.shared_from_this());
+}
+
+// What PyTorch's SyncBatchNorm does on CUDA, step for step: per-rank
+// [mean, invstd, count] from batch_norm_stats, one all_gather, the global
+// statistics (and the running-stat update) from
+// batch_norm_gather_stats_with_counts, ranks with an empty batch left out.
+torch::Tensor SyncBatchNormImpl::fused_synced_forward(const torch::Tensor& input_, ProcessGroup& group,
+                                                      double average_factor) {
+  const torch::Tensor input = input_.contiguous(input_.suggest_memory_format());
+  const int64_t channels = options.num_features();
+  const int64_t local_count = input.numel() / channels;
+  torch::Tensor local_mean, local_invstd;
+  if (local_count > 0) {
+    std::tie(local_mean, local_invstd) = at::batch_norm_stats(input, options.eps());
+  } else {
+    local_mean = torch::zeros({channels}, input.options().dtype(torch::kFloat));
+    local_invstd = torch::zeros({channels}, local_mean.options());
+  }
+  auto local = torch::cat({local_mean, local_invstd, torch::full({1}, static_cast<double>(local_count),
+                                                                  local_mean.options())});
+  auto gathered = torch::empty({group.size() * local.numel()}, local.options());
+  group.all_gather_into_tensor(gathered, local);
+  gathered = gathered.view({group.size(), local.numel()});
+  auto mean_all = gathered.slice(1, 0, channels);
+  auto invstd_all = gathered.slice(1, channels, 2 * channels);
+  auto count_all = gathered.slice(1, 2 * channels, 2 * channels + 1);
+  const double total = count_all.sum().item<double>();
+  LOCKSTEP_CHECK(total > 1, "SyncBatchNorm: expected more than 1 value per channel when training, got ", total,
+                 " over the ", group.size(), " ranks of group ", group.name(), " (rank ", group.rank(),
+                 " input shape ", shape_string(input), ")");
+  const auto present = count_all.squeeze(-1) >= 1;
+  mean_all = mean_all.index({present});
+  invstd_all = invstd_all.index({present});
+  auto counts = count_all.index({present}).view(-1);
+  const bool update_stats = is_training() && options.track_running_stats();
+  if (update_stats && counts.scalar_type() != running_mean.scalar_type()) counts = counts.to(running_mean.scalar_type());
+  auto optional = [](const torch::Tensor& t) { return t.defined() ? c10::optional<torch::Tensor>(t) : c10::nullopt; };
+  torch::Tensor mean, invstd;
+  {
+    torch::NoGradGuard no_grad;
+    std::tie(mean, invstd) = at::batch_norm_gather_stats_with_counts(
+        input, mean_all, invstd_all, update_stats ? optional(running_mean) : c10::nullopt,
+        update_stats ? optional(running_var) : c10::nullopt, average_factor, options.eps(), counts);
+  }
+  return FusedSyncBatchNormFunction::apply(input, optional(weight), optional(bias), mean, invstd, counts,
+                                           options.eps(), group.shared_from_this());
 }
 
 // --- conversion ---------------------------------------------------------------

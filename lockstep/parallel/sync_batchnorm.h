@@ -24,6 +24,10 @@
 //     torch::nn::BatchNorm*d, without communication.
 // Every rank of the group calls forward (in training) and backward in the same
 // order; a rank whose batch is empty still calls both.
+// Kernels: CUDA inputs take PyTorch's own path, libtorch's fused kernels
+// (batch_norm_stats, batch_norm_gather_stats_with_counts, batch_norm_elemt,
+// batch_norm_backward_reduce, batch_norm_backward_elemt), which exist for CUDA
+// only; CPU inputs combine per-rank (count, mean, M2) in float64 with tensor ops.
 #pragma once
 
 #include <torch/arg.h>
@@ -88,6 +92,8 @@ class SyncBatchNormImpl : public torch::nn::Cloneable<SyncBatchNormImpl> {
   void register_state(torch::Tensor weight, torch::Tensor bias, torch::Tensor running_mean,
                       torch::Tensor running_var, torch::Tensor num_batches_tracked);
   torch::Tensor synced_forward(const torch::Tensor& input, ProcessGroup& group, double average_factor);
+  // CUDA inputs: PyTorch's SyncBatchNorm on libtorch's fused kernels.
+  torch::Tensor fused_synced_forward(const torch::Tensor& input, ProcessGroup& group, double average_factor);
 };
 
 TORCH_MODULE(SyncBatchNorm);
