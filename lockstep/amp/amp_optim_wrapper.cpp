@@ -84,7 +84,8 @@ void AmpOptimWrapper::unscale_gradients() {
 bool AmpOptimWrapper::optimizer_step() {
   if (!scaler_) return OptimWrapper::optimizer_step();
   unscale_gradients();
-  const double scale = scaler_->get_scale();
+  // The scale this step used, as a tensor: reading it is left to whoever logs it.
+  torch::Tensor scale = scaler_->scale_tensor().clone();
   const bool stepped = scaler_->step(optimizer(), gradient_sync());
   scaler_->update();
   unscaled_ = false;

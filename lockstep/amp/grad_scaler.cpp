@@ -114,12 +114,14 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer, GradientSync* sync
   torch::NoGradGuard no_grad;
   // The reciprocal in double, rounded once to float32, as torch.amp does.
   const torch::Tensor inv_scale = scale_.to(torch::kDouble).reciprocal().to(torch::kFloat);
-  bool local = false;
+  // Found-inf flags stay on the devices (no host sync here, as in torch.amp):
+  // one per device the gradients are on, combined on the scale's device.
+  torch::Tensor local = torch::zeros({1}, scale_.options());
   for (const auto& grads : gradient_groups(optimizer)) {
     const torch::Device device = grads.front().device();
     torch::Tensor found = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat).device(device));
     compat::non_finite_check_and_unscale(grads, found, inv_scale.to(device));
-    local = local || found.item<float>() != 0.0f;
+    local = torch::maximum(local, found.to(scale_.device(), /*non_blocking=*/true));
   }
   // Every rank asks, whatever it found: the agreement is a collective.
   entry.found_inf = sync != nullptr ? sync->any_rank_true(local) : local;
@@ -135,7 +137,8 @@ bool GradScaler::step(torch::optim::Optimizer& optimizer, GradientSync* sync) {
                  "GradScaler::step() was already called on this optimizer since the last update()");
   if (per_optimizer_[&optimizer].stage == Stage::kReady) unscale_(optimizer, sync);
   PerOptimizer& entry = per_optimizer_[&optimizer];
-  const bool stepping = !entry.found_inf;
+  // The one host sync of a step, as torch.amp's GradScaler.step has.
+  const bool stepping = entry.found_inf.item<float>() == 0.0f;
   if (stepping) optimizer.step();
   entry.stage = Stage::kStepped;
   return stepping;
@@ -143,17 +146,15 @@ bool GradScaler::step(torch::optim::Optimizer& optimizer, GradientSync* sync) {
 
 void GradScaler::update() {
   if (!options_.enabled()) return;
-  bool found = false;
-  bool checked = false;
+  torch::Tensor found_inf;
   for (const auto& entry : per_optimizer_) {
     if (entry.second.stage == Stage::kReady) continue;
-    checked = true;
-    found = found || entry.second.found_inf;
+    found_inf = found_inf.defined() ? torch::maximum(found_inf, entry.second.found_inf) : entry.second.found_inf;
   }
+  const bool checked = found_inf.defined();
   LOCKSTEP_CHECK(checked, "GradScaler::update() without an unscale_() or step() since the last update(): "
                  "no gradients were checked for inf/NaN");
   if (options_.dynamic()) {
-    torch::Tensor found_inf = torch::full({1}, found ? 1.0f : 0.0f, scale_.options());
     compat::update_scale(scale_, growth_tracker_, found_inf, options_.growth_factor(), options_.backoff_factor(),
                          options_.growth_interval());
   }
@@ -166,7 +167,8 @@ int64_t GradScaler::growth_tracker() const { return growth_tracker_.item<int64_t
 
 bool GradScaler::found_inf(const torch::optim::Optimizer& optimizer) const {
   auto found = per_optimizer_.find(&optimizer);
-  return found != per_optimizer_.end() && found->second.found_inf;
+  return found != per_optimizer_.end() && found->second.found_inf.defined() &&
+         found->second.found_inf.item<float>() != 0.0f;
 }
 
 State GradScaler::state() const {

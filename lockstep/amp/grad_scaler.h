@@ -66,8 +66,10 @@ class GradScaler {
   // the scaler for the next iteration.
   void update();
 
-  // The current scale (1 when disabled).
+  // The current scale (1 when disabled); reads it on the host.
   double get_scale() const;
+  // The scale itself: float32 [1] on the loss's device (undefined when disabled).
+  const torch::Tensor& scale_tensor() const { return scale_; }
   int64_t growth_tracker() const;
   // Whether the last unscale_ of `optimizer` found an inf/NaN (agreed across ranks).
   bool found_inf(const torch::optim::Optimizer& optimizer) const;
@@ -84,7 +86,7 @@ class GradScaler {
   enum class Stage { kReady, kUnscaled, kStepped };
   struct PerOptimizer {
     Stage stage = Stage::kReady;
-    bool found_inf = false;
+    torch::Tensor found_inf;  // float32 [1] on the scale's device, agreed across ranks
   };
   void move_to(const torch::Device& device);
 

@@ -38,9 +38,9 @@ struct FakeRanks : GradientSync {
   void begin_forward(bool) override {}
   void begin_backward(const torch::Tensor&, bool, int64_t) override {}
   void end_backward(bool) override {}
-  bool any_rank_true(bool local) override {
+  torch::Tensor any_rank_true(const torch::Tensor& local) override {
     calls += 1;
-    return local || others_found;
+    return others_found ? torch::ones_like(local) : local;
   }
 };
 

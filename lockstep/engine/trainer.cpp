@@ -152,7 +152,11 @@ void Trainer::run_step() {
   if (options_.zero_grad_before_forward()) optim_wrapper_->zero_grad();
   StepContext step{iter_, [this] { after_backward(); }};
   LogVars log_vars = model_->run_train_step(batch, *optim_wrapper_, step);
-  for (const auto& metric : optim_wrapper_->last_update_metrics()) log_vars[metric.first] = metric.second;
+  // The optimizer's metrics live on the device: read them only on the
+  // iterations whose metrics are recorded.
+  if ((iter_ + 1) % options_.gather_metric_period() == 0) {
+    for (const auto& metric : optim_wrapper_->last_update_metrics()) log_vars[metric.first] = metric.second;
+  }
   write_metrics(log_vars, data_time, iter_);
 }
 

@@ -45,13 +45,16 @@ class GradientSync {
   // every rank, so the default returns `local` unchanged.
   virtual torch::Tensor reduce_grad_norm(const torch::Tensor& local, double /*norm_type*/) { return local; }
   // Whether `local` is true on any rank that holds part of, or a replica of,
-  // these gradients. The loss scaler (amp/grad_scaler.h) asks it whether some
-  // rank found an inf/NaN gradient, so every rank skips the same steps and
-  // keeps the same scale. A collective where it communicates: every rank calls
-  // it once per update, at the same point. The default is right for one
-  // process; a wrapper whose ranks can disagree after end_backward (sharded
-  // gradients, or gradients touched after the reduction) reduces it with MAX.
-  virtual bool any_rank_true(bool local) { return local; }
+  // these gradients: `local` is a float32 [1] tensor, nonzero for true, and
+  // so is the answer, on the same device and never read on the host (on GPUs
+  // the agreement costs no host sync). The loss scaler (amp/grad_scaler.h)
+  // asks it whether some rank found an inf/NaN gradient, so every rank skips
+  // the same steps and keeps the same scale. A collective where it
+  // communicates: every rank calls it once per update, at the same point. The
+  // default is right for one process; a wrapper whose ranks can disagree after
+  // end_backward (sharded gradients, or gradients touched after the
+  // reduction) reduces it with MAX.
+  virtual torch::Tensor any_rank_true(const torch::Tensor& local) { return local; }
   // The optimizer has stepped (FSDP re-gathers the parameters it keeps
   // unsharded from the updated shards).
   virtual void after_step() {}

@@ -158,7 +158,7 @@ void OptimWrapper::clip_gradients() {
     total = torch::norm(torch::stack(norms), clip.norm_type);
   }
   if (gradient_sync_) total = gradient_sync_->reduce_grad_norm(total, clip.norm_type);
-  last_metrics_["grad_norm"] = total.item<double>();
+  last_metrics_["grad_norm"] = total.detach();
   // Python's `max_norm / tensor` is tensor.reciprocal() * max_norm (two roundings, unlike C++'s division).
   torch::Tensor coefficient = torch::clamp((total + 1e-6).reciprocal() * clip.max_norm, c10::nullopt, 1.0);
   for (auto& g : grads) g.mul_(coefficient.to(g.device()));
@@ -272,6 +272,12 @@ std::map<std::string, double> OptimWrapperDict::learning_rates() const {
   std::map<std::string, double> result;
   for (const auto& entry : wrappers_) result[entry.first] = entry.second->learning_rates().at("");
   return result;
+}
+
+LogVars OptimWrapper::last_update_metrics() const {
+  LogVars values;
+  for (const auto& [name, tensor] : last_metrics_) values[name] = tensor.item<double>();
+  return values;
 }
 
 LogVars OptimWrapperDict::last_update_metrics() const {

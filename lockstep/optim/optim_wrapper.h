@@ -160,7 +160,9 @@ class OptimWrapper : public OptimWrapperBase {
   GradientSync* gradient_sync() const { return gradient_sync_.get(); }
 
   std::map<std::string, double> learning_rates() const override;
-  LogVars last_update_metrics() const override { return last_metrics_; }
+  // Read from device tensors here, not at the update: asking for them is the
+  // only host sync they cost (the trainer asks when it records metrics).
+  LogVars last_update_metrics() const override;
   State state() const override;
   void load_state(const State& state) override;
   std::vector<std::pair<std::string, OptimWrapper*>> wrappers() override { return {{"", this}}; }
@@ -176,7 +178,9 @@ class OptimWrapper : public OptimWrapperBase {
   virtual void load_extra_state(const State& state) {}
   void open_step(const StepContext* context) override;
   void close_step() override { step_ = nullptr; }
-  LogVars last_metrics_;
+  // The last update's metrics (grad_norm, loss_scale), one-element tensors on
+  // whatever device computed them.
+  std::map<std::string, torch::Tensor> last_metrics_;
 
  private:
   void clip_gradients();

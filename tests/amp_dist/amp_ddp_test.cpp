@@ -30,10 +30,10 @@ using testing::DdpMlp;
 class AgreeingDdp : public DistributedDataParallel {
  public:
   using DistributedDataParallel::DistributedDataParallel;
-  bool any_rank_true(bool local) override {
-    torch::Tensor flag = torch::full({1}, local ? 1.0f : 0.0f);
+  torch::Tensor any_rank_true(const torch::Tensor& local) override {
+    torch::Tensor flag = local.clone();
     process_group().all_reduce(flag, ReduceOp::kMax);
-    return flag.item<float>() > 0;
+    return flag;
   }
 };
 

@@ -200,11 +200,11 @@ torch::Tensor FullyShardedDataParallel::reduce_grad_norm(const torch::Tensor& lo
   return value.pow(1.0 / norm_type).reshape({});
 }
 
-bool FullyShardedDataParallel::any_rank_true(bool local) {
+torch::Tensor FullyShardedDataParallel::any_rank_true(const torch::Tensor& local) {
   if (group_->size() == 1) return local;
-  torch::Tensor value = torch::tensor({local ? 1.0 : 0.0}, torch::kDouble);
+  torch::Tensor value = local.clone();
   group_->all_reduce(value, ReduceOp::kMax);
-  return value.item<double>() > 0;
+  return value;
 }
 
 void FullyShardedDataParallel::after_step() {

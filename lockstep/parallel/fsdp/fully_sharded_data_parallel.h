@@ -81,7 +81,7 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
   void begin_backward(const torch::Tensor& loss, bool sync, int64_t iteration) override;
   void end_backward(bool sync) override;
   torch::Tensor reduce_grad_norm(const torch::Tensor& local, double norm_type) override;
-  bool any_rank_true(bool local) override;
+  torch::Tensor any_rank_true(const torch::Tensor& local) override;
   void after_step() override;
 
   // The leaves an optimizer must step: each unit's shard, named
