@@ -79,7 +79,11 @@ std::shared_ptr<OptimWrapper> make_wrapper(Model& model, const Mode& mode) {
 
 // Seconds per train_step (forward under the wrapper's context, backward,
 // optimizer step); train_step reads the loss back, which synchronises CUDA.
+// The CUDA caching allocator's peak per mode (the last round's), for the table.
+std::map<std::string, double> cuda_peaks_mib;
+
 double seconds_per_step(const Workload& workload, const Mode& mode, int64_t iters) {
+  if (mode.device.is_cuda()) bench::reset_cuda_peak(0);
   torch::manual_seed(0);
   auto model = workload.make_model();
   model->move_to(mode.device);
@@ -90,7 +94,9 @@ double seconds_per_step(const Workload& workload, const Mode& mode, int64_t iter
     if (i == 3) start = bench::now_seconds();  // warm-up (oneDNN / cuDNN plans) excluded
     model->train_step(workload.batch, *optim);
   }
-  return (bench::now_seconds() - start) / static_cast<double>(iters);
+  const double seconds = (bench::now_seconds() - start) / static_cast<double>(iters);
+  if (mode.device.is_cuda()) cuda_peaks_mib[mode.name] = bench::cuda_peak_mib(0);
+  return seconds;
 }
 
 }  // namespace
@@ -140,8 +146,10 @@ int main() {
       const std::string baseline = mode.device.is_cuda() ? "cuda fp32" : "fp32";
       const double median = bench::median(times[mode.name]);
       const double base = bench::median(times[baseline]);
-      std::printf("  %-10s %8.2f ms/step   x%.2f vs %s\n", mode.name.c_str(), median * 1e3, base / median,
+      std::printf("  %-10s %8.2f ms/step   x%.2f vs %s", mode.name.c_str(), median * 1e3, base / median,
                   baseline.c_str());
+      if (mode.device.is_cuda()) std::printf("   CUDA peak %.1f MiB", cuda_peaks_mib[mode.name]);
+      std::printf("\n");
     }
     for (const auto& mode : modes) {
       if (!mode.amp_dtype) continue;

@@ -9,6 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/compat/cuda.h"
+#include "lockstep/dist/env.h"
+#include "lockstep/strategy/device_choice.h"
+
 namespace lockstep::bench {
 
 inline double now_seconds() {
@@ -26,6 +30,25 @@ inline double median(std::vector<double> values) {
 inline long env_int(const char* name, long fallback) {
   const char* value = std::getenv(name);
   return value != nullptr && *value != '\0' ? std::strtol(value, nullptr, 10) : fallback;
+}
+
+// BENCH_DEVICE (cpu, the default, or cuda): where a distributed bench's
+// workers train. On cuda each rank takes cuda:LOCAL_RANK and NCCL.
+inline std::string bench_device_name() {
+  const char* device = std::getenv("BENCH_DEVICE");
+  return device != nullptr && *device != '\0' ? device : "cpu";
+}
+// Called by a worker before init_from_env: its device, made current.
+inline torch::Device place_bench_worker() {
+  return place_on_device(bench_device_name(), detect_dist_env().local_rank, "BENCH_DEVICE");
+}
+
+// Peak memory of the CUDA caching allocator on a GPU, for the benchmarks that
+// run there: reset before a measurement, read after it (MiB; -1 off a GPU).
+inline void reset_cuda_peak(int device) { compat::reset_cuda_peak_memory(device); }
+inline double cuda_peak_mib(int device) {
+  auto stats = compat::cuda_memory_stats(device);
+  return stats ? static_cast<double>(stats->peak_allocated) / (1024.0 * 1024.0) : -1;
 }
 
 }  // namespace lockstep::bench

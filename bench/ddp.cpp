@@ -10,7 +10,10 @@
 //               on the same libtorch (gradient_as_bucket_view=True)
 // and prints median step times and the ratios the DDP issue asks for.
 //
-//   build/bench/bench_ddp                      # BENCH_ROUNDS=5 BENCH_ITERS=40
+// With BENCH_DEVICE=cuda each rank trains on its GPU (cuda:LOCAL_RANK) over
+// NCCL, PyTorch's DDP too, and rank 0 reports the CUDA caching allocator's peak.
+//
+//   build/bench/bench_ddp                      # BENCH_ROUNDS=5 BENCH_ITERS=40 BENCH_DEVICE=cpu
 //   bin/lockstep run --standalone --nproc-per-node 2 -- build/bench/bench_ddp worker lockstep cnn 40
 #include <torch/csrc/utils/tensor_flatten.h>
 #include <torch/torch.h>
@@ -56,10 +59,13 @@ struct AllReduceAfterBackward : GradientSync {
 
 int worker(const std::string& mode, const std::string& model_name, int iters) {
   torch::set_num_threads(1);
-  init_from_env();
+  const torch::Device device = bench::place_bench_worker();
+  init_from_env("auto", device.is_cuda() ? "nccl" : "gloo");
   logger().set_level(spdlog::level::warn);
   torch::manual_seed(0);
   auto model = bench::make_bench_model(model_name);
+  model->move_to(device);
+  if (device.is_cuda()) bench::reset_cuda_peak(device.index());
   auto optim = std::make_shared<OptimWrapper>(
       std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9)));
   if (mode == "lockstep") {
@@ -71,8 +77,8 @@ int worker(const std::string& mode, const std::string& model_name, int iters) {
     LOCKSTEP_FAIL("unknown mode ", mode);
   }
   torch::manual_seed(get_rank());
-  auto images = torch::randn({8, kBatch, 1, 28, 28});
-  auto labels = torch::randint(0, 10, {8, kBatch}, torch::kLong);
+  auto images = torch::randn({8, kBatch, 1, 28, 28}).to(device);
+  auto labels = torch::randint(0, 10, {8, kBatch}, torch::kLong).to(device);
   optim->initialize_count_status(0, iters + kWarmup);
   std::vector<double> times;
   for (int i = 0; i < iters + kWarmup; ++i) {
@@ -81,7 +87,12 @@ int worker(const std::string& mode, const std::string& model_name, int iters) {
     if (i >= kWarmup) times.push_back(bench::now_seconds() - start);
   }
   synchronize();
-  if (get_rank() == 0) std::printf("RESULT %s %s %.9f\n", mode.c_str(), model_name.c_str(), bench::median(times));
+  if (get_rank() == 0) {
+    std::printf("RESULT %s %s %.9f\n", mode.c_str(), model_name.c_str(), bench::median(times));
+    if (device.is_cuda()) {
+      std::printf("CUDA peak: %s %s %.1f MiB\n", mode.c_str(), model_name.c_str(), bench::cuda_peak_mib(device.index()));
+    }
+  }
   destroy_process_group();
   return 0;
 }
@@ -117,8 +128,10 @@ int driver() {
   const std::string source = LOCKSTEP_SOURCE_DIR;
   const std::string launcher = std::string(LOCKSTEP_BINARY_DIR) + "/bin/lockstep";
   const bool have_python = testing::run_command({"/usr/bin/python3", "-c", "import torch"}).exit_code == 0;
-  std::printf("bench/ddp: 2 ranks, Gloo, CPU, 1 torch thread per rank, batch %lld per rank, SGD momentum; "
-              "%d rounds x %d steps\n", static_cast<long long>(kBatch), rounds, iters);
+  const bool cuda = bench::bench_device_name() != "cpu";
+  std::printf("bench/ddp: 2 ranks, %s, 1 torch thread per rank, batch %lld per rank, SGD momentum; "
+              "%d rounds x %d steps\n", cuda ? "NCCL, one GPU each" : "Gloo, CPU", static_cast<long long>(kBatch),
+              rounds, iters);
   std::map<std::string, std::map<std::string, std::vector<double>>> times;  // model -> mode -> per round
   for (int round = 0; round < rounds; ++round) {
     for (const std::string model : {"cnn", "mlp"}) {
@@ -126,6 +139,10 @@ int driver() {
         auto result = testing::run_command({launcher, "run", "--standalone", "--nproc-per-node", "2", "--", self,
                                             "worker", mode, model, std::to_string(iters)}, {}, 900);
         times[model][mode].push_back(parse_result(result, mode + " " + model));
+        auto peak = result.output.find("CUDA peak: ");
+        if (round == 0 && peak != std::string::npos) {
+          std::printf("  %s\n", result.output.substr(peak, result.output.find('\n', peak) - peak).c_str());
+        }
       }
       if (have_python) {
         auto result = testing::run_command({"/usr/bin/python3", "-m", "torch.distributed.run", "--standalone",

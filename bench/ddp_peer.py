@@ -28,13 +28,19 @@ def make_model(name):
 def main():
     name, iters, warmup, batch, view = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    # BENCH_DEVICE=cuda: one GPU per rank over NCCL, as the C++ side.
+    cuda = os.environ.get("BENCH_DEVICE", "cpu") != "cpu"
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if cuda else "gloo")
     torch.manual_seed(0)
-    model = nn.parallel.DistributedDataParallel(make_model(name), gradient_as_bucket_view=view)
+    model = nn.parallel.DistributedDataParallel(make_model(name).to(device), gradient_as_bucket_view=view,
+                                                device_ids=[device.index] if cuda else None)
     sgd = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     gen = torch.Generator().manual_seed(dist.get_rank())
-    images = torch.randn(8, batch, 1, 28, 28, generator=gen)
-    labels = torch.randint(0, 10, (8, batch), generator=gen)
+    images = torch.randn(8, batch, 1, 28, 28, generator=gen).to(device)
+    labels = torch.randint(0, 10, (8, batch), generator=gen).to(device)
     times = []
     for i in range(iters + warmup):
         start = time.perf_counter()

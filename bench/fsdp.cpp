@@ -17,7 +17,9 @@
 //                             DDP's are measured after every backward, when all
 //                             three are alive (unique storages, so bucket views
 //                             count once)
-//   VmHWM                   - the process's resident high-water mark
+//   VmHWM                   - the process's resident high-water mark (with
+//                             BENCH_DEVICE=cuda, one GPU per rank over NCCL:
+//                             the CUDA caching allocator's peak instead)
 //   step                    - median step time after a warm-up step
 // and the targets for FULL_SHARD (and its lean form): total <= DDP's / N
 // + the two largest gathered units, and step <= 1.5 x DDP's at world 2.
@@ -87,10 +89,13 @@ struct Peaks {
 
 int worker(const std::string& mode, int steps, int64_t tokens) {
   torch::set_num_threads(1);
-  init_from_env();
+  const torch::Device device = bench::place_bench_worker();
+  init_from_env("auto", device.is_cuda() ? "nccl" : "gloo");
   logger().set_level(spdlog::level::warn);
   torch::manual_seed(0);
   auto model = std::make_shared<gpt::GPT>(bench_model());
+  model->move_to(device);
+  if (device.is_cuda()) bench::reset_cuda_peak(device.index());
   int64_t numel = 0;
   for (const auto& p : model->parameters()) numel += p.numel();
 
@@ -140,7 +145,7 @@ int worker(const std::string& mode, int steps, int64_t tokens) {
   unit_bytes.resize(2, 0);
 
   torch::manual_seed(get_rank() + 1);
-  torch::Tensor data = torch::randint(0, 96, {2, 1, tokens + 1}, torch::kLong);
+  torch::Tensor data = torch::randint(0, 96, {2, 1, tokens + 1}, torch::kLong).to(device);
   std::vector<double> times;
   for (int i = 0; i < steps + kWarmup; ++i) {
     torch::Tensor sequence = data[i % 2];
@@ -161,7 +166,10 @@ int worker(const std::string& mode, int steps, int64_t tokens) {
       std::printf("RESULT %s %d %lld %lld %lld %lld %lld %.6f %lld %lld %lld\n", mode.c_str(), r,
                   static_cast<long long>(peaks.params), static_cast<long long>(peaks.grads),
                   static_cast<long long>(peaks.optimizer), static_cast<long long>(peaks.total),
-                  static_cast<long long>(vm_hwm_bytes()), bench::median(times), static_cast<long long>(unit_bytes[0]),
+                  // On a GPU the memory that counts is the device's: the caching allocator's peak.
+                  static_cast<long long>(device.is_cuda() ? bench::cuda_peak_mib(device.index()) * 1024 * 1024
+                                                          : vm_hwm_bytes()),
+                  bench::median(times), static_cast<long long>(unit_bytes[0]),
                   static_cast<long long>(unit_bytes[1]), static_cast<long long>(numel));
       std::fflush(stdout);
     }
@@ -225,9 +233,10 @@ int driver() {
   const std::string worlds_text = worlds_env != nullptr && *worlds_env != '\0' ? worlds_env : "2,4";
   const std::string launcher = std::string(LOCKSTEP_BINARY_DIR) + "/bin/lockstep";
   const std::string self = self_path();
-  std::printf("bench/fsdp: GPT 14 x 768 (vocab 96), Adam, Gloo, CPU, 1 torch thread per rank, 1 sequence of %lld "
+  const bool cuda = bench::bench_device_name() != "cpu";
+  std::printf("bench/fsdp: GPT 14 x 768 (vocab 96), Adam, %s, 1 torch thread per rank, 1 sequence of %lld "
               "tokens per rank; %d warm-up + %d timed steps per mode\n",
-              static_cast<long long>(tokens), kWarmup, steps);
+              cuda ? "NCCL, one GPU each" : "Gloo, CPU", static_cast<long long>(tokens), kWarmup, steps);
   std::istringstream worlds(worlds_text);
   std::string world_text;
   while (std::getline(worlds, world_text, ',')) {
@@ -244,8 +253,9 @@ int driver() {
     const Result& ddp = results["DDP"];
     std::printf("\nworld %d, %lld parameters (MiB; largest over ranks)\n", world_size,
                 static_cast<long long>(ddp.numel));
-    std::printf("| mode | params peak | grads peak | optim peak | total peak | total / DDP | VmHWM | step | step / DDP |\n"
-                "|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("| mode | params peak | grads peak | optim peak | total peak | total / DDP | %s | step | step / DDP |\n"
+                "|---|---|---|---|---|---|---|---|---|\n",
+                cuda ? "CUDA peak" : "VmHWM");
     for (const auto& mode : modes) {
       const Result& r = results[mode];
       std::printf("| %s | %.1f | %.1f | %.1f | %.1f | %.3f | %.1f | %.3f s | %.2f |\n", mode.c_str(), mib(r.params),
