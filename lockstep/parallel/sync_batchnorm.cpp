@@ -47,6 +47,26 @@ struct GroupCapsule : torch::CustomClassHolder {
   std::shared_ptr<ProcessGroup> group;
 };
 
+// What both autograd functions keep for backward: input, weight (undefined
+// without affine), the global mean and invstd, their own extras, the group.
+void save_for_backward(AutogradContext* ctx, std::vector<torch::Tensor> tensors, std::shared_ptr<ProcessGroup> group) {
+  ctx->save_for_backward(tensors);
+  ctx->saved_data["group"] = c10::IValue::make_capsule(c10::make_intrusive<GroupCapsule>(std::move(group)));
+}
+
+struct SavedForBackward {
+  torch::Tensor input, weight, mean, invstd;
+  std::vector<torch::Tensor> extras;
+  ProcessGroup* group;
+};
+
+SavedForBackward saved_for_backward(AutogradContext* ctx) {
+  auto saved = ctx->get_saved_variables();
+  auto capsule = ctx->saved_data["group"].toCapsule();
+  return {saved[0], saved[1], saved[2], saved[3], {saved.begin() + 4, saved.end()},
+          static_cast<GroupCapsule*>(capsule.get())->group.get()};
+}
+
 // The normalisation with global statistics, and its backward with the
 // cross-rank reductions (what ATen's batch_norm_backward_reduce / _elemt do on
 // CUDA; libtorch 1.13 has no CPU kernels for them, so this is plain tensor ops
@@ -68,21 +88,16 @@ struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> 
     auto x = input.to(type);
     torch::Tensor output = (x - per_channel(mean, dim, type)) * per_channel(scale, dim, type);
     if (bias.defined()) output.add_(per_channel(bias, dim, type));
-    ctx->save_for_backward({input, weight, mean, invstd});
+    save_for_backward(ctx, {input, weight, mean, invstd}, std::move(group));
     ctx->saved_data["count"] = count;
-    ctx->saved_data["group"] = c10::IValue::make_capsule(c10::make_intrusive<GroupCapsule>(std::move(group)));
     return output.to(input.scalar_type());
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    auto saved = ctx->get_saved_variables();
-    const auto& input = saved[0];
-    const auto& weight = saved[1];
-    const auto& mean = saved[2];
-    const auto& invstd = saved[3];
+    const SavedForBackward saved = saved_for_backward(ctx);
+    const auto& [input, weight, mean, invstd, extras, group_pointer] = saved;
+    auto& group = *group_pointer;
     const double count = ctx->saved_data["count"].toDouble();
-    auto capsule = ctx->saved_data["group"].toCapsule();
-    auto& group = *static_cast<GroupCapsule*>(capsule.get())->group;
 
     const auto type = compute_type(input);
     const int64_t dim = input.dim();
@@ -125,20 +140,16 @@ struct FusedSyncBatchNormFunction : torch::autograd::Function<FusedSyncBatchNorm
                                const c10::optional<torch::Tensor>& weight, const c10::optional<torch::Tensor>& bias,
                                const torch::Tensor& mean, const torch::Tensor& invstd, const torch::Tensor& counts,
                                double eps, std::shared_ptr<ProcessGroup> group) {
-    ctx->save_for_backward({input, weight.value_or(torch::Tensor()), mean, invstd, counts.to(torch::kInt)});
-    ctx->saved_data["group"] = c10::IValue::make_capsule(c10::make_intrusive<GroupCapsule>(std::move(group)));
+    save_for_backward(ctx, {input, weight.value_or(torch::Tensor()), mean, invstd, counts.to(torch::kInt)},
+                      std::move(group));
     return at::batch_norm_elemt(input, weight, bias, mean, invstd, eps);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    auto saved = ctx->get_saved_variables();
-    const auto& input = saved[0];
-    const auto& weight = saved[1];
-    const auto& mean = saved[2];
-    const auto& invstd = saved[3];
-    const auto& counts = saved[4];
-    auto capsule = ctx->saved_data["group"].toCapsule();
-    auto& group = *static_cast<GroupCapsule*>(capsule.get())->group;
+    const SavedForBackward saved = saved_for_backward(ctx);
+    const auto& [input, weight, mean, invstd, extras, group_pointer] = saved;
+    auto& group = *group_pointer;
+    const torch::Tensor& counts = extras.at(0);
     const torch::Tensor grad_output = grad_outputs[0].contiguous(input.suggest_memory_format());
     const c10::optional<torch::Tensor> optional_weight =
         weight.defined() ? c10::optional<torch::Tensor>(weight) : c10::nullopt;
