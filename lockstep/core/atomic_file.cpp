@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "lockstep/core/error.h"
 #include "lockstep/core/fault_point.h"
