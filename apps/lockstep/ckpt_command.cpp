@@ -12,6 +12,7 @@
 
 #include "lockstep/checkpoint/checkpoint_file.h"
 #include "lockstep/checkpoint/checkpoint_layout.h"
+#include "lockstep/checkpoint/pt_file.h"
 #include "lockstep/checkpoint/safetensors_tools.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/state.h"
@@ -46,7 +47,21 @@ std::string human_bytes(uint64_t bytes) {
 }
 
 // Everything inspect shows, as JSON (the --json output; the text form is rendered from it).
+// A PyTorch .pt file: the state dict lockstep would load from it.
+nlohmann::json describe_pt_file(const std::string& path) {
+  nlohmann::json tensors = nlohmann::json::array();
+  uint64_t total = 0;
+  for (const auto& [name, tensor] : read_pt_state_dict(path)) {
+    const uint64_t bytes = static_cast<uint64_t>(tensor.numel()) * tensor.element_size();
+    total += bytes;
+    tensors.push_back({{"name", name}, {"dtype", c10::toString(tensor.scalar_type())}, {"shape", tensor.sizes().vec()},
+                       {"bytes", bytes}});
+  }
+  return {{"file", path}, {"kind", "PyTorch state dict (torch.save)"}, {"tensors", tensors}, {"bytes", total}};
+}
+
 nlohmann::json describe_file(const std::string& path) {
+  if (is_torch_save_file(path)) return describe_pt_file(path);
   nlohmann::json header = read_safetensors_header(path);
   nlohmann::json info = {{"file", path}};
   nlohmann::json tensors = nlohmann::json::array();
@@ -198,8 +213,10 @@ CLI::App* add_ckpt_command(CLI::App& app) {
 
   auto inspect_args = std::make_shared<InspectArguments>();
   CLI::App* inspect = ckpt->add_subcommand(
-      "inspect", "Show a checkpoint's iteration, tensors (name, dtype, shape) and config; any safetensors file works");
-  inspect->add_option("file", inspect_args->file, "A lockstep checkpoint (.ckpt) or a safetensors file")->required();
+      "inspect",
+      "Show a checkpoint's iteration, tensors (name, dtype, shape) and config; any safetensors or PyTorch .pt file works");
+  inspect->add_option("file", inspect_args->file, "A lockstep checkpoint (.ckpt), a safetensors or a .pt file")
+      ->required();
   inspect->add_flag("--json", inspect_args->json, "Print one JSON object instead of text");
   inspect->add_flag("--no-config", inspect_args->no_config, "Leave out the run's config");
   inspect->callback([inspect_args]() {
@@ -214,18 +231,22 @@ CLI::App* add_ckpt_command(CLI::App& app) {
 
   auto export_args = std::make_shared<ExportArguments>();
   CLI::App* exporter = ckpt->add_subcommand(
-      "export", "Write a checkpoint's model weights as a standard safetensors file (for Python, Hugging Face tools)");
-  exporter->add_option("file", export_args->file, "A lockstep checkpoint (.ckpt)")->required();
+      "export", "Write a checkpoint's model weights as a safetensors file or a PyTorch state dict (.pt, torch.load)");
+  exporter->add_option("file", export_args->file, "A lockstep checkpoint (.ckpt), or any weights file load_from reads")
+      ->required();
   exporter->add_option("--format", export_args->format, "Output format")
-      ->check(CLI::IsMember({"safetensors"}))
+      ->check(CLI::IsMember({"safetensors", "pt"}))
       ->capture_default_str();
   exporter->add_option("-o,--output", export_args->out, "The file to write")->required();
   exporter->add_option("--dtype", export_args->dtype, "Cast floating-point weights (integer buffers keep theirs)")
       ->check(CLI::IsMember({"keep", "float32", "float16", "bfloat16"}))
       ->capture_default_str();
   exporter->callback([export_args]() {
-    size_t count = export_safetensors(export_args->file, export_args->out,
-                                      ExportOptions().dtype(parse_export_dtype(export_args->dtype)));
+    size_t count = export_weights(export_args->file, export_args->out,
+                                  ExportOptions()
+                                      .dtype(parse_export_dtype(export_args->dtype))
+                                      .format(export_args->format == "pt" ? ExportFormat::kPt
+                                                                          : ExportFormat::kSafetensors));
     std::cout << "Wrote " << count << " tensors of " << export_args->file << " to " << export_args->out << std::endl;
   });
 

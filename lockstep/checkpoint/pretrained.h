@@ -1,7 +1,7 @@
 // Pretrained weights: start a model from a safetensors file (the Hugging Face
 // ecosystem's format, or `lockstep ckpt export`'s output), a sharded one's
-// index, or another lockstep checkpoint, renaming keys that come from another
-// codebase, and report what did not fit.
+// index, another lockstep checkpoint, or a PyTorch .pt/.pth state dict,
+// renaming keys that come from another codebase, and report what did not fit.
 //
 // In a config (mmengine's load_from, with its key revision spelled out):
 //
@@ -44,7 +44,9 @@ struct RenameRule {
 };
 
 struct PretrainedOptions {
-  // A .safetensors file, a *.safetensors.index.json of a sharded one, or a lockstep checkpoint.
+  // A .safetensors file, a *.safetensors.index.json of a sharded one, a
+  // lockstep checkpoint, or a PyTorch .pt/.pth file (torch.save of a state dict,
+  // or of a dict holding one under state_dict/model; see pt_file.h).
   TORCH_ARG(std::string, path) = "";
   // Removed from keys that start with it; other keys pass unchanged.
   TORCH_ARG(std::string, strip_prefix) = "";

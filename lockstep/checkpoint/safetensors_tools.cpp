@@ -6,6 +6,7 @@
 #include "lockstep/checkpoint/checkpoint_file.h"
 #include "lockstep/checkpoint/checkpoint_layout.h"
 #include "lockstep/checkpoint/pretrained.h"
+#include "lockstep/checkpoint/pt_file.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/state.h"
 
@@ -51,7 +52,7 @@ bool is_lockstep_checkpoint(const nlohmann::json& header) {
   return format != metadata->end() && format->is_string() && format->get<std::string>() == "lockstep";
 }
 
-size_t export_safetensors(const std::string& checkpoint, const std::string& out, const ExportOptions& options) {
+size_t export_weights(const std::string& checkpoint, const std::string& out, const ExportOptions& options) {
   std::map<std::string, std::string> metadata{
       {"format", "pt"}, {"lockstep.source", std::filesystem::path(checkpoint).filename().string()}};
   std::map<std::string, torch::Tensor> weights;
@@ -72,7 +73,11 @@ size_t export_safetensors(const std::string& checkpoint, const std::string& out,
       if (c10::isFloatingType(tensor.scalar_type())) tensor = tensor.to(*options.dtype());
     }
   }
-  write_safetensors_file(out, weights, metadata);
+  if (options.format() == ExportFormat::kPt) {
+    write_pt_state_dict(weights, out);
+  } else {
+    write_safetensors_file(out, weights, metadata);
+  }
   return weights.size();
 }
 

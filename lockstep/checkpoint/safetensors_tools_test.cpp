@@ -53,7 +53,7 @@ TEST(ExportSafetensorsTest, ModelWeightsOnlyUnderTheModelsNames) {
   testing::TempDir dir;
   State state = run_checkpoint();
   write_checkpoint_file(dir.file("run.ckpt"), state);
-  EXPECT_EQ(export_safetensors(dir.file("run.ckpt"), dir.file("out.safetensors")), 3u);
+  EXPECT_EQ(export_weights(dir.file("run.ckpt"), dir.file("out.safetensors")), 3u);
   SafetensorsContent exported = read_safetensors_file(dir.file("out.safetensors"));
   ASSERT_EQ(exported.tensors.size(), 3u);
   for (const char* name : {"fc.weight", "fc.bias", "bn.num_batches_tracked"}) {
@@ -72,14 +72,14 @@ TEST(ExportSafetensorsTest, CastsFloatingTensorsOnly) {
   testing::TempDir dir;
   State state = run_checkpoint();
   write_checkpoint_file(dir.file("run.ckpt"), state);
-  export_safetensors(dir.file("run.ckpt"), dir.file("half.safetensors"), ExportOptions().dtype(torch::kFloat16));
+  export_weights(dir.file("run.ckpt"), dir.file("half.safetensors"), ExportOptions().dtype(torch::kFloat16));
   SafetensorsContent exported = read_safetensors_file(dir.file("half.safetensors"));
   EXPECT_EQ(exported.tensors.at("fc.weight").scalar_type(), torch::kFloat16);
   EXPECT_EQ(exported.tensors.at("fc.bias").scalar_type(), torch::kFloat16);
   EXPECT_EQ(exported.tensors.at("bn.num_batches_tracked").scalar_type(), torch::kLong);
   EXPECT_TRUE(torch::equal(exported.tensors.at("fc.weight"), state.tensors.at("model/fc.weight").to(torch::kFloat16)));
   EXPECT_THAT(error_of([&] {
-                export_safetensors(dir.file("run.ckpt"), dir.file("x.safetensors"), ExportOptions().dtype(torch::kInt));
+                export_weights(dir.file("run.ckpt"), dir.file("x.safetensors"), ExportOptions().dtype(torch::kInt));
               }),
               HasSubstr("floating-point"));
 }
@@ -90,7 +90,7 @@ TEST(ExportSafetensorsTest, CorruptCheckpointIsNamedAndNothingIsWritten) {
   std::string bytes = testing::read_file(dir.file("run.ckpt"));
   bytes[bytes.size() - 3] ^= 0x10;  // inside the last tensor's data
   testing::write_file(dir.file("run.ckpt"), bytes);
-  std::string message = error_of([&] { export_safetensors(dir.file("run.ckpt"), dir.file("out.safetensors")); });
+  std::string message = error_of([&] { export_weights(dir.file("run.ckpt"), dir.file("out.safetensors")); });
   EXPECT_THAT(message, HasSubstr(dir.file("run.ckpt")));
   EXPECT_THAT(message, HasSubstr("checksum"));
   EXPECT_FALSE(testing::file_exists(dir.file("out.safetensors")));

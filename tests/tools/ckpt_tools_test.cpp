@@ -302,5 +302,42 @@ TEST(LoadFromTest, ExportedWeightsStartAnotherRunExactly) {
   for (const auto& [name, tensor] : before) EXPECT_TRUE(torch::equal(after.at(name), tensor)) << name;
 }
 
+// PyTorch's own file format on the user's path: torch.save writes a
+// DDP-style checkpoint, `lockstep train` starts from it, `lockstep ckpt
+// export --format pt` writes the result, and torch.load finds the same values.
+TEST(LoadFromTest, TorchSaveFileRoundTripsThroughARun) {
+  if (testing::run_command({"/usr/bin/python3", "-c", "import torch"}, {}, 120).exit_code != 0) {
+    GTEST_SKIP() << "no python3-torch";
+  }
+  testing::TempDir dir;
+  const std::string weights = R"PY(
+import torch
+torch.manual_seed(3)
+shapes = {'layers.1.weight': (8, 16), 'layers.1.bias': (8,), 'layers.3.weight': (4, 8), 'layers.3.bias': (4,)}
+weights = {name: torch.randn(*shape) + 0.5 for name, shape in shapes.items()}
+)PY";
+  testing::write_file(dir.file("write.py"), weights + "torch.save({'state_dict': {'module.' + k: v for k, v in "
+                                                      "weights.items()}, 'epoch': 7}, '" + dir.file("torch.pt") + "')\n");
+  auto written = testing::run_command({"/usr/bin/python3", dir.file("write.py")}, {}, 120);
+  ASSERT_EQ(written.exit_code, 0) << written.output;
+  auto inspected = lockstep_cli({"ckpt", "inspect", dir.file("torch.pt")});
+  EXPECT_THAT(inspected.output, HasSubstr("PyTorch state dict (torch.save)"));
+  EXPECT_THAT(inspected.output, HasSubstr("module.layers.1.weight"));
+
+  auto run = train(dir, "run", run_config("1.0e-30", "load_from: {strip_prefix: module., strict: true}\n"),
+                   {"--load-from", dir.file("torch.pt")});
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  auto exported = lockstep_cli({"ckpt", "export", dir.file("run/model_final.ckpt"), "--format", "pt", "-o",
+                                dir.file("out.pt")});
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  testing::write_file(dir.file("check.py"), weights + "out = torch.load('" + dir.file("out.pt") + "')\n"
+                      "assert sorted(out) == sorted(weights), sorted(out)\n"
+                      "assert all(torch.equal(out[k], weights[k]) for k in weights)\n"
+                      "print('round trip: equal')\n");
+  auto checked = testing::run_command({"/usr/bin/python3", dir.file("check.py")}, {}, 120);
+  EXPECT_EQ(checked.exit_code, 0) << checked.output;
+  EXPECT_THAT(checked.output, HasSubstr("round trip: equal"));
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -1,0 +1,84 @@
+#include "lockstep/checkpoint/pt_file.h"
+
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string_view>
+
+#include "lockstep/checkpoint/torch_pickle.h"
+#include "lockstep/checkpoint/zip_archive.h"
+#include "lockstep/core/atomic_file.h"
+#include "lockstep/core/error.h"
+
+namespace lockstep {
+namespace {
+
+constexpr char kZipMagic[] = "PK\x03\x04";
+
+std::string read_whole_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  LOCKSTEP_CHECK(in.good(), path, ": cannot open (", std::strerror(errno), ")");
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+}  // namespace
+
+bool is_torch_save_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[4] = {0, 0, 0, 0};
+  in.read(head, 4);
+  return in.gcount() == 4 && std::memcmp(head, kZipMagic, 4) == 0;
+}
+
+std::map<std::string, torch::Tensor> read_pt_state_dict(const std::string& path) {
+  return read_pt_state_dict_from_bytes(read_whole_file(path), path);
+}
+
+std::map<std::string, torch::Tensor> read_pt_state_dict_from_bytes(const std::string& bytes,
+                                                                   const std::string& source) {
+  if (bytes.size() < 4 || std::memcmp(bytes.data(), kZipMagic, 4) != 0) {
+    const bool legacy = bytes.size() >= 2 && static_cast<uint8_t>(bytes[0]) == 0x80;
+    LOCKSTEP_FAIL(source, legacy ? ": a torch.save file in the legacy format (PyTorch before 1.6, or "
+                                   "_use_new_zipfile_serialization=False); load it and torch.save it again "
+                                   "with a current PyTorch"
+                                 : ": not a torch.save file (it does not start as a zip archive)");
+  }
+  const ZipArchive archive(bytes, source);
+  LOCKSTEP_CHECK(!archive.has("constants.pkl"), source,
+                 ": a TorchScript archive (torch.jit.save), not a state dict: save the module's state_dict() with "
+                 "torch.save");
+  LOCKSTEP_CHECK(archive.has("data.pkl"), source, ": a zip archive without data.pkl, not a torch.save file");
+  if (archive.has("byteorder")) {
+    const std::string_view order = archive.read("byteorder");
+    LOCKSTEP_CHECK(order == "little", source, ": written on a ", order, "-endian machine; only little-endian files "
+                   "are read");
+  }
+  StorageLoader load_storage = [&](const std::string& key, c10::ScalarType type, int64_t numel) {
+    const std::string name = "data/" + key;
+    LOCKSTEP_CHECK(archive.has(name), source, ": storage ", key, " is missing from the archive");
+    const std::string_view data = archive.read(name);
+    const size_t needed = static_cast<size_t>(numel) * c10::elementSize(type);
+    LOCKSTEP_CHECK(data.size() >= needed, source, ": storage ", key, " holds ", data.size(), " bytes, its ", numel,
+                   " ", c10::toString(type), " elements need ", needed);
+    torch::Tensor storage = torch::empty({numel}, torch::TensorOptions().dtype(type));
+    if (needed > 0) std::memcpy(storage.data_ptr(), data.data(), needed);
+    return storage;
+  };
+  const Unpickled file = unpickle_torch_save(std::string(archive.read("data.pkl")), load_storage, source);
+  return find_state_dict(*file.root, source);
+}
+
+void write_pt_state_dict(const std::map<std::string, torch::Tensor>& weights, const std::string& path) {
+  c10::Dict<std::string, at::Tensor> dict;
+  for (const auto& [name, tensor] : weights) dict.insert(name, tensor.detach().to(torch::kCPU).contiguous());
+  const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
+  AtomicFileWriter out(path);
+  out.write(bytes.data(), bytes.size());
+  out.commit();
+}
+
+}  // namespace lockstep
