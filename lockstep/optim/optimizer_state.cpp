@@ -12,6 +12,7 @@
 #include <torch/optim/sgd.h>
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/shape_text.h"
 
 namespace lockstep {
 namespace {
@@ -110,12 +111,6 @@ void with_codec(const optim::Optimizer& optimizer, F&& f) {
 
 std::string position(size_t group, size_t index) {
   return std::to_string(group) + "." + std::to_string(index);
-}
-
-std::string shape_string(at::IntArrayRef sizes) {
-  std::ostringstream out;
-  out << sizes;
-  return out.str();
 }
 
 // "group 1, parameter 3 (backbone.conv.weight)"
@@ -237,8 +232,8 @@ void load_typed(optim::Optimizer& optimizer, const State& state, const char* typ
       expected_tensors.insert(name);
       LOCKSTEP_CHECK(found->second.defined() && found->second.sizes() == param.sizes(), kWhat,
                      ": ", describe(g, i, names), ": '", key, "' has shape ",
-                     found->second.defined() ? shape_string(found->second.sizes()) : "(undefined)",
-                     " in the checkpoint but the parameter has shape ", shape_string(param.sizes()));
+                     found->second.defined() ? shape_text(found->second.sizes()) : "(undefined)",
+                     " in the checkpoint but the parameter has shape ", shape_text(param.sizes()));
     });
   }
   for (const auto& entry : state.tensors) {

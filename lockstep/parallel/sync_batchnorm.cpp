@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/shape_text.h"
 #include "lockstep/dist/init.h"
 
 namespace lockstep {
@@ -173,12 +174,6 @@ struct FusedSyncBatchNormFunction : torch::autograd::Function<FusedSyncBatchNorm
   }
 };
 
-std::string shape_string(const torch::Tensor& t) {
-  std::ostringstream out;
-  out << t.sizes();
-  return out.str();
-}
-
 }  // namespace
 
 // --- options ----------------------------------------------------------------
@@ -284,9 +279,9 @@ std::shared_ptr<ProcessGroup> SyncBatchNormImpl::process_group() const {
 torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& input) {
   LOCKSTEP_CHECK(input.defined(), "SyncBatchNorm: the input is undefined");
   LOCKSTEP_CHECK(input.dim() >= 2, "SyncBatchNorm: expected an input [N, C, *] with at least 2 dimensions, got ",
-                 shape_string(input));
+                 shape_text(input));
   LOCKSTEP_CHECK(input.size(1) == options.num_features(), "SyncBatchNorm: expected ", options.num_features(),
-                 " channels in dimension 1 of the input, got shape ", shape_string(input));
+                 " channels in dimension 1 of the input, got shape ", shape_text(input));
   LOCKSTEP_CHECK(input.is_floating_point(), "SyncBatchNorm: expected a floating-point input, got ",
                  input.scalar_type());
   const bool batch_stats = is_training() || !options.track_running_stats();
@@ -297,7 +292,7 @@ torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& input) {
   if (batch_stats && alone) {
     const int64_t per_channel_count = input.numel() / options.num_features();
     LOCKSTEP_CHECK(per_channel_count > 1, "SyncBatchNorm: expected more than 1 value per channel when training, ",
-                   "got input of shape ", shape_string(input));
+                   "got input of shape ", shape_text(input));
   }
 
   double average_factor = options.momentum().value_or(0.0);
@@ -359,7 +354,7 @@ torch::Tensor SyncBatchNormImpl::synced_forward(const torch::Tensor& input, Proc
     const double total = counts.sum().item<double>();
     LOCKSTEP_CHECK(total > 1, "SyncBatchNorm: expected more than 1 value per channel when training, got ", total,
                    " over the ", group.size(), " ranks of group ", group.name(), " (rank ", group.rank(),
-                   " input shape ", shape_string(input), ")");
+                   " input shape ", shape_text(input), ")");
     auto means = gathered.slice(1, 0, channels);
     mean = (means * counts).sum(0) / total;
     auto m2 = gathered.slice(1, channels, 2 * channels).sum(0) + ((means - mean).square() * counts).sum(0);
@@ -403,7 +398,7 @@ torch::Tensor SyncBatchNormImpl::fused_synced_forward(const torch::Tensor& input
   const double total = count_all.sum().item<double>();
   LOCKSTEP_CHECK(total > 1, "SyncBatchNorm: expected more than 1 value per channel when training, got ", total,
                  " over the ", group.size(), " ranks of group ", group.name(), " (rank ", group.rank(),
-                 " input shape ", shape_string(input), ")");
+                 " input shape ", shape_text(input), ")");
   const auto present = count_all.squeeze(-1) >= 1;
   mean_all = mean_all.index({present});
   invstd_all = invstd_all.index({present});

@@ -6,21 +6,12 @@
 #include "lockstep/checkpoint/checkpoint_layout.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
+#include "lockstep/core/shape_text.h"
 #include "lockstep/model/model.h"
 #include "lockstep/optim/optim_wrapper_builder.h"
 #include "lockstep/strategy/device_choice.h"
 
 namespace lockstep {
-namespace {
-
-std::string shape_text(const torch::Tensor& tensor) {
-  std::ostringstream text;
-  text << tensor.sizes();
-  return text.str();
-}
-
-}  // namespace
-
 Strategy::~Strategy() = default;
 
 void Strategy::prepare(std::shared_ptr<Model> model, const Config& optim_wrapper_config, const Config& scheduler_config,

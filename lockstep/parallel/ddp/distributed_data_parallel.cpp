@@ -11,21 +11,12 @@
 #include "lockstep/compat/autograd.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
+#include "lockstep/core/shape_text.h"
 #include "lockstep/dist/comm.h"
 #include "lockstep/dist/init.h"
 #include "lockstep/dist/process_group.h"
 
 namespace lockstep {
-namespace {
-
-std::string shape_text(c10::IntArrayRef sizes) {
-  std::ostringstream text;
-  text << sizes;
-  return text.str();
-}
-
-}  // namespace
-
 std::vector<std::pair<std::string, torch::Tensor>> unique_trainable_parameters(const torch::nn::Module& module) {
   std::vector<std::pair<std::string, torch::Tensor>> unique;
   std::unordered_set<const void*> seen;

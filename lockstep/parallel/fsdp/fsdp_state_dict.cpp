@@ -6,6 +6,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/core/load_report.h"
+#include "lockstep/core/shape_text.h"
 #include "lockstep/dist/process_group.h"
 #include "lockstep/parallel/fsdp/fully_sharded_data_parallel.h"
 
@@ -16,12 +17,6 @@ using nlohmann::json;
 
 std::string unit_key(const fsdp::FlatParamUnit& unit) {
   return unit.path().empty() ? "flat_param" : unit.path() + ".flat_param";
-}
-
-std::string shape_text(c10::IntArrayRef sizes) {
-  std::ostringstream text;
-  text << sizes;
-  return text.str();
 }
 
 // The unit's whole flat parameter in its shards' dtype, on every rank of the shard group.
