@@ -5,6 +5,7 @@
 #include "lockstep/core/logging.h"
 #include "lockstep/dist/process_group.h"
 #include "lockstep/model/model.h"
+#include "lockstep/models/torchscript_model.h"
 #include "lockstep/optim/optim_wrapper_builder.h"
 #include "lockstep/optim/optimizer_builder.h"
 
@@ -40,6 +41,14 @@ FSDPStrategy::FSDPStrategy(FSDPStrategyOptions options)
     : DistributedStrategy(options.distributed), options_(std::move(options)) {}
 
 void FSDPStrategy::place_model(Model& model) {
+  // FSDP sees a submodule's forward through torch::nn::Sequential or a unit
+  // scope in C++ code; a scripted module's forward runs inside TorchScript,
+  // where neither reaches. So it is one unit, the root (every sharding
+  // strategy works; parameters are gathered for the whole forward).
+  LOCKSTEP_CHECK(dynamic_cast<TorchScriptModel*>(&model) == nullptr || !options_.fsdp.auto_wrap_policy(),
+                 "FSDPStrategy: a TorchScriptModel is sharded as one FSDP unit: its submodules run inside "
+                 "TorchScript, where FSDP cannot gather their parameters one by one; drop "
+                 "model_wrapper.auto_wrap_policy");
   model.move_to(device_);
   fsdp_ = std::make_shared<FullyShardedDataParallel>(model.shared_from_this(), world_, options_.fsdp);
   const auto& precision = options_.fsdp.mixed_precision();

@@ -1,0 +1,133 @@
+#include "lockstep/models/torchscript_model.h"
+
+#include <filesystem>
+#include <sstream>
+
+#include "lockstep/core/atomic_file.h"
+#include "lockstep/core/error.h"
+
+namespace lockstep {
+namespace {
+
+// A node of the scripted module's tree on the C++ side: it holds the same
+// parameter and buffer tensors, under the same names, and nothing else.
+class ScriptedPart : public torch::nn::Module {
+ public:
+  explicit ScriptedPart(const std::string& type) : torch::nn::Module(type) {}
+};
+
+// "__torch__.torch.nn.modules.conv.Conv2d" -> "Conv2d".
+std::string short_type_name(const torch::jit::Module& module) {
+  const std::string full = module.type()->name() ? module.type()->name()->qualifiedName() : "ScriptedModule";
+  const size_t dot = full.rfind('.');
+  return dot == std::string::npos ? full : full.substr(dot + 1);
+}
+
+void mirror(const torch::jit::Module& scripted, torch::nn::Module& into) {
+  for (const auto& item : scripted.named_parameters(/*recurse=*/false)) {
+    into.register_parameter(item.name, item.value, item.value.requires_grad());
+  }
+  for (const auto& item : scripted.named_buffers(/*recurse=*/false)) into.register_buffer(item.name, item.value);
+  for (const auto& child : scripted.named_children()) {
+    auto part = std::make_shared<ScriptedPart>(short_type_name(child.value));
+    mirror(child.value, *part);
+    into.register_module(child.name, part);
+  }
+}
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+}  // namespace
+
+TorchScriptModel::TorchScriptModel(const TorchScriptModelOptions& options) : options_(options) {
+  LOCKSTEP_CHECK(!options_.path().empty(), "TorchScriptModel: path is required (a torch.jit.save file)");
+  LOCKSTEP_CHECK(std::filesystem::is_regular_file(options_.path()), options_.path(),
+                 ": no such file (TorchScriptModel's path: a torch.jit.save file)");
+  try {
+    module_ = torch::jit::load(options_.path(), torch::kCPU);
+  } catch (const std::exception& error) {
+    LOCKSTEP_FAIL(options_.path(), ": not a TorchScript module (torch.jit.script(model) then torch.jit.save): ",
+                  first_line(error.what()),
+                  "; a torch.save state dict is a load_from file, for a model defined in C++ or scripted");
+  }
+  LOCKSTEP_CHECK(module_.find_method("forward").has_value(), options_.path(), ": the scripted module has no forward");
+  if (!options_.loss_method().empty()) {
+    if (!module_.find_method(options_.loss_method())) {
+      std::string methods;
+      for (const auto& method : module_.get_methods()) methods += (methods.empty() ? "" : ", ") + method.name();
+      LOCKSTEP_FAIL(options_.path(), ": loss_method '", options_.loss_method(), "' is not a method of the scripted "
+                    "module (it has: ", methods, "); mark it @torch.jit.export in Python");
+    }
+  } else {
+    const std::string& loss = options_.loss();
+    LOCKSTEP_CHECK(loss == "cross_entropy" || loss == "mse" || loss == "l1" || loss == "bce_with_logits",
+                   "TorchScriptModel: loss must be cross_entropy, mse, l1 or bce_with_logits, got '", loss, "'");
+  }
+  mirror(module_, *this);
+  train(true);
+}
+
+torch::Tensor TorchScriptModel::forward(const torch::Tensor& input) {
+  c10::IValue output = module_.forward({input});
+  LOCKSTEP_CHECK(output.isTensor(), options_.path(), ": forward returned ", output.tagKind(),
+                 "; TorchScriptModel needs forward(input) -> Tensor (the logits)");
+  return output.toTensor();
+}
+
+LossDict TorchScriptModel::loss(const Batch& data) {
+  const torch::Tensor& input = data.at(options_.input_key());
+  const torch::Tensor& target = data.at(options_.target_key());
+  LossDict losses;
+  if (!options_.loss_method().empty()) {
+    c10::IValue result = module_.get_method(options_.loss_method())({input, target});
+    LOCKSTEP_CHECK(result.isGenericDict(), options_.path(), ": ", options_.loss_method(), " returned ",
+                   result.tagKind(), "; it must return Dict[str, Tensor]");
+    for (const auto& entry : result.toGenericDict()) {
+      LOCKSTEP_CHECK(entry.key().isString() && entry.value().isTensor(), options_.path(), ": ",
+                     options_.loss_method(), " must return Dict[str, Tensor]");
+      losses.insert(entry.key().toStringRef(), entry.value().toTensor());
+    }
+    return losses;
+  }
+  namespace F = torch::nn::functional;
+  const torch::Tensor logits = forward(input);
+  const std::string& loss = options_.loss();
+  if (loss == "cross_entropy") {
+    losses.insert("loss_cls", F::cross_entropy(logits, target));
+  } else if (loss == "bce_with_logits") {
+    losses.insert("loss_cls", F::binary_cross_entropy_with_logits(logits, target.to(logits.scalar_type())));
+  } else if (loss == "mse") {
+    losses.insert("loss_mse", F::mse_loss(logits, target.to(logits.scalar_type())));
+  } else {
+    losses.insert("loss_l1", F::l1_loss(logits, target.to(logits.scalar_type())));
+  }
+  return losses;
+}
+
+Batch TorchScriptModel::predict(const Batch& data) { return Batch{{"logits", forward(data.at(options_.input_key()))}}; }
+
+void TorchScriptModel::train(bool on) {
+  Model::train(on);
+  module_.train(on);
+}
+
+void TorchScriptModel::save_torchscript(const std::string& path) {
+  std::ostringstream bytes;
+  module_.save(bytes);
+  AtomicFileWriter out(path);
+  out.write(bytes.str());
+  out.commit();
+}
+
+LOCKSTEP_REGISTER(model_registry(), "TorchScriptModel", [](const Config& config) {
+  TorchScriptModelOptions options;
+  options.path(config.get<std::string>("path", ""))
+      .input_key(config.get<std::string>("input_key", "image"))
+      .target_key(config.get<std::string>("target_key", "label"))
+      .loss(config.get<std::string>("loss", "cross_entropy"))
+      .loss_method(config.get<std::string>("loss_method", ""));
+  LOCKSTEP_CHECK(!options.path().empty(), config.where(), ": TorchScriptModel needs path (a torch.jit.save file)");
+  return std::make_shared<TorchScriptModel>(options);
+});
+
+}  // namespace lockstep

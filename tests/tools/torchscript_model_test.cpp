@@ -1,0 +1,235 @@
+// TorchScriptModel against Debian's python3-torch: a CNN scripted in Python
+// gives the same logits, the same state-dict names and the same SGD step in
+// lockstep; it trains through `lockstep train` on 2 ranks with DDP (and
+// resumes bitwise) and with FSDP as one unit (the weights DDP trains); what
+// lockstep saves torch.jit.load reads.
+#include "lockstep/models/torchscript_model.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+
+#include "lockstep/checkpoint/checkpoint_file.h"
+#include "lockstep/checkpoint/pt_file.h"
+#include "lockstep/optim/optim_wrapper.h"
+#include "tests/support/test_support.h"
+
+namespace lockstep {
+namespace {
+
+using ::lockstep::testing::error_of;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+bool have_python_torch() {
+  static const bool has = testing::run_command({"/usr/bin/python3", "-c", "import torch"}, {}, 120).exit_code == 0;
+  return has;
+}
+
+// cnn.pt: Conv(1->4) + BatchNorm + ReLU + Linear(4*6*6 -> 5), scripted.
+// io.pt: an input batch, its labels, the eval-mode logits, and the weights
+// and BatchNorm statistics after one SGD step (lr 0.1) in train mode.
+const char* kExport = R"PY(
+import sys, torch
+torch.manual_seed(0)
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
+        self.head = torch.nn.Linear(4 * 6 * 6, 5)
+    def forward(self, x):
+        return self.head(torch.flatten(self.features(x), 1))
+    @torch.jit.export
+    def compute_loss(self, x, y):
+        return {'loss_ce': torch.nn.functional.cross_entropy(self.forward(x), y)}
+net = torch.jit.script(Net())
+net.save(sys.argv[1] + '/cnn.pt')
+x = torch.randn(6, 1, 8, 8)
+y = torch.tensor([0, 1, 2, 3, 4, 0])
+io = {'x': x, 'y': y}
+net.eval()
+io['eval_logits'] = net(x).detach()
+net.train()
+sgd = torch.optim.SGD(net.parameters(), lr=0.1)
+torch.nn.functional.cross_entropy(net(x), y).backward()
+sgd.step()
+for name, value in net.state_dict().items():
+    io['after.' + name] = value.detach().clone()
+torch.save(io, sys.argv[1] + '/io.pt')
+print(' '.join(net.state_dict().keys()))
+)PY";
+
+class TorchScriptModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!have_python_torch()) GTEST_SKIP() << "no python3-torch";
+    testing::write_file(dir_.file("export.py"), kExport);
+    auto result = testing::run_command({"/usr/bin/python3", dir_.file("export.py"), dir_.path()}, {}, 120);
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    python_keys_ = result.output.substr(0, result.output.find('\n'));
+    io_ = read_pt_state_dict(dir_.file("io.pt"));
+  }
+  testing::TempDir dir_;
+  std::string python_keys_;
+  std::map<std::string, torch::Tensor> io_;
+};
+
+TEST_F(TorchScriptModelTest, SameNamesAndLogitsAsPython) {
+  TorchScriptModel model(TorchScriptModelOptions().path(dir_.file("cnn.pt")));
+  std::string keys;
+  for (const auto& item : model.named_parameters()) keys += (keys.empty() ? "" : " ") + item.key();
+  std::string all;
+  // Python's state_dict() order: each module's parameters, then its buffers, depth first.
+  for (const auto& name : {"features.0.weight", "features.0.bias", "features.1.weight", "features.1.bias",
+                           "features.1.running_mean", "features.1.running_var", "features.1.num_batches_tracked",
+                           "head.weight", "head.bias"}) {
+    all += (all.empty() ? "" : " ") + std::string(name);
+  }
+  EXPECT_EQ(python_keys_, all);
+  EXPECT_EQ(keys, "features.0.weight features.0.bias features.1.weight features.1.bias head.weight head.bias");
+  EXPECT_EQ(model.named_buffers().size(), 3u);
+  model.eval();
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(torch::equal(model.predict(Batch{{"image", io_.at("x")}}).at("logits"), io_.at("eval_logits")));
+}
+
+TEST_F(TorchScriptModelTest, OneSgdStepMatchesPythonsIncludingBatchNormStatistics) {
+  auto model = std::make_shared<TorchScriptModel>(TorchScriptModelOptions().path(dir_.file("cnn.pt")));
+  OptimWrapper optim(std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1)));
+  optim.initialize_count_status(0, 1);
+  model->train_step(Batch{{"image", io_.at("x")}, {"label", io_.at("y")}}, optim);
+  for (const auto& item : model->named_parameters()) {
+    EXPECT_TRUE(torch::allclose(item.value(), io_.at("after." + item.key()), 0, 1e-6)) << item.key();
+  }
+  for (const auto& item : model->named_buffers()) {
+    EXPECT_TRUE(torch::allclose(item.value().to(torch::kDouble), io_.at("after." + item.key()).to(torch::kDouble), 0,
+                                1e-6))
+        << item.key();
+  }
+}
+
+TEST_F(TorchScriptModelTest, ALossMethodOfTheModuleGivesTheLosses) {
+  TorchScriptModel model(TorchScriptModelOptions().path(dir_.file("cnn.pt")).loss_method("compute_loss"));
+  LossDict losses = model.loss(Batch{{"image", io_.at("x")}, {"label", io_.at("y")}});
+  ASSERT_TRUE(losses.contains("loss_ce"));
+  EXPECT_GT(losses["loss_ce"].item<double>(), 0);
+  EXPECT_THAT(error_of([&] { TorchScriptModel(TorchScriptModelOptions().path(dir_.file("cnn.pt")).loss_method("nope")); }),
+              AllOf(HasSubstr("'nope' is not a method"), HasSubstr("compute_loss")));
+}
+
+TEST_F(TorchScriptModelTest, WhatItSavesTorchJitLoadReadsWithTheTrainedWeights) {
+  TorchScriptModel model(TorchScriptModelOptions().path(dir_.file("cnn.pt")));
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& parameter : model.parameters()) parameter.mul_(0.5);
+  }
+  model.eval();
+  torch::Tensor ours = model.forward(io_.at("x")).detach();
+  model.save_torchscript(dir_.file("trained.pt"));
+  write_pt_state_dict({{"x", io_.at("x")}, {"logits", ours}}, dir_.file("ours.pt"));
+  testing::write_file(dir_.file("check.py"), "import sys, torch\nm = torch.jit.load(sys.argv[1] + '/trained.pt')\n"
+                      "m.eval()\nd = torch.load(sys.argv[1] + '/ours.pt')\n"
+                      "print('equal' if torch.equal(m(d['x']), d['logits']) else 'different')\n");
+  auto result = testing::run_command({"/usr/bin/python3", dir_.file("check.py"), dir_.path()}, {}, 120);
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_THAT(result.output, HasSubstr("equal"));
+  EXPECT_THAT(result.output, ::testing::Not(HasSubstr("different")));
+}
+
+TEST_F(TorchScriptModelTest, ATorchSaveFileIsNotAModule) {
+  EXPECT_THAT(error_of([&] { TorchScriptModel(TorchScriptModelOptions().path(dir_.file("io.pt"))); }),
+              AllOf(HasSubstr("io.pt: not a TorchScript module"), HasSubstr("load_from")));
+  EXPECT_THAT(error_of([&] { TorchScriptModel(TorchScriptModelOptions().path(dir_.file("missing.pt"))); }),
+              HasSubstr("missing.pt"));
+}
+
+TEST_F(TorchScriptModelTest, TrainsWithDdpOnTwoRanksThroughLockstepTrain) {
+  const std::string config = R"(randomness: {seed: 0}
+model:
+  type: TorchScriptModel
+  path: )" + dir_.file("cnn.pt") + R"(
+  data_preprocessor: {type: ImgDataPreprocessor, mean: [127.5], std: [127.5]}
+strategy: {type: DDPStrategy}
+train_dataloader:
+  batch_size: 6
+  sampler: {type: DefaultSampler, shuffle: true}
+  dataset: {type: SyntheticImages, size: 48, channels: 1, height: 8, width: 8, num_classes: 5, seed: 1}
+train_cfg: {max_iters: 6}
+optim_wrapper: {optimizer: {type: SGD, lr: 0.05}}
+default_hooks:
+  checkpoint: {interval: 3, by_epoch: false}
+)";
+  testing::write_file(dir_.file("ddp.yaml"), config);
+  auto run = testing::run_command({testing::lockstep_binary(), "train", dir_.file("ddp.yaml"), "--nproc", "2",
+                                   "--work-dir", dir_.file("ddp")},
+                                  {}, 300);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  State final_state = read_checkpoint_file(dir_.file("ddp/model_final.ckpt"));
+  EXPECT_EQ(final_state.tensors.count("model/features.1.running_mean"), 1u);
+  EXPECT_FALSE(torch::equal(final_state.tensors.at("model/head.weight"),
+                            TorchScriptModel(TorchScriptModelOptions().path(dir_.file("cnn.pt")))
+                                .named_parameters()["head.weight"]));
+  // Resuming after iteration 3 ends bitwise where the uninterrupted run ended.
+  // A work dir whose last checkpoint is the one after 3 iterations, as after a crash.
+  std::filesystem::create_directories(dir_.file("ddp_resumed"));
+  std::filesystem::copy_file(dir_.file("ddp/model_0000002.ckpt"), dir_.file("ddp_resumed/model_0000002.ckpt"));
+  testing::write_file(dir_.file("ddp_resumed/last_checkpoint"), "model_0000002.ckpt\n");
+  auto resumed = testing::run_command({testing::lockstep_binary(), "train", dir_.file("ddp.yaml"), "--nproc", "2",
+                                       "--work-dir", dir_.file("ddp_resumed"), "--resume"},
+                                      {}, 300);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  State resumed_state = read_checkpoint_file(dir_.file("ddp_resumed/model_final.ckpt"));
+  for (const auto& [name, tensor] : final_state.tensors) {
+    if (name.rfind("model/", 0) == 0) EXPECT_TRUE(torch::equal(resumed_state.tensors.at(name), tensor)) << name;
+  }
+}
+
+// FSDP shards a scripted module as one unit: every sharding strategy trains
+// the weights DDP trains (the bound the differential suite uses for C++
+// models), and a wrap policy is refused with the reason.
+TEST_F(TorchScriptModelTest, FsdpTrainsItAsOneUnitLikeDdp) {
+  const std::string config = R"(randomness: {seed: 0}
+model:
+  type: TorchScriptModel
+  path: )" + dir_.file("cnn.pt") + R"(
+  data_preprocessor: {type: ImgDataPreprocessor, mean: [127.5], std: [127.5]}
+strategy: {type: DDPStrategy}
+train_dataloader:
+  batch_size: 6
+  sampler: {type: DefaultSampler, shuffle: true}
+  dataset: {type: SyntheticImages, size: 48, channels: 1, height: 8, width: 8, num_classes: 5, seed: 1}
+train_cfg: {max_iters: 6}
+optim_wrapper: {optimizer: {type: SGD, lr: 0.05, momentum: 0.9}}
+)";
+  testing::write_file(dir_.file("run.yaml"), config);
+  auto train = [&](const std::string& name, std::vector<std::string> sets) {
+    std::vector<std::string> argv{testing::lockstep_binary(), "train", dir_.file("run.yaml"), "--nproc", "2",
+                                  "--work-dir", dir_.file(name)};
+    for (const auto& set : sets) argv.insert(argv.end(), {"--set", set});
+    return testing::run_command(argv, {}, 300);
+  };
+  auto ddp = train("ddp", {});
+  ASSERT_EQ(ddp.exit_code, 0) << ddp.output;
+  const auto reference = read_checkpoint_file(dir_.file("ddp/model_final.ckpt")).tensors;
+  for (const std::string sharding : {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"}) {
+    auto fsdp = train("fsdp_" + sharding, {"strategy.type=FSDPStrategy",
+                                           "strategy.model_wrapper={sharding_strategy: " + sharding + "}"});
+    ASSERT_EQ(fsdp.exit_code, 0) << fsdp.output;
+    const auto trained = read_checkpoint_file(dir_.file("fsdp_" + sharding + "/model_final.ckpt")).tensors;
+    for (const auto& [name, tensor] : reference) {
+      if (name.rfind("model/", 0) != 0) continue;
+      ASSERT_TRUE(trained.count(name)) << sharding << " " << name;
+      EXPECT_TRUE(torch::allclose(trained.at(name).to(torch::kDouble), tensor.to(torch::kDouble), 0, 1e-5))
+          << sharding << " " << name;
+    }
+  }
+  auto wrapped = train("wrapped", {"strategy.type=FSDPStrategy",
+                                   "strategy.model_wrapper={auto_wrap_policy: {type: size_based, min_num_params: 10}}"});
+  EXPECT_NE(wrapped.exit_code, 0);
+  EXPECT_THAT(wrapped.output, HasSubstr("a TorchScriptModel is sharded as one FSDP unit"));
+}
+
+}  // namespace
+}  // namespace lockstep
