@@ -16,6 +16,8 @@
 #include "lockstep/checkpoint/safetensors_tools.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/state.h"
+#include "lockstep/models/torchscript_model.h"
+#include "lockstep/strategy/strategy.h"
 
 namespace lockstep::cli {
 namespace {
@@ -47,6 +49,29 @@ std::string human_bytes(uint64_t bytes) {
 }
 
 // Everything inspect shows, as JSON (the --json output; the text form is rendered from it).
+// The trained TorchScriptModel of a checkpoint, as torch.jit.save writes it:
+// the run's config (kept in the checkpoint) names the scripted module, whose
+// weights are replaced by the checkpoint's (strictly) before saving.
+size_t export_torchscript(const std::string& checkpoint, const std::string& out) {
+  CheckpointContents contents = read_checkpoint(checkpoint);
+  LOCKSTEP_CHECK(contents.meta && !contents.meta->config.empty(), checkpoint,
+                 ": --format torchscript needs the run's config, and this checkpoint has none");
+  Config config = Config::parse(contents.meta->config, checkpoint + " (the run's config)");
+  const Config model_config = config.at("model");
+  LOCKSTEP_CHECK(model_config.get<std::string>("type", "") == "TorchScriptModel", checkpoint,
+                 ": --format torchscript exports a TorchScriptModel; this run trained a ",
+                 model_config.get<std::string>("type", "?"), " (export its weights as safetensors or pt)");
+  auto model = std::dynamic_pointer_cast<TorchScriptModel>(build_model(model_config));
+  LOCKSTEP_CHECK(model != nullptr, checkpoint, ": the run's model did not build as a TorchScriptModel");
+  SingleDeviceStrategy strategy(torch::kCPU);
+  strategy.prepare(model, Config(), Config(), SchedulerContext{});
+  const auto weights = model_weights(contents, checkpoint);
+  strategy.load_model_state_dict(weights, /*strict=*/true, checkpoint);
+  model->eval();
+  model->save_torchscript(out);
+  return weights.size();
+}
+
 // A PyTorch .pt file: the state dict lockstep would load from it.
 nlohmann::json describe_pt_file(const std::string& path) {
   nlohmann::json tensors = nlohmann::json::array();
@@ -235,13 +260,19 @@ CLI::App* add_ckpt_command(CLI::App& app) {
   exporter->add_option("file", export_args->file, "A lockstep checkpoint (.ckpt), or any weights file load_from reads")
       ->required();
   exporter->add_option("--format", export_args->format, "Output format")
-      ->check(CLI::IsMember({"safetensors", "pt"}))
+      ->check(CLI::IsMember({"safetensors", "pt", "torchscript"}))
       ->capture_default_str();
   exporter->add_option("-o,--output", export_args->out, "The file to write")->required();
   exporter->add_option("--dtype", export_args->dtype, "Cast floating-point weights (integer buffers keep theirs)")
       ->check(CLI::IsMember({"keep", "float32", "float16", "bfloat16"}))
       ->capture_default_str();
   exporter->callback([export_args]() {
+    if (export_args->format == "torchscript") {
+      const size_t count = export_torchscript(export_args->file, export_args->out);
+      std::cout << "Wrote the TorchScript module of " << export_args->file << " (" << count << " tensors) to "
+                << export_args->out << std::endl;
+      return;
+    }
     size_t count = export_weights(export_args->file, export_args->out,
                                   ExportOptions()
                                       .dtype(parse_export_dtype(export_args->dtype))

@@ -172,6 +172,22 @@ default_hooks:
                             TorchScriptModel(TorchScriptModelOptions().path(dir_.file("cnn.pt")))
                                 .named_parameters()["head.weight"]));
   // Resuming after iteration 3 ends bitwise where the uninterrupted run ended.
+  // TorchScript -> lockstep -> TorchScript -> Python: the exported module holds the trained weights.
+  for (const auto& [format, out] : {std::pair<std::string, std::string>{"torchscript", "trained.pt"}, {"pt", "state.pt"}}) {
+    auto exported = testing::run_command({testing::lockstep_binary(), "ckpt", "export", dir_.file("ddp/model_final.ckpt"),
+                                          "--format", format, "-o", dir_.file(out)},
+                                         {}, 120);
+    ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  }
+  testing::write_file(dir_.file("compare.py"),
+                      "import sys, torch\nm = torch.jit.load(sys.argv[1] + '/trained.pt')\n"
+                      "sd = torch.load(sys.argv[1] + '/state.pt')\n"
+                      "assert sorted(m.state_dict()) == sorted(sd), (sorted(m.state_dict()), sorted(sd))\n"
+                      "assert all(torch.equal(v, sd[k]) for k, v in m.state_dict().items())\n"
+                      "print('exported module: trained weights')\n");
+  auto compared = testing::run_command({"/usr/bin/python3", dir_.file("compare.py"), dir_.path()}, {}, 120);
+  EXPECT_THAT(compared.output, HasSubstr("exported module: trained weights"));
+
   // A work dir whose last checkpoint is the one after 3 iterations, as after a crash.
   std::filesystem::create_directories(dir_.file("ddp_resumed"));
   std::filesystem::copy_file(dir_.file("ddp/model_0000002.ckpt"), dir_.file("ddp_resumed/model_0000002.ckpt"));
