@@ -5,6 +5,7 @@
 
 #include "lockstep/core/atomic_file.h"
 #include "lockstep/core/error.h"
+#include "lockstep/optim/optimizer_builder.h"
 
 namespace lockstep {
 namespace {
@@ -36,6 +37,21 @@ void mirror(const torch::jit::Module& scripted, torch::nn::Module& into) {
 }
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+// paramwise_cfg's norm_decay_mult reaches the scripted module's norm layers too.
+const bool kScriptedNormsRegistered = [] {
+  add_norm_module_predicate([](const torch::nn::Module& module) {
+    const auto* part = dynamic_cast<const ScriptedPart*>(&module);
+    if (part == nullptr) return false;
+    const std::string& type = part->name();
+    for (const char* norm : {"BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "InstanceNorm1d",
+                             "InstanceNorm2d", "InstanceNorm3d", "GroupNorm", "LayerNorm"}) {
+      if (type == norm) return true;
+    }
+    return false;
+  });
+  return true;
+}();
 
 }  // namespace
 

@@ -247,5 +247,32 @@ optim_wrapper: {optimizer: {type: SGD, lr: 0.05, momentum: 0.9}}
   EXPECT_THAT(wrapped.output, HasSubstr("a TorchScriptModel is sharded as one FSDP unit"));
 }
 
+// examples/torchscript end to end, one epoch instead of three: export.py,
+// lockstep train on 2 ranks, ckpt export --format torchscript, check.py.
+// (Three epochs reach 0.92; see README.)
+TEST(TorchScriptExample, ExportTrainExportCheck) {
+  if (!have_python_torch()) GTEST_SKIP() << "no python3-torch";
+  testing::TempDir dir;
+  const std::string example = testing::source_dir() + "/examples/torchscript/";
+  const std::string scripted = dir.file("cnn_scripted.pt");
+  auto exported = testing::run_command({"/usr/bin/python3", example + "export.py", scripted}, {}, 120);
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  auto trained = testing::run_command({testing::lockstep_binary(), "train", example + "cnn_ddp.yaml", "--nproc", "2",
+                                       "--work-dir", dir.file("run"), "--set", "model.path=" + scripted, "--set",
+                                       "train_cfg.max_epochs=1", "--set", "param_scheduler.1.end=1", "--set",
+                                       "param_scheduler.1.T_max=1"},
+                                      {}, 600);
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  auto module = testing::run_command({testing::lockstep_binary(), "ckpt", "export", dir.file("run/model_final.ckpt"),
+                                      "--format", "torchscript", "-o", dir.file("trained.pt")},
+                                     {}, 120);
+  ASSERT_EQ(module.exit_code, 0) << module.output;
+  auto checked = testing::run_command({"/usr/bin/python3", example + "check.py", dir.file("trained.pt")}, {}, 300);
+  ASSERT_EQ(checked.exit_code, 0) << checked.output;
+  const auto at = checked.output.find("torch.jit.load): ");
+  ASSERT_NE(at, std::string::npos) << checked.output;
+  EXPECT_GT(std::stod(checked.output.substr(at + 17)), 0.85) << checked.output;
+}
+
 }  // namespace
 }  // namespace lockstep
