@@ -12,13 +12,14 @@
 // floating-point operations in the same order as PyTorch the result is
 // bitwise equal, and the suite demands exactly that (tolerance 0): every DDP
 // case, separate DDP, clipping, accumulation, AdamW, the schedulers,
-// BatchNorm and bf16 autocast. FSDP cases compare against PyTorch's DDP
+// BatchNorm, bf16 autocast, and a module scripted in Python (TorchScriptModel,
+// where both sides run the same .pt file). FSDP cases compare against PyTorch's DDP
 // (PyTorch 1.13's FSDP does not run on this Python) within 1e-5 relative after
 // 20 SGD-momentum steps with weight decay: a sharded reduction may add in
 // another order (see kFsdpTolerance). The relative difference of a tensor is
 // max|lockstep - pytorch| / max|pytorch|; each case states its reason.
 //
-// Cost: 19 runs of `lockstep train` (about 4 s each on 2 cores) plus one
+// Cost: 21 runs of `lockstep train` (about 4 s each on 2 cores) plus one
 // Python process for the references when the cache in the build tree is cold.
 #include <gtest/gtest.h>
 
@@ -103,10 +104,16 @@ std::string lockstep_config(const json& c, const std::string& strategy, const st
   std::ostringstream yaml;
   const json& model = c["model"];
   yaml << "randomness: {seed: " << c["seed"] << "}\n"
-       << "env: {num_threads: 1}\n"
-       << "model:\n  type: ConvNet\n  channels: " << yaml_list(model["channels"]) << "\n  hidden: " << model["hidden"]
-       << "\n  batch_norm: " << model["batch_norm"]
-       << "\n  data_preprocessor: {type: ImgDataPreprocessor, mean: [72.94], std: [90.02]}\n"
+       << "env: {num_threads: 1}\n";
+  if (model["type"] == "ScriptedConvNet") {
+    // The module pytorch_reference.py scripted, beside the initial weights.
+    yaml << "model:\n  type: TorchScriptModel\n  path: " << init.substr(0, init.rfind(".safetensors"))
+         << ".scripted.pt\n";
+  } else {
+    yaml << "model:\n  type: ConvNet\n  channels: " << yaml_list(model["channels"]) << "\n  hidden: " << model["hidden"]
+         << "\n  batch_norm: " << model["batch_norm"] << "\n";
+  }
+  yaml << "  data_preprocessor: {type: ImgDataPreprocessor, mean: [72.94], std: [90.02]}\n"
        << "train_dataloader:\n  batch_size: " << c["batch"]
        << "\n  num_workers: 0\n  sampler: {type: DefaultSampler, shuffle: false}\n"
        << "  dataset: {type: FashionMNIST, root: /usr/share/datasets/fashion-mnist, split: train}\n"
@@ -190,6 +197,9 @@ const std::vector<DiffCase>& all_cases() {
                                  {{"type", "CosineAnnealingLR"}, {"T_max", 20}, {"eta_min", 0.001}}});
     json batch_norm = base_case(2);
     batch_norm["model"]["batch_norm"] = true;
+    // A model scripted in Python (torch.jit.script), BatchNorm included.
+    json scripted = batch_norm;
+    scripted["model"]["type"] = "ScriptedConvNet";
     const json bf16 = with(base_case(2), "amp", "bf16");
     json gan = with(with(base_case(2), "iters", 10), "seed", 5);
     gan["model"] = {{"type", "DCGAN"}, {"latent_dim", 16}, {"generator_channels", 8}, {"discriminator_channels", 8}};
@@ -226,6 +236,12 @@ const std::vector<DiffCase>& all_cases() {
         {"DDP_LinearLR_CosineAnnealingLR", schedules, kDDP, 0,
          "mmengine's chained schedules compute torch's recursive forms in double"},
         {"DDP_BatchNorm", batch_norm, kDDP, 0, same_ops + " (rank 0's buffers broadcast before each forward)"},
+        {"TorchScript_DDP", scripted, kDDP, 0,
+         "both sides run the same scripted module in libtorch's interpreter, under DDP"},
+        {"TorchScript_FSDP", scripted,
+         "strategy:\n  type: FSDPStrategy\n  launcher: pytorch\n  backend: gloo\n"
+         "  model_wrapper: {sharding_strategy: FULL_SHARD, auto_wrap_policy: null}\n",
+         kFsdpTolerance, "a scripted module is one FSDP unit: sharded reduction"},
         {"DDP_Bf16Autocast", bf16, kDDP, 0, "the same autocast policy picks the same bf16 kernels"},
         // optim_wrapper.amp under FSDPStrategy: one optim-wrapper builder for every strategy.
         {"FSDP_Bf16Autocast", bf16, kFullShard, kFsdpTolerance, "sharded reduction"},

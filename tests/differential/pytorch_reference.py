@@ -106,8 +106,28 @@ def read_idx(path):
 
 # --- models -----------------------------------------------------------------
 
+def scripted_path(init):
+    """Where the ScriptedConvNet of a case lives: beside its initial weights."""
+    return init.replace(".safetensors", ".scripted.pt")
+
+
 def build_model(spec):
     import torch.nn as nn
+    if spec["type"] == "ScriptedConvNet":
+        # The same layers as a Python class that torch.jit.script accepts;
+        # both sides train the file init_weights writes (TorchScriptModel in lockstep).
+        import torch
+
+        class ConvNetModule(nn.Module):
+            def __init__(self):
+                super().__init__()
+                convnet = build_model(dict(spec, type="ConvNet"))
+                self.features, self.head = convnet.features, convnet.head
+
+            def forward(self, x):
+                return self.head(self.features(x))
+
+        return torch.jit.script(ConvNetModule())
     if spec["type"] == "ConvNet":
         # lockstep's ConvNet (lockstep/models/classifiers.cpp), pooling after each conv.
         layers, channels, size = [], 1, 28
@@ -144,6 +164,8 @@ def init_weights(case, out):
     torch.manual_seed(case.get("seed", 0))
     model = build_model(case["model"])
     write_safetensors(out, model.state_dict())
+    if case["model"]["type"] == "ScriptedConvNet":
+        model.save(scripted_path(out))
 
 
 # --- training ---------------------------------------------------------------
@@ -228,7 +250,10 @@ def train_rank(rank, case, init, out, init_method):
     from torch.nn.parallel import DistributedDataParallel as DDP
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=case["world"])
-    model = build_model(case["model"])
+    if case["model"]["type"] == "ScriptedConvNet":
+        model = torch.jit.load(scripted_path(init))
+    else:
+        model = build_model(case["model"])
     model.load_state_dict(read_safetensors(init))
     ddp = DDP(model)
     optimizer = build_optimizer(case["optimizer"], model.parameters())
