@@ -14,7 +14,7 @@ packages=(
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev zlib1g-dev
   libgtest-dev libgmock-dev
   dataset-fashion-mnist
-  python3-torch python3-numpy
+  python3-torch python3-numpy python3-torchvision
   protobuf-compiler
   fortunes
   iproute2 procps psmisc

@@ -14,6 +14,7 @@
 #include "lockstep/checkpoint/checkpoint_file.h"
 #include "lockstep/checkpoint/pt_file.h"
 #include "lockstep/optim/optim_wrapper.h"
+#include "lockstep/strategy/strategy.h"
 #include "tests/support/test_support.h"
 
 namespace lockstep {
@@ -245,6 +246,48 @@ optim_wrapper: {optimizer: {type: SGD, lr: 0.05, momentum: 0.9}}
                                    "strategy.model_wrapper={auto_wrap_policy: {type: size_based, min_num_params: 10}}"});
   EXPECT_NE(wrapped.exit_code, 0);
   EXPECT_THAT(wrapped.output, HasSubstr("a TorchScriptModel is sharded as one FSDP unit"));
+}
+
+// torchvision's resnet18 (Debian's python3-torchvision): a state dict saved
+// by torch.save, with other random weights than the scripted module's, loads
+// strictly into the scripted resnet18, and the logits equal Python's.
+TEST(TorchScriptResnet, TorchvisionWeightsLoadStrictlyAndGiveThePythonLogits) {
+  if (testing::run_command({"/usr/bin/python3", "-c", "import torchvision"}, {}, 120).exit_code != 0) {
+    GTEST_SKIP() << "no python3-torchvision";
+  }
+  testing::TempDir dir;
+  testing::write_file(dir.file("resnet.py"), R"PY(
+import sys, torch, torchvision
+out = sys.argv[1]
+torch.manual_seed(0)
+scripted = torch.jit.script(torchvision.models.resnet18(num_classes=10))
+scripted.save(out + '/resnet18_scripted.pt')
+torch.manual_seed(1)
+eager = torchvision.models.resnet18(num_classes=10)
+torch.save(eager.state_dict(), out + '/resnet18_weights.pt')
+x = torch.randn(2, 3, 64, 64)
+eager.eval()
+scripted.load_state_dict(eager.state_dict())
+scripted.eval()
+with torch.no_grad():
+    torch.save({'x': x, 'eager': eager(x), 'scripted': scripted(x)}, out + '/io.pt')
+)PY");
+  auto made = testing::run_command({"/usr/bin/python3", dir.file("resnet.py"), dir.path()}, {}, 300);
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  auto model = std::make_shared<TorchScriptModel>(TorchScriptModelOptions().path(dir.file("resnet18_scripted.pt")));
+  SingleDeviceStrategy strategy(torch::kCPU);
+  strategy.prepare(model, Config(), Config(), SchedulerContext{});
+  const auto weights = read_pt_state_dict(dir.file("resnet18_weights.pt"));
+  EXPECT_EQ(weights.size(), 122u);  // 62 parameters, 60 BatchNorm buffers
+  LoadReport report = strategy.load_model_state_dict(weights, /*strict=*/true, dir.file("resnet18_weights.pt"));
+  EXPECT_TRUE(report.missing.empty() && report.unexpected.empty() && report.mismatched.empty());
+  model->eval();
+  const auto io = read_pt_state_dict(dir.file("io.pt"));
+  torch::NoGradGuard no_grad;
+  const torch::Tensor logits = model->forward(io.at("x"));
+  // The same scripted graph on both sides: bitwise. Python's eager module: the same kernels, within rounding.
+  EXPECT_TRUE(torch::equal(logits, io.at("scripted")));
+  EXPECT_TRUE(torch::allclose(logits, io.at("eager"), 1e-5, 1e-5));
 }
 
 // examples/torchscript end to end, one epoch instead of three: export.py,
