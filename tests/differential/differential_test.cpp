@@ -19,7 +19,7 @@
 // another order (see kFsdpTolerance). The relative difference of a tensor is
 // max|lockstep - pytorch| / max|pytorch|; each case states its reason.
 //
-// Cost: 21 runs of `lockstep train` (about 4 s each on 2 cores) plus one
+// Cost: 22 runs of `lockstep train` (about 4 s each on 2 cores) plus one
 // Python process for the references when the cache in the build tree is cold.
 #include <gtest/gtest.h>
 
@@ -238,6 +238,8 @@ const std::vector<DiffCase>& all_cases() {
         {"DDP_BatchNorm", batch_norm, kDDP, 0, same_ops + " (rank 0's buffers broadcast before each forward)"},
         {"TorchScript_DDP", scripted, kDDP, 0,
          "both sides run the same scripted module in libtorch's interpreter, under DDP"},
+        {"TorchScript_Bf16Autocast", with(scripted, "amp", "bf16"), kDDP, 0,
+         "autocast reaches inside the scripted module on both sides, the same bf16 kernels"},
         {"TorchScript_FSDP", scripted,
          "strategy:\n  type: FSDPStrategy\n  launcher: pytorch\n  backend: gloo\n"
          "  model_wrapper: {sharding_strategy: FULL_SHARD, auto_wrap_policy: null}\n",

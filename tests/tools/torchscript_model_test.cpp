@@ -11,6 +11,7 @@
 
 #include <filesystem>
 
+#include "lockstep/amp/autocast.h"
 #include "lockstep/checkpoint/checkpoint_file.h"
 #include "lockstep/checkpoint/pt_file.h"
 #include "lockstep/optim/optim_wrapper.h"
@@ -109,6 +110,18 @@ TEST_F(TorchScriptModelTest, OneSgdStepMatchesPythonsIncludingBatchNormStatistic
                                 1e-6))
         << item.key();
   }
+}
+
+// mixed precision reaches inside the scripted module: under lockstep's
+// autocast its convolutions and linear layers run in bfloat16, as Python's do
+// under torch.autocast.
+TEST_F(TorchScriptModelTest, AutocastReachesInsideTheScriptedModule) {
+  TorchScriptModel model(TorchScriptModelOptions().path(dir_.file("cnn.pt")));
+  for (int call = 0; call < 3; ++call) {  // the profiling executor specialises after the first calls
+    AutocastGuard autocast(c10::DeviceType::CPU, torch::kBFloat16);
+    EXPECT_EQ(model.forward(io_.at("x")).scalar_type(), torch::kBFloat16) << "call " << call;
+  }
+  EXPECT_EQ(model.forward(io_.at("x")).scalar_type(), torch::kFloat);
 }
 
 TEST_F(TorchScriptModelTest, ALossMethodOfTheModuleGivesTheLosses) {
