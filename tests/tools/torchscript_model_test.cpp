@@ -218,8 +218,9 @@ default_hooks:
 
 // FSDP shards a scripted module as one unit: every sharding strategy trains
 // the weights DDP trains (the bound the differential suite uses for C++
-// models), and a wrap policy is refused with the reason.
-TEST_F(TorchScriptModelTest, FsdpTrainsItAsOneUnitLikeDdp) {
+// models), and a wrap policy is refused with the reason. Separate DDP trains
+// DDP's weights bitwise.
+TEST_F(TorchScriptModelTest, FsdpAndSeparateDdpTrainWhatDdpTrains) {
   const std::string config = R"(randomness: {seed: 0}
 model:
   type: TorchScriptModel
@@ -254,6 +255,13 @@ optim_wrapper: {optimizer: {type: SGD, lr: 0.05, momentum: 0.9}}
       EXPECT_TRUE(torch::allclose(trained.at(name).to(torch::kDouble), tensor.to(torch::kDouble), 0, 1e-5))
           << sharding << " " << name;
     }
+  }
+  // Separate DDP (one DDP per top-level submodule): the same sums, bitwise.
+  auto separate = train("separate", {"strategy.model_wrapper={type: MMSeparateDistributedDataParallel}"});
+  ASSERT_EQ(separate.exit_code, 0) << separate.output;
+  const auto separate_weights = read_checkpoint_file(dir_.file("separate/model_final.ckpt")).tensors;
+  for (const auto& [name, tensor] : reference) {
+    if (name.rfind("model/", 0) == 0) EXPECT_TRUE(torch::equal(separate_weights.at(name), tensor)) << name;
   }
   auto wrapped = train("wrapped", {"strategy.type=FSDPStrategy",
                                    "strategy.model_wrapper={auto_wrap_policy: {type: size_based, min_num_params: 10}}"});
