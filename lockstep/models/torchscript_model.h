@@ -13,8 +13,12 @@
 // forward(input) returns the logits, so predictions ("logits") work with the
 // evaluators. The scripted module's parameters and buffers are this Module's
 // own, under the names Python's state_dict() gives them (the same tensors,
-// not copies): optimizers, DDP, checkpoints, resume and load_from see them as
-// for a C++ model, and train()/eval() reach the scripted module.
+// not copies): optimizers, DDP (every option, separate DDP too), checkpoints,
+// bitwise resume, load_from and autocast see them as for a C++ model, and
+// train()/eval() reach the scripted module. Two limits, both refused with
+// the reason: FSDP shards it as one unit (no auto_wrap_policy: its
+// submodules run inside TorchScript), and sync_bn cannot convert BatchNorm
+// layers that live inside TorchScript.
 //
 //   auto model = std::make_shared<lockstep::TorchScriptModel>(
 //       lockstep::TorchScriptModelOptions().path("cnn.pt"));
