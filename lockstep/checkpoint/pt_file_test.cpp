@@ -19,14 +19,8 @@ using ::lockstep::testing::error_of;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-bool have_python_torch() {
-  static const bool has =
-      testing::run_command({"/usr/bin/python3", "-c", "import torch"}, {}, 120).exit_code == 0;
-  return has;
-}
-
 #define REQUIRE_PYTHON_TORCH() \
-  if (!have_python_torch()) GTEST_SKIP() << "no python3-torch (Debian's python3-torch is the reference)"
+  if (!testing::python_has("torch")) GTEST_SKIP() << "no python3-torch (Debian's python3-torch is the reference)"
 
 // Runs a Python snippet with `dir` as its working directory.
 std::string python(const testing::TempDir& dir, const std::string& code) {

@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -17,6 +19,18 @@
 extern char** environ;
 
 namespace lockstep::testing {
+
+bool python_has(const std::string& module) {
+  static std::mutex mutex;
+  static std::map<std::string, bool> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = known.find(module);
+  if (found == known.end()) {
+    found = known.emplace(module, run_command({"/usr/bin/python3", "-c", "import " + module}, {}, 120).exit_code == 0)
+                .first;
+  }
+  return found->second;
+}
 
 std::string error_of(const std::function<void()>& action) {
   try {

@@ -37,6 +37,10 @@ CommandResult run_command(const std::vector<std::string>& argv,
                           const std::vector<std::string>& extra_env = {},
                           double timeout_s = 300);
 
+// Whether Debian's Python (/usr/bin/python3) imports `module` (torch,
+// torchvision, ...): tests against PyTorch skip without it. Asked once per module.
+bool python_has(const std::string& module);
+
 // The message of the exception `action` throws, "<no error>" when it throws none.
 std::string error_of(const std::function<void()>& action);
 

@@ -25,11 +25,6 @@ using ::lockstep::testing::error_of;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-bool have_python_torch() {
-  static const bool has = testing::run_command({"/usr/bin/python3", "-c", "import torch"}, {}, 120).exit_code == 0;
-  return has;
-}
-
 // cnn.pt: Conv(1->4) + BatchNorm + ReLU + Linear(4*6*6 -> 5), scripted.
 // io.pt: an input batch, its labels, the eval-mode logits, and the weights
 // and BatchNorm statistics after one SGD step (lr 0.1) in train mode.
@@ -66,12 +61,22 @@ print(' '.join(net.state_dict().keys()))
 class TorchScriptModelTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!have_python_torch()) GTEST_SKIP() << "no python3-torch";
+    if (!testing::python_has("torch")) GTEST_SKIP() << "no python3-torch";
     testing::write_file(dir_.file("export.py"), kExport);
     auto result = testing::run_command({"/usr/bin/python3", dir_.file("export.py"), dir_.path()}, {}, 120);
     ASSERT_EQ(result.exit_code, 0) << result.output;
     python_keys_ = result.output.substr(0, result.output.find('\n'));
     io_ = read_pt_state_dict(dir_.file("io.pt"));
+  }
+  // A 2-rank DDP run of cnn.pt on synthetic 8x8 images, 6 iterations.
+  std::string config(const std::string& optimizer) const {
+    return "randomness: {seed: 0}\nmodel:\n  type: TorchScriptModel\n  path: " + dir_.file("cnn.pt") +
+           "\n  data_preprocessor: {type: ImgDataPreprocessor, mean: [127.5], std: [127.5]}\n"
+           "strategy: {type: DDPStrategy}\ntrain_dataloader:\n  batch_size: 6\n"
+           "  sampler: {type: DefaultSampler, shuffle: true}\n"
+           "  dataset: {type: SyntheticImages, size: 48, channels: 1, height: 8, width: 8, num_classes: 5, seed: 1}\n"
+           "train_cfg: {max_iters: 6}\noptim_wrapper: {optimizer: " +
+           optimizer + "}\n";
   }
   testing::TempDir dir_;
   std::string python_keys_;
@@ -160,22 +165,8 @@ TEST_F(TorchScriptModelTest, ATorchSaveFileIsNotAModule) {
 }
 
 TEST_F(TorchScriptModelTest, TrainsWithDdpOnTwoRanksThroughLockstepTrain) {
-  const std::string config = R"(randomness: {seed: 0}
-model:
-  type: TorchScriptModel
-  path: )" + dir_.file("cnn.pt") + R"(
-  data_preprocessor: {type: ImgDataPreprocessor, mean: [127.5], std: [127.5]}
-strategy: {type: DDPStrategy}
-train_dataloader:
-  batch_size: 6
-  sampler: {type: DefaultSampler, shuffle: true}
-  dataset: {type: SyntheticImages, size: 48, channels: 1, height: 8, width: 8, num_classes: 5, seed: 1}
-train_cfg: {max_iters: 6}
-optim_wrapper: {optimizer: {type: SGD, lr: 0.05}}
-default_hooks:
-  checkpoint: {interval: 3, by_epoch: false}
-)";
-  testing::write_file(dir_.file("ddp.yaml"), config);
+  testing::write_file(dir_.file("ddp.yaml"), config("{type: SGD, lr: 0.05}") +
+                                                "default_hooks:\n  checkpoint: {interval: 3, by_epoch: false}\n");
   auto run = testing::run_command({testing::lockstep_binary(), "train", dir_.file("ddp.yaml"), "--nproc", "2",
                                    "--work-dir", dir_.file("ddp")},
                                   {}, 300);
@@ -221,20 +212,7 @@ default_hooks:
 // models), and a wrap policy is refused with the reason. Separate DDP trains
 // DDP's weights bitwise.
 TEST_F(TorchScriptModelTest, FsdpAndSeparateDdpTrainWhatDdpTrains) {
-  const std::string config = R"(randomness: {seed: 0}
-model:
-  type: TorchScriptModel
-  path: )" + dir_.file("cnn.pt") + R"(
-  data_preprocessor: {type: ImgDataPreprocessor, mean: [127.5], std: [127.5]}
-strategy: {type: DDPStrategy}
-train_dataloader:
-  batch_size: 6
-  sampler: {type: DefaultSampler, shuffle: true}
-  dataset: {type: SyntheticImages, size: 48, channels: 1, height: 8, width: 8, num_classes: 5, seed: 1}
-train_cfg: {max_iters: 6}
-optim_wrapper: {optimizer: {type: SGD, lr: 0.05, momentum: 0.9}}
-)";
-  testing::write_file(dir_.file("run.yaml"), config);
+  testing::write_file(dir_.file("run.yaml"), config("{type: SGD, lr: 0.05, momentum: 0.9}"));
   auto train = [&](const std::string& name, std::vector<std::string> sets) {
     std::vector<std::string> argv{testing::lockstep_binary(), "train", dir_.file("run.yaml"), "--nproc", "2",
                                   "--work-dir", dir_.file(name)};
@@ -273,9 +251,7 @@ optim_wrapper: {optimizer: {type: SGD, lr: 0.05, momentum: 0.9}}
 // by torch.save, with other random weights than the scripted module's, loads
 // strictly into the scripted resnet18, and the logits equal Python's.
 TEST(TorchScriptResnet, TorchvisionWeightsLoadStrictlyAndGiveThePythonLogits) {
-  if (testing::run_command({"/usr/bin/python3", "-c", "import torchvision"}, {}, 120).exit_code != 0) {
-    GTEST_SKIP() << "no python3-torchvision";
-  }
+  if (!testing::python_has("torchvision")) GTEST_SKIP() << "no python3-torchvision";
   testing::TempDir dir;
   testing::write_file(dir.file("resnet.py"), R"PY(
 import sys, torch, torchvision
@@ -315,7 +291,7 @@ with torch.no_grad():
 // lockstep train on 2 ranks, ckpt export --format torchscript, check.py.
 // (Three epochs reach 0.92; see README.)
 TEST(TorchScriptExample, ExportTrainExportCheck) {
-  if (!have_python_torch()) GTEST_SKIP() << "no python3-torch";
+  if (!testing::python_has("torch")) GTEST_SKIP() << "no python3-torch";
   testing::TempDir dir;
   const std::string example = testing::source_dir() + "/examples/torchscript/";
   const std::string scripted = dir.file("cnn_scripted.pt");
