@@ -48,7 +48,6 @@ std::string human_bytes(uint64_t bytes) {
   return text.str();
 }
 
-// Everything inspect shows, as JSON (the --json output; the text form is rendered from it).
 // The trained TorchScriptModel of a checkpoint, as torch.jit.save writes it:
 // the run's config (kept in the checkpoint) names the scripted module, whose
 // weights are replaced by the checkpoint's (strictly) before saving.
@@ -85,6 +84,7 @@ nlohmann::json describe_pt_file(const std::string& path) {
   return {{"file", path}, {"kind", "PyTorch state dict (torch.save)"}, {"tensors", tensors}, {"bytes", total}};
 }
 
+// Everything inspect shows, as JSON (the --json output; the text form is rendered from it).
 nlohmann::json describe_file(const std::string& path) {
   if (is_torch_save_file(path)) return describe_pt_file(path);
   nlohmann::json header = read_safetensors_header(path);
@@ -268,6 +268,9 @@ CLI::App* add_ckpt_command(CLI::App& app) {
       ->capture_default_str();
   exporter->callback([export_args]() {
     if (export_args->format == "torchscript") {
+      if (export_args->dtype != "keep") {
+        throw CLI::ValidationError("--dtype", "a TorchScript export keeps the module's own dtypes; drop --dtype");
+      }
       const size_t count = export_torchscript(export_args->file, export_args->out);
       std::cout << "Wrote the TorchScript module of " << export_args->file << " (" << count << " tensors) to "
                 << export_args->out << std::endl;

@@ -121,7 +121,8 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer, GradientSync* sync
     const torch::Device device = grads.front().device();
     torch::Tensor found = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat).device(device));
     compat::non_finite_check_and_unscale(grads, found, inv_scale.to(device));
-    local = torch::maximum(local, found.to(scale_.device(), /*non_blocking=*/true));
+    // Asynchronous only between GPUs: a copy to host memory must land before the host reads it.
+    local = torch::maximum(local, found.to(scale_.device(), /*non_blocking=*/scale_.is_cuda()));
   }
   // Every rank asks, whatever it found: the agreement is a collective.
   entry.found_inf = sync != nullptr ? sync->any_rank_true(local) : local;

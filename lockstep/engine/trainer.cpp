@@ -154,14 +154,14 @@ void Trainer::run_step() {
   LogVars log_vars = model_->run_train_step(batch, *optim_wrapper_, step);
   // The optimizer's metrics live on the device: read them only on the
   // iterations whose metrics are recorded.
-  if ((iter_ + 1) % options_.gather_metric_period() == 0) {
+  if (records_metrics(iter_)) {
     for (const auto& metric : optim_wrapper_->last_update_metrics()) log_vars[metric.first] = metric.second;
   }
   write_metrics(log_vars, data_time, iter_);
 }
 
 void Trainer::write_metrics(const LogVars& log_vars, double data_time, int64_t iteration) {
-  if ((iteration + 1) % options_.gather_metric_period() != 0) return;
+  if (!records_metrics(iteration)) return;
   if (metrics_worker_) {
     metrics_worker_->rethrow_error();
     metrics_worker_->submit([this, log_vars, data_time, iteration] { record_metrics(log_vars, data_time, iteration); });

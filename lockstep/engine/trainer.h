@@ -85,6 +85,8 @@ class Trainer {
 
   // Records one step's metrics (see class comment). Public for custom run_step overrides.
   void write_metrics(const LogVars& log_vars, double data_time, int64_t iteration);
+  // Whether `iteration`'s metrics are gathered and written (every gather_metric_period).
+  bool records_metrics(int64_t iteration) const { return (iteration + 1) % options_.gather_metric_period() == 0; }
   // Waits for metrics queued by async_write_metrics and rethrows their error, if any.
   void flush_metrics();
 

@@ -384,7 +384,9 @@ torch::Tensor SyncBatchNormImpl::fused_synced_forward(const torch::Tensor& input
   if (local_count > 0) {
     std::tie(local_mean, local_invstd) = at::batch_norm_stats(input, options.eps());
   } else {
-    local_mean = torch::zeros({channels}, input.options().dtype(torch::kFloat));
+    // The dtype batch_norm_stats gives the other ranks: float64 for double input, float32 otherwise.
+    local_mean = torch::zeros({channels}, input.options().dtype(input.scalar_type() == torch::kDouble ? torch::kDouble
+                                                                                                      : torch::kFloat));
     local_invstd = torch::zeros({channels}, local_mean.options());
   }
   auto local = torch::cat({local_mean, local_invstd, torch::full({1}, static_cast<double>(local_count),

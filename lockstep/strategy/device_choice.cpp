@@ -1,6 +1,7 @@
 #include "lockstep/strategy/device_choice.h"
 
 #include <cstdlib>
+#include <optional>
 
 #include "lockstep/compat/cuda.h"
 #include "lockstep/core/error.h"
@@ -23,31 +24,28 @@ torch::Device cuda_device(int index, int cuda_devices, const std::string& where,
 }  // namespace
 
 torch::Device choose_device(const std::string& requested, int local_rank, int cuda_devices, const std::string& where) {
-  const int rank_index = local_rank < 0 ? 0 : local_rank;
-  const std::string rank_why = str_cat("LOCAL_RANK ", rank_index);
-  if (requested == "auto") {
-    return cuda_devices > 0 ? cuda_device(rank_index, cuda_devices, where, rank_why) : torch::Device(torch::kCPU);
-  }
   if (requested == "cpu") return torch::kCPU;
-  if (requested == "cuda") {
-    LOCKSTEP_CHECK(cuda_devices > 0, where, ": device 'cuda' asked for, but ",
-                   compat::built_with_cuda() ? "no GPU is visible" : "this libtorch was built without CUDA",
-                   visible_devices_note(), "; use device: cpu or auto");
-    return cuda_device(rank_index, cuda_devices, where, rank_why);
+  const int rank_index = local_rank < 0 ? 0 : local_rank;
+  if (requested == "auto") {
+    return cuda_devices > 0 ? cuda_device(rank_index, cuda_devices, where, str_cat("LOCAL_RANK ", rank_index))
+                            : torch::Device(torch::kCPU);
   }
+  // "cuda" (the rank's GPU) or "cuda:N": parse first, then ask for GPUs once.
+  std::optional<int> index;
   const std::string prefix = "cuda:";
-  if (requested.compare(0, prefix.size(), prefix) == 0) {
-    const std::string digits = requested.substr(prefix.size());
+  if (requested != "cuda") {
+    const std::string digits = requested.compare(0, prefix.size(), prefix) == 0 ? requested.substr(prefix.size()) : "";
     char* end = nullptr;
-    const long index = std::strtol(digits.c_str(), &end, 10);
-    LOCKSTEP_CHECK(!digits.empty() && *end == '\0' && index >= 0 && index < 1024, where, ": '", requested,
+    const long parsed = std::strtol(digits.c_str(), &end, 10);
+    LOCKSTEP_CHECK(!digits.empty() && *end == '\0' && parsed >= 0 && parsed < 1024, where, ": '", requested,
                    "' is not a device (use auto, cpu, cuda or cuda:N)");
-    LOCKSTEP_CHECK(cuda_devices > 0, where, ": device '", requested, "' asked for, but ",
-                   compat::built_with_cuda() ? "no GPU is visible" : "this libtorch was built without CUDA",
-                   visible_devices_note());
-    return cuda_device(static_cast<int>(index), cuda_devices, where, str_cat("device '", requested, "'"));
+    index = static_cast<int>(parsed);
   }
-  LOCKSTEP_FAIL(where, ": '", requested, "' is not a device (use auto, cpu, cuda or cuda:N)");
+  LOCKSTEP_CHECK(cuda_devices > 0, where, ": device '", requested, "' asked for, but ",
+                 compat::built_with_cuda() ? "no GPU is visible" : "this libtorch was built without CUDA",
+                 visible_devices_note(), "; use device: cpu or auto");
+  return index ? cuda_device(*index, cuda_devices, where, str_cat("device '", requested, "'"))
+               : cuda_device(rank_index, cuda_devices, where, str_cat("LOCAL_RANK ", rank_index));
 }
 
 torch::Device place_on_device(const std::string& requested, int local_rank, const std::string& where) {
