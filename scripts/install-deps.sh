@@ -12,9 +12,10 @@ packages=(
   g++ cmake make ccache pkg-config
   libtorch-dev libgloo-dev libopenblas0-openmp
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev zlib1g-dev
+  libjpeg62-turbo-dev libpng-dev
   libgtest-dev libgmock-dev
   dataset-fashion-mnist
-  python3-torch python3-numpy python3-torchvision
+  python3-torch python3-numpy python3-torchvision python3-pil
   protobuf-compiler
   fortunes
   iproute2 procps psmisc

@@ -11,19 +11,12 @@
 #include "lockstep/checkpoint/zip_archive.h"
 #include "lockstep/core/atomic_file.h"
 #include "lockstep/core/error.h"
+#include "lockstep/core/read_file.h"
 
 namespace lockstep {
 namespace {
 
 constexpr char kZipMagic[] = "PK\x03\x04";
-
-std::string read_whole_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  LOCKSTEP_CHECK(in.good(), path, ": cannot open (", std::strerror(errno), ")");
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  return bytes.str();
-}
 
 }  // namespace
 
@@ -35,7 +28,7 @@ bool is_torch_save_file(const std::string& path) {
 }
 
 std::map<std::string, torch::Tensor> read_pt_state_dict(const std::string& path) {
-  return read_pt_state_dict_from_bytes(read_whole_file(path), path);
+  return read_pt_state_dict_from_bytes(read_file(path), path);
 }
 
 std::map<std::string, torch::Tensor> read_pt_state_dict_from_bytes(const std::string& bytes,

@@ -41,6 +41,24 @@ uint64_t batch_seed(uint64_t seed, int64_t epoch, int64_t batch_in_epoch) {
                     static_cast<uint64_t>(batch_in_epoch));
 }
 
+uint64_t epoch_seed(uint64_t seed, int64_t epoch) { return batch_seed(seed, epoch, -1); }
+
+namespace {
+
+// The seed get_batch receives, by the dataset's scope.
+uint64_t seed_for(SeedScope scope, uint64_t seed, int64_t epoch, int64_t batch_in_epoch) {
+  return scope == SeedScope::kEpoch ? epoch_seed(seed, epoch) : batch_seed(seed, epoch, batch_in_epoch);
+}
+
+void log_skipped(int64_t epoch, int64_t skipped, int64_t samples) {
+  if (skipped > 0) {
+    logger().warn("data loader: epoch {}: skipped {} of {} samples that could not be read (on_bad_sample: skip)",
+                  epoch, skipped, samples);
+  }
+}
+
+}  // namespace
+
 DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Sampler> sampler,
                        DataLoaderOptions options)
     : dataset_(std::move(dataset)), sampler_(std::move(sampler)), options_(options) {
@@ -80,12 +98,13 @@ Batch DataLoader::next() {
     detail::BatchPipeline::TaskSource source;
     const int64_t start = position_, per_epoch = batches_per_epoch_, batch = options_.batch_size();
     const uint64_t seed = options_.seed();
+    const SeedScope scope = dataset_->seed_scope();
     if (!sampler_->infinite()) {
       source = [=](int64_t sequence, detail::BatchTask& task) {
         const int64_t global = start + sequence;
         task.epoch = global / per_epoch;
         task.batch_in_epoch = global % per_epoch;
-        task.seed = batch_seed(seed, task.epoch, task.batch_in_epoch);
+        task.seed = seed_for(scope, seed, task.epoch, task.batch_in_epoch);
         const std::vector<int64_t>& indices = cache->get(task.epoch);
         const int64_t begin = task.batch_in_epoch * batch;
         const int64_t end = std::min<int64_t>(begin + batch, static_cast<int64_t>(indices.size()));
@@ -99,7 +118,7 @@ Batch DataLoader::next() {
         const int64_t global = start + sequence;
         task.epoch = global / per_epoch;
         task.batch_in_epoch = global % per_epoch;
-        task.seed = batch_seed(seed, task.epoch, task.batch_in_epoch);
+        task.seed = seed_for(scope, seed, task.epoch, task.batch_in_epoch);
         task.indices.resize(batch);
         for (int64_t i = 0; i < batch; ++i) {
           const int64_t entry = global * batch + i;
@@ -112,9 +131,22 @@ Batch DataLoader::next() {
         dataset_, std::move(source), options_.num_workers(),
         options_.prefetch() * std::max(1, options_.num_workers()), options_.pin_memory());
   }
+  const int64_t epoch = this->epoch(), batch_in_epoch = this->batch_in_epoch();
   ++position_;  // also past a batch that fails: the stream goes on after it
   std::optional<Batch> batch = pipeline_->next();
   LOCKSTEP_CHECK(batch.has_value(), "data loader: the stream ended unexpectedly");
+  // The rows a batch should have, to count what the dataset skipped.
+  const int64_t samples = sampler_->num_samples(), size = options_.batch_size();
+  const int64_t expected =
+      sampler_->infinite() ? size : std::min(size, samples - batch_in_epoch * size);
+  if (batch->size() < expected) {
+    skipped_total_ += expected - batch->size();
+    skipped_in_epoch_ += expected - batch->size();
+  }
+  if (batch_in_epoch == batches_per_epoch_ - 1) {
+    log_skipped(epoch, skipped_in_epoch_, sampler_->infinite() ? batches_per_epoch_ * size : samples);
+    skipped_in_epoch_ = 0;
+  }
   return std::move(*batch);
 }
 
@@ -125,6 +157,7 @@ void DataLoader::seek(int64_t epoch, int64_t batch_in_epoch) {
                  batches_per_epoch_, " batches (0..", batches_per_epoch_ - 1, ")");
   pipeline_.reset();
   position_ = epoch * batches_per_epoch_ + batch_in_epoch;
+  skipped_in_epoch_ = 0;
 }
 
 void DataLoader::for_each_batch(int64_t epoch, const std::function<void(const Batch&)>& visit) const {
@@ -133,19 +166,25 @@ void DataLoader::for_each_batch(int64_t epoch, const std::function<void(const Ba
   const int64_t total = static_cast<int64_t>(indices->size()), batch = options_.batch_size();
   const int64_t count = options_.drop_last() ? total / batch : (total + batch - 1) / batch;
   const uint64_t seed = options_.seed();
+  const SeedScope scope = dataset_->seed_scope();
   detail::BatchPipeline pipeline(
       dataset_,
       [=](int64_t sequence, detail::BatchTask& task) {
         if (sequence >= count) return false;
         task.epoch = epoch;
         task.batch_in_epoch = sequence;
-        task.seed = batch_seed(seed, epoch, sequence);
+        task.seed = seed_for(scope, seed, epoch, sequence);
         const int64_t begin = sequence * batch;
         task.indices.assign(indices->begin() + begin, indices->begin() + std::min(begin + batch, total));
         return true;
       },
       options_.num_workers(), options_.prefetch() * std::max(1, options_.num_workers()), options_.pin_memory());
-  while (std::optional<Batch> next = pipeline.next()) visit(*next);
+  int64_t delivered = 0;
+  while (std::optional<Batch> next = pipeline.next()) {
+    delivered += next->size();
+    visit(*next);
+  }
+  log_skipped(epoch, std::min(count * batch, total) - delivered, total);
 }
 
 State DataLoader::state() const {

@@ -29,6 +29,8 @@
 // into a bounded queue and handed out in stream order. A dataset exception is
 // thrown by the next() that would have returned that batch, prefixed with
 // "data loader: epoch E, batch B"; the stream then goes on with batch B + 1.
+// A dataset that skips unreadable examples returns short batches; the loader
+// logs how many it skipped at the end of each epoch.
 // next() and seek() belong to one thread; for_each_batch may run beside them.
 #pragma once
 
@@ -69,6 +71,8 @@ struct DataLoaderOptions {
 // The seed the dataset receives for batch (epoch, batch_in_epoch): a splitmix64
 // mix of the three, so it depends on the position only, not on the worker.
 uint64_t batch_seed(uint64_t seed, int64_t epoch, int64_t batch_in_epoch);
+// The seed a dataset with SeedScope::kEpoch receives for every batch of `epoch`.
+uint64_t epoch_seed(uint64_t seed, int64_t epoch);
 
 class DataLoader {
  public:
@@ -106,6 +110,11 @@ class DataLoader {
   State state() const;
   void load_state(const State& state);
 
+  // Examples the dataset skipped as unreadable (on_bad_sample: skip) in the
+  // batches next() returned so far. Each epoch's count is logged when its
+  // last batch is handed out.
+  int64_t skipped_samples() const { return skipped_total_; }
+
   const Dataset& dataset() const { return *dataset_; }
   const Sampler& sampler() const { return *sampler_; }
   const DataLoaderOptions& options() const { return options_; }
@@ -116,6 +125,7 @@ class DataLoader {
   DataLoaderOptions options_;
   int64_t batches_per_epoch_ = 0;
   int64_t position_ = 0;  // global number of the batch next() returns: epoch * batches_per_epoch + batch
+  int64_t skipped_total_ = 0, skipped_in_epoch_ = 0;
   std::unique_ptr<detail::BatchPipeline> pipeline_;  // started by next() at position_; dropped by seek()
 };
 

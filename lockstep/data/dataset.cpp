@@ -4,7 +4,13 @@
 
 #include <torch/torch.h>
 
+#include "lockstep/core/rng.h"
+
 namespace lockstep {
+
+uint64_t example_seed(uint64_t epoch_seed, int64_t index) {
+  return splitmix64(epoch_seed ^ splitmix64(static_cast<uint64_t>(index)));
+}
 
 Registry<Dataset>& dataset_registry() {
   static Registry<Dataset> registry("dataset");

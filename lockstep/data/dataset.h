@@ -15,7 +15,16 @@
 // get_batch is called from the loader's worker threads at the same time, so a
 // dataset must be safe to read concurrently; random augmentation draws from
 // `seed` (never from a global generator) so a batch does not depend on which
-// worker built it.
+// worker built it. A dataset that augments each example on its own says
+// seed_scope() == kEpoch: the loader then passes one seed per epoch, and
+// example i draws from example_seed(seed, i), so its augmentation depends on
+// (seed, epoch, index) alone, whatever batch, rank or worker it lands in:
+//
+//   Batch get_batch(const std::vector<int64_t>& indices, uint64_t seed) const override {
+//     for (int64_t i : indices) augment(load(i), lockstep::example_seed(seed, i));
+//     ...
+//   }
+//   SeedScope seed_scope() const override { return SeedScope::kEpoch; }
 #pragma once
 
 #include <cstdint>
@@ -26,6 +35,15 @@
 
 namespace lockstep {
 
+// What the seed a DataLoader passes to get_batch stands for.
+enum class SeedScope {
+  kBatch,  // one seed per batch: batch_seed(loader seed, epoch, batch_in_epoch)
+  kEpoch,  // one seed per epoch, for per-example seeds: epoch_seed(loader seed, epoch)
+};
+
+// The seed of example `index` under an epoch's seed (splitmix64 of the two).
+uint64_t example_seed(uint64_t epoch_seed, int64_t index);
+
 class Dataset {
  public:
   virtual ~Dataset() = default;
@@ -33,7 +51,10 @@ class Dataset {
   // The examples at `indices`, collated into one Batch (dim 0 = indices.size()).
   // `seed` is a deterministic per-batch seed for random augmentation (datasets
   // without augmentation ignore it); the same (indices, seed) gives the same batch.
+  // A dataset may return fewer rows than indices when it is configured to
+  // skip unreadable examples; the loader counts and logs the difference.
   virtual Batch get_batch(const std::vector<int64_t>& indices, uint64_t seed) const = 0;
+  virtual SeedScope seed_scope() const { return SeedScope::kBatch; }
 };
 
 // Datasets by type name: {type: FashionMNIST, root: ..., split: train}.
