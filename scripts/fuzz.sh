@@ -14,7 +14,7 @@ build=${FUZZ_BUILD_DIR:-$here/build-fuzz}
 out=${FUZZ_DIR:-$build/runs}
 seconds=${FUZZ_SECONDS:-600}
 jobs=${JOBS:-2}
-targets=${*:-config idx checkpoint pt}
+targets=${*:-config idx checkpoint pt jpeg png}
 
 command -v clang++ >/dev/null || { echo "fuzz: clang++ not found; run scripts/install-deps.sh --extra" >&2; exit 2; }
 cmake -S "$here/lockstep/fuzz" -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

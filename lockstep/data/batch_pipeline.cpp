@@ -60,7 +60,8 @@ BatchPipeline::Result BatchPipeline::build(int64_t sequence, bool* has_task) {
 void BatchPipeline::produce(const BatchTask& task, Result& result) const {
   try {
     result.batch = dataset_->get_batch(task.indices, task.seed);
-    LOCKSTEP_CHECK(result.batch.size() == static_cast<int64_t>(task.indices.size()),
+    // Fewer rows are examples a dataset skipped as unreadable; more is a bug.
+    LOCKSTEP_CHECK(result.batch.size() <= static_cast<int64_t>(task.indices.size()),
                    "the dataset returned a batch of ", result.batch.size(), " examples for ",
                    task.indices.size(), " indices");
     if (pin_memory_) result.batch = result.batch.pin_memory();

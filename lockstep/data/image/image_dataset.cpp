@@ -120,7 +120,7 @@ Batch ImageFileDataset::get_batch(const std::vector<int64_t>& indices, uint64_t 
     } catch (const Error& error) {
       if (!options_.skip_bad_samples || index < 0 || index >= size()) throw;
       ++skipped_;
-      logger().warn("{} (on_bad_sample: skip): skipping {}", kind_, error.what());
+      logger().warn("skipping an unreadable example (on_bad_sample: skip): {}", error.what());
     }
   }
   LOCKSTEP_CHECK(!images.empty() || indices.empty(), kind_, ": every one of the ", indices.size(),

@@ -2,6 +2,7 @@
 // (Debian's python3-pil and python3-torchvision): testdata/make_reference.py
 // writes test images and what Pillow and torchvision make of them, and every
 // case here must match byte for byte.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -117,6 +118,33 @@ TEST_F(ImageReference, FullScaleRegionsAreTheirPartOfTheWholeDecode) {
       ASSERT_EQ(part.height(), region.height);
       EXPECT_EQ(std::memcmp(part.data(), expected.data(), size_t(part.height()) * part.width() * 3), 0)
           << name << " region " << region.top << "," << region.left << " " << region.height << "x" << region.width;
+    }
+  }
+}
+
+// Pillow refuses a truncated JPEG ("image file is truncated"); so does
+// lockstep, even when the region asked for lies before the cut.
+TEST_F(ImageReference, TruncatedJpegsAreRefusedWhateverTheRegion) {
+  const std::string bytes = image_bytes("rgb420.jpg");
+  for (double keep : {0.05, 0.5, 0.9}) {
+    const std::string cut = bytes.substr(0, static_cast<size_t>(bytes.size() * keep));
+    const auto* data = reinterpret_cast<const uint8_t*>(cut.data());
+    for (const PixelRegion& region : {PixelRegion{0, 0, 389, 517}, PixelRegion{0, 0, 8, 8}}) {
+      try {
+        (void)decode_image(data, cut.size(), ColorMode::kRGB, region);
+        ADD_FAILURE() << "decoded a JPEG cut at " << keep;
+      } catch (const Error& error) {
+        EXPECT_THAT(std::string(error.what()), ::testing::HasSubstr("truncated")) << keep;
+      }
+    }
+  }
+  const std::string png = image_bytes("rgb.png");
+  for (size_t cut : {png.size() / 10, png.size() / 2, png.size() - 13}) {
+    try {
+      (void)decode_image(reinterpret_cast<const uint8_t*>(png.data()), cut, ColorMode::kRGB, {0, 0, 8, 8});
+      ADD_FAILURE() << "decoded a PNG cut at " << cut;
+    } catch (const Error& error) {
+      EXPECT_THAT(std::string(error.what()), ::testing::HasSubstr("truncated")) << cut;
     }
   }
 }

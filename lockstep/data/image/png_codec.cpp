@@ -48,6 +48,16 @@ bool run_png(png_structp png, png_infop info, PngReader& reader, ColorMode mode,
   header->height = static_cast<int>(png_get_image_height(png, info));
   if (region == nullptr) return true;
 
+  // A truncated file lacks its closing IEND chunk; Pillow refuses it, and so
+  // does lockstep even when the rows asked for come before the cut.
+  bool has_end = false;
+  for (size_t i = reader.size; i >= reader.offset + 4 && !has_end; --i) {
+    has_end = std::memcmp(reader.data + i - 4, "IEND", 4) == 0;
+  }
+  if (!has_end) {
+    std::snprintf(reader.message, sizeof reader.message, "the file is truncated (no IEND chunk after the image data)");
+    return false;
+  }
   const int color_type = png_get_color_type(png, info);
   const int bit_depth = png_get_bit_depth(png, info);
   if (color_type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
