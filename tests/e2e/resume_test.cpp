@@ -9,6 +9,7 @@
 #include "lockstep/checkpoint/checkpoint_file.h"
 #include "lockstep/config/config.h"
 #include "lockstep/core/error.h"
+#include "lockstep/core/png.h"
 #include "lockstep/runner/runner.h"
 #include "lockstep/engine/trainer.h"
 #include "lockstep/hooks/hook_registry.h"
@@ -93,6 +94,40 @@ TEST(Resume, InterruptedRunEndsBitwiseEqualToUninterrupted) {
   EXPECT_FALSE(testing::file_exists(interrupted + "/model_0000019.ckpt"));
   EXPECT_TRUE(testing::file_exists(interrupted + "/model_0000029.ckpt"));
   EXPECT_TRUE(testing::file_exists(interrupted + "/model_0000039.ckpt"));
+}
+
+// The same through ImageFolder: PNG files, random crops, flips and colour
+// jitter drawn per example from (seed, epoch, index).
+TEST(Resume, ImageFolderWithRandomAugmentationResumesBitwise) {
+  testing::TempDir dir;
+  torch::manual_seed(5);
+  for (int i = 0; i < 60; ++i) {
+    const std::string folder = dir.file("images/class" + std::to_string(i % 3));
+    std::filesystem::create_directories(folder);
+    write_png(folder + "/" + std::to_string(i) + ".png", torch::randint(0, 256, {3, 16, 16}, torch::kUInt8));
+  }
+  auto config = [&] {
+    Config config = Config::parse(kResumeConfig, "resume.yaml");
+    config.apply_override("train_dataloader.dataset={_delete_: true, type: ImageFolder, root: " + dir.file("images") +
+                          ", mode: gray, pipeline: [{type: RandomResizedCrop, size: 12, scale: [0.5, 1.0]}, "
+                          "{type: RandomHorizontalFlip}, {type: ColorJitter, brightness: 0.3, contrast: 0.3}]}");
+    return config;
+  };
+  const std::string straight = dir.file("straight"), interrupted = dir.file("interrupted");
+  Runner(config(), RunnerOptions().work_dir(straight)).train();
+  {
+    Config crashing = config();
+    crashing.apply_override("custom_hooks=[{type: FailAtIteration, iteration: 25}]");
+    Runner runner(crashing, RunnerOptions().work_dir(interrupted));
+    EXPECT_THROW(runner.train(), std::runtime_error);
+  }
+  Runner resumed(config(), RunnerOptions().work_dir(interrupted).resume(true));
+  resumed.train();
+  EXPECT_EQ(resumed.trainer().start_iter(), 20);
+  auto a = final_weights(straight);
+  auto b = final_weights(interrupted);
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, tensor] : a) EXPECT_TRUE(torch::equal(tensor, b.at(name))) << name << " differs after resume";
 }
 
 TEST(Resume, CorruptNewestCheckpointFallsBackToThePreviousOne) {

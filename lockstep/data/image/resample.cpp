@@ -207,10 +207,21 @@ Image resample(const Image& in, int out_height, int out_width, Interpolation fil
       for (int xx = 0; xx < out_width; ++xx) {
         const int32_t* k = &horizontal.weights[static_cast<size_t>(xx) * horizontal.ksize];
         const uint8_t* pixels = source + static_cast<size_t>(horizontal.first[xx] - window.left) * c;
-        for (int ch = 0; ch < c; ++ch) {
+        const int taps = horizontal.count[xx];
+        if (c == 3) {
+          int r = 1 << (kPrecisionBits - 1), g = r, b = r;
+          for (int x = 0; x < taps; ++x) {
+            r += pixels[3 * x] * k[x];
+            g += pixels[3 * x + 1] * k[x];
+            b += pixels[3 * x + 2] * k[x];
+          }
+          target[3 * xx] = clip8(r);
+          target[3 * xx + 1] = clip8(g);
+          target[3 * xx + 2] = clip8(b);
+        } else {
           int sum = 1 << (kPrecisionBits - 1);
-          for (int x = 0; x < horizontal.count[xx]; ++x) sum += pixels[x * c + ch] * k[x];
-          target[xx * c + ch] = clip8(sum);
+          for (int x = 0; x < taps; ++x) sum += pixels[x] * k[x];
+          target[xx] = clip8(sum);
         }
       }
     }
