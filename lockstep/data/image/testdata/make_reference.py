@@ -47,6 +47,25 @@ def save_raw(name, image):
     return {"ref": name + ".raw", "height": array.shape[0], "width": array.shape[1], "channels": array.shape[2]}
 
 
+def write_interlaced_png(path, array):
+    """An Adam7-interlaced RGB PNG, written by hand (Pillow writes none)."""
+    import struct
+    import zlib
+    height, width, _ = array.shape
+    passes = [(0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2)]
+    raw = b""
+    for x0, y0, dx, dy in passes:
+        sub = array[y0::dy, x0::dx]
+        if sub.size == 0:
+            continue
+        raw += b"".join(b"\x00" + row.tobytes() for row in sub)
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 1)
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
 rgb = Image.fromarray(picture(389, 517))
 files = {
     "rgb420.jpg": lambda p: rgb.save(p, quality=90),
@@ -62,6 +81,8 @@ files = {
     "rgba.png": lambda p: Image.fromarray(np.dstack([picture(389, 517), picture(389, 517)[:, :, :1]])).save(p),
     "la.png": lambda p: rgb.convert("LA").save(p),
     "bilevel.png": lambda p: rgb.convert("1").save(p),
+    "interlaced.png": lambda p: write_interlaced_png(p, picture(37, 51)),
+    "gray16.png": lambda p: Image.fromarray((picture(20, 30)[:, :, 0].astype(np.uint16) * 3), mode="I;16").save(p),
 }
 for name, write in files.items():
     write(os.path.join(out, "img", name))
@@ -69,7 +90,13 @@ for name, write in files.items():
 for name in files:
     for mode in ("RGB", "L"):
         with Image.open(os.path.join(out, "img", name)) as im:
-            entry = save_raw(f"decode_{name}_{mode}", im.convert(mode))
+            if name == "gray16.png":
+                # A known, deliberate difference: Pillow clips 16-bit gray to
+                # 255 (I;16 -> L); lockstep keeps each sample's high byte.
+                high = (np.asarray(im).astype(np.uint16) >> 8).astype(np.uint8)
+                entry = save_raw(f"decode_{name}_{mode}", high if mode == "L" else np.dstack([high] * 3))
+            else:
+                entry = save_raw(f"decode_{name}_{mode}", im.convert(mode))
         manifest["decode"].append(dict(entry, file=name, mode=mode))
 
 for name in ("rgb420.jpg", "rgb444.jpg", "rgb422.jpg", "progressive.jpg", "gray.jpg", "cmyk.jpg"):
