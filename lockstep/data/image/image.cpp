@@ -7,11 +7,14 @@
 
 namespace lockstep {
 
-Image::Image(int height, int width, int channels)
-    : height_(height), width_(width), channels_(channels),
-      pixels_(static_cast<size_t>(height) * width * channels, 0) {
+Image::Image(int height, int width, int channels) : Image(height, width, channels, Uninitialized{}) {
+  std::fill(pixels_.begin(), pixels_.end(), 0);
+}
+
+Image::Image(int height, int width, int channels, Uninitialized) : height_(height), width_(width), channels_(channels) {
   LOCKSTEP_CHECK(height >= 0 && width >= 0 && (channels == 1 || channels == 3), "Image: bad shape ", height, "x",
                  width, "x", channels, " (channels must be 1 or 3)");
+  pixels_.resize(static_cast<size_t>(height) * width * channels);
 }
 
 Image Image::crop(int top, int left, int height, int width) const {
@@ -37,7 +40,7 @@ void Image::flip_horizontal() {
 
 Image Image::to_channels(int channels) const {
   if (channels == channels_) return *this;
-  Image out(height_, width_, channels);
+  Image out(height_, width_, channels, Uninitialized{});
   const size_t pixels = static_cast<size_t>(height_) * width_;
   const uint8_t* in = data();
   uint8_t* dst = out.data();

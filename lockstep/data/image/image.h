@@ -15,6 +15,8 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,9 @@ class Image {
  public:
   Image() = default;
   Image(int height, int width, int channels);  // zero-filled
+  // For code that writes every byte: the pixels start undefined.
+  struct Uninitialized {};
+  Image(int height, int width, int channels, Uninitialized);
 
   int height() const { return height_; }
   int width() const { return width_; }
@@ -55,8 +60,23 @@ class Image {
   void write_chw(uint8_t* out) const;
 
  private:
+  // A vector that leaves new bytes uninitialized unless asked (value-initialized).
+  struct DefaultInitAllocator : std::allocator<uint8_t> {
+    template <typename U>
+    struct rebind {
+      using other = DefaultInitAllocator;
+    };
+    template <typename U>
+    void construct(U* p) noexcept {
+      ::new (static_cast<void*>(p)) U;
+    }
+    template <typename U, typename... Args>
+    void construct(U* p, Args&&... args) {
+      ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+    }
+  };
   int height_ = 0, width_ = 0, channels_ = 0;
-  std::vector<uint8_t> pixels_;
+  std::vector<uint8_t, DefaultInitAllocator> pixels_;
 };
 
 // torchvision's padding modes: a fill value, the edge pixel repeated, the

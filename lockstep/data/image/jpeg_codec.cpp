@@ -72,6 +72,10 @@ inline uint8_t cmyk_channel(uint8_t stored_ink, int not_black) {
 
 // One decoded scanline (`components` per pixel) into a row of `mode`.
 void convert_row(const uint8_t* in, int components, int width, ColorMode mode, uint8_t* out) {
+  if (components == 3 && mode == ColorMode::kRGB) {
+    std::memcpy(out, in, static_cast<size_t>(width) * 3);
+    return;
+  }
   if (components == 1) {
     if (mode == ColorMode::kGray) {
       std::memcpy(out, in, width);
@@ -176,7 +180,7 @@ Image decode_jpeg(const uint8_t* data, size_t size, ColorMode mode, const PixelR
   JpegErrorManager manager;
   init_error_manager(manager);
   ImageInfo info;
-  Image image(region.height, region.width, channels_of(mode));
+  Image image(region.height, region.width, channels_of(mode), Image::Uninitialized{});
   std::vector<uint8_t> scanline;
   const bool ok = run_jpeg(cinfo, manager, data, size, mode, &region, scale_denom, &info, &image, &scanline);
   jpeg_destroy_decompress(&cinfo);

@@ -200,7 +200,7 @@ Image resample(const Image& in, int out_height, int out_width, Interpolation fil
   const Image* rows = &in;
   int rows_top = window.top, rows_left = window.left;
   if (need_horizontal) {
-    temp = Image(ybox_last - ybox_first, out_width, c);
+    temp = Image(ybox_last - ybox_first, out_width, c, Image::Uninitialized{});
     for (int yy = 0; yy < temp.height(); ++yy) {
       const uint8_t* source = in.row(yy + ybox_first - window.top);
       uint8_t* target = temp.row(yy);
@@ -233,7 +233,7 @@ Image resample(const Image& in, int out_height, int out_width, Interpolation fil
     // Only reached with need_horizontal (else the copy above): temp is the result.
     return temp;
   }
-  Image out(out_height, rows->width(), c);
+  Image out(out_height, rows->width(), c, Image::Uninitialized{});
   const int width_bytes = rows->width() * c;
   std::vector<int> sums(width_bytes);
   for (int yy = 0; yy < out_height; ++yy) {
