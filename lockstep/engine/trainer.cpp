@@ -1,5 +1,6 @@
 #include "lockstep/engine/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <set>
@@ -16,6 +17,40 @@ namespace lockstep {
 Trainer& Hook::trainer() const {
   LOCKSTEP_CHECK(trainer_ != nullptr, "hook '", name_, "' is not registered with a trainer");
   return *trainer_;
+}
+
+void Hook::set_priority(int priority) {
+  LOCKSTEP_CHECK(trainer_ == nullptr, "hook '", name_, "': set its priority before registering it");
+  priority_ = priority;
+}
+
+namespace {
+const std::pair<const char*, int> kPriorityNames[] = {
+    {"HIGHEST", kHighest}, {"VERY_HIGH", kVeryHigh}, {"HIGH", kHigh}, {"ABOVE_NORMAL", kAboveNormal},
+    {"NORMAL", kNormal},   {"BELOW_NORMAL", kBelowNormal}, {"LOW", kLow}, {"VERY_LOW", kVeryLow},
+    {"LOWEST", kLowest}};
+}  // namespace
+
+int parse_hook_priority(const std::string& text) {
+  for (const auto& [name, value] : kPriorityNames) {
+    if (text == name) return value;
+  }
+  try {
+    size_t used = 0;
+    const int value = std::stoi(text, &used);
+    if (used == text.size()) return value;
+  } catch (const std::exception&) {
+  }
+  std::string names;
+  for (const auto& entry : kPriorityNames) names += (names.empty() ? "" : ", ") + std::string(entry.first);
+  LOCKSTEP_FAIL("unknown hook priority '", text, "'; expected an integer or one of ", names);
+}
+
+std::string hook_priority_name(int priority) {
+  for (const auto& [name, value] : kPriorityNames) {
+    if (priority == value) return name;
+  }
+  return std::to_string(priority);
 }
 
 // Runs tasks one at a time, in submission order, on a background thread.
@@ -111,27 +146,83 @@ void Trainer::register_hooks(const std::vector<std::shared_ptr<Hook>>& hooks) {
     LOCKSTEP_CHECK(hook->trainer_ == nullptr || hook->trainer_ == this, "hook '", hook->name(),
                    "' is already registered with another trainer");
     hook->trainer_ = this;
-    hooks_.push_back(hook);
+    // After every hook of the same or a higher priority (a lower number).
+    auto position = std::find_if(hooks_.begin(), hooks_.end(),
+                                 [&](const std::shared_ptr<Hook>& other) { return other->priority() > hook->priority(); });
+    hooks_.insert(position, hook);
+  }
+}
+
+void Trainer::log_hook_order() const {
+  std::string text;
+  for (const auto& hook : hooks_) text += fmt::format("\n  ({:<12}) {}", hook_priority_name(hook->priority()), hook->name());
+  logger().info("Hooks, in the order every stage runs them:{}", text);
+}
+
+int64_t Trainer::iters_per_epoch() const { return std::max<int64_t>(1, data_loader_->batches_per_epoch()); }
+
+void Trainer::request_stop(const std::string& reason) {
+  const int64_t last = in_iteration_ ? iter_ + 1 : iter_;
+  if (stopped_early_ && max_iter_ <= last) return;
+  if (in_iteration_) {
+    logger().info("Stopping training after iteration {}: {}", iter_, reason);
+  } else {
+    logger().info("Stopping training before iteration {}: {}", iter_, reason);
+  }
+  stopped_early_ = true;
+  max_iter_ = std::min(max_iter_, last);
+}
+
+void Trainer::before_eval_epoch(bool test) {
+  for (auto& hook : hooks_) test ? hook->before_test_epoch() : hook->before_val_epoch();
+}
+
+void Trainer::after_eval_epoch(bool test, const std::map<std::string, double>& metrics) {
+  for (auto& hook : hooks_) test ? hook->after_test_epoch(metrics) : hook->after_val_epoch(metrics);
+}
+
+void Trainer::before_eval_iter(bool test, int64_t batch_index, const Batch& batch) {
+  for (auto& hook : hooks_) {
+    test ? hook->before_test_iter(batch_index, batch) : hook->before_val_iter(batch_index, batch);
+  }
+}
+
+void Trainer::after_eval_iter(bool test, int64_t batch_index, const Batch& batch, const Batch& outputs) {
+  for (auto& hook : hooks_) {
+    test ? hook->after_test_iter(batch_index, batch, outputs) : hook->after_val_iter(batch_index, batch, outputs);
   }
 }
 
 void Trainer::train(int64_t start_iter, int64_t max_iter) {
   LOCKSTEP_CHECK(start_iter >= 0 && start_iter <= max_iter, "train(start_iter=", start_iter,
                  ", max_iter=", max_iter, "): need 0 <= start_iter <= max_iter");
+  log_hook_order();
   logger().info("Starting training from iteration {}", start_iter);
   iter_ = start_iter_ = start_iter;
   max_iter_ = max_iter;
+  stopped_early_ = false;
   storage_.set_iter(start_iter);
   optim_wrapper_->initialize_count_status(start_iter, max_iter);
   try {
     before_train();
-    for (iter_ = start_iter; iter_ < max_iter; ++iter_) {
+    // max_iter_ may shrink inside the loop (request_stop).
+    const int64_t per_epoch = iters_per_epoch();
+    for (iter_ = start_iter; iter_ < max_iter_; ++iter_) {
+      if (iter_ % per_epoch == 0) {
+        for (auto& hook : hooks_) hook->before_train_epoch();
+      }
+      in_iteration_ = true;
       before_step();
       run_step();
       after_step();
+      if ((iter_ + 1) % per_epoch == 0) {
+        for (auto& hook : hooks_) hook->after_train_epoch();
+      }
+      in_iteration_ = false;
     }
     // iter_ == max_iter now: hooks tell a finished run from a failed one by it.
   } catch (...) {
+    in_iteration_ = false;
     logger().error("Exception during training at iteration {}", iter_);
     try {
       after_train();
@@ -250,6 +341,7 @@ State Trainer::state() const {
   state.put("hooks", std::move(hooks));
   state.put("data_loader", data_loader_->state());
   state.put("rng", capture_rng_state());
+  for (const auto& hook : hooks_) hook->before_save_checkpoint(state);
   return state;
 }
 
@@ -272,6 +364,7 @@ void Trainer::load_state(const State& state) {
   }
   if (state.contains("data_loader")) data_loader_->load_state(state.get("data_loader"));
   if (state.contains("rng")) restore_rng_state(state.get("rng"));
+  for (auto& hook : hooks_) hook->after_load_checkpoint(state);
 }
 
 }  // namespace lockstep

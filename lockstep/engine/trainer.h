@@ -55,7 +55,8 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  // Appends hooks (null entries are skipped) and attaches them to this trainer.
+  // Adds hooks (null entries are skipped) by priority, after those of equal
+  // priority already registered, and attaches them to this trainer.
   void register_hooks(const std::vector<std::shared_ptr<Hook>>& hooks);
   const std::vector<std::shared_ptr<Hook>>& hooks() const { return hooks_; }
 
@@ -64,7 +65,24 @@ class Trainer {
   void train(int64_t start_iter, int64_t max_iter);
   virtual void run_step();
 
+  // Ends the run after the current iteration (before the first, when asked
+  // from before_train), on this rank: every rank must ask at the same
+  // iteration (a hook decides on metrics all ranks share). Hooks then see a
+  // finished run: iter() reaches max_iter().
+  void request_stop(const std::string& reason);
+  bool stopped_early() const { return stopped_early_; }
+
+  // Evaluation passes call these so that hooks see them (mmengine's
+  // val/test loop points); `test` selects the test_* hook points.
+  void before_eval_epoch(bool test);
+  void after_eval_epoch(bool test, const std::map<std::string, double>& metrics);
+  void before_eval_iter(bool test, int64_t batch_index, const Batch& batch);
+  void after_eval_iter(bool test, int64_t batch_index, const Batch& batch, const Batch& outputs);
+
   int64_t iter() const { return iter_; }
+  // Training epochs as the data loader counts them.
+  int64_t iters_per_epoch() const;
+  int64_t epoch() const { return iter_ / iters_per_epoch(); }
   int64_t start_iter() const { return start_iter_; }
   int64_t max_iter() const { return max_iter_; }
   EventStorage& storage() { return storage_; }
@@ -96,6 +114,7 @@ class Trainer {
   void before_step();
   void after_backward();
   void after_step();
+  void log_hook_order() const;
 
  private:
   class OrderedWorker;
@@ -112,6 +131,8 @@ class Trainer {
   int64_t iter_ = 0;
   int64_t start_iter_ = 0;
   int64_t max_iter_ = 0;
+  bool stopped_early_ = false;
+  bool in_iteration_ = false;
 };
 
 }  // namespace lockstep

@@ -196,3 +196,122 @@ TEST(TrainerTest, ZeroGradBeforeForwardDiscardsStaleGradients) {
 
 }  // namespace
 }  // namespace lockstep
+
+namespace lockstep {
+namespace {
+
+// Records every mmengine hook point it sees, with the iteration.
+struct EveryPointHook : Hook {
+  EveryPointHook(std::string name, int priority, std::vector<std::string>* log)
+      : Hook(std::move(name), priority), log_(log) {}
+  void note(const std::string& point) { log_->push_back(name() + "." + point + "@" + std::to_string(trainer().iter())); }
+  void before_train() override { note("before_train"); }
+  void after_train() override { note("after_train"); }
+  void before_train_epoch() override { note("before_train_epoch"); }
+  void after_train_epoch() override { note("after_train_epoch"); }
+  void before_val_epoch() override { note("before_val_epoch"); }
+  void after_val_epoch(const std::map<std::string, double>& metrics) override {
+    note("after_val_epoch:" + std::to_string(metrics.size()));
+  }
+  void before_val_iter(int64_t index, const Batch&) override { note("before_val_iter" + std::to_string(index)); }
+  void after_val_iter(int64_t index, const Batch&, const Batch&) override { note("after_val_iter" + std::to_string(index)); }
+  void before_test_epoch() override { note("before_test_epoch"); }
+  void after_test_epoch(const std::map<std::string, double>&) override { note("after_test_epoch"); }
+  void before_test_iter(int64_t index, const Batch&) override { note("before_test_iter" + std::to_string(index)); }
+  void after_test_iter(int64_t index, const Batch&, const Batch&) override { note("after_test_iter" + std::to_string(index)); }
+  void before_save_checkpoint(State& checkpoint) override {
+    note("before_save_checkpoint");
+    checkpoint.values["added_by_" + name()] = 7;
+  }
+  void after_load_checkpoint(const State& checkpoint) override {
+    note("after_load_checkpoint:" + std::to_string(checkpoint.values.value("added_by_" + name(), 0)));
+  }
+  std::vector<std::string>* log_;
+};
+
+std::vector<std::string> names_in_order(const Trainer& trainer) {
+  std::vector<std::string> names;
+  for (const auto& hook : trainer.hooks()) names.push_back(hook->name());
+  return names;
+}
+
+TEST(HookPriority, LowerNumbersRunFirstAndEqualPrioritiesKeepRegistrationOrder) {
+  auto model = std::make_shared<LinearModel>();
+  Trainer trainer(model, make_loader(), make_wrapper(*model));
+  std::vector<std::string> log;
+  trainer.register_hooks({std::make_shared<EveryPointHook>("normal1", kNormal, &log),
+                          std::make_shared<EveryPointHook>("lowest", kLowest, &log),
+                          std::make_shared<EveryPointHook>("very_high", kVeryHigh, &log)});
+  trainer.register_hooks({std::make_shared<EveryPointHook>("normal2", kNormal, &log),
+                          std::make_shared<EveryPointHook>("p45", 45, &log),
+                          std::make_shared<EveryPointHook>("highest", kHighest, &log)});
+  EXPECT_EQ(names_in_order(trainer),
+            (std::vector<std::string>{"highest", "very_high", "p45", "normal1", "normal2", "lowest"}));
+  // Every stage runs them in that order.
+  trainer.train(0, 1);
+  std::vector<std::string> before_train;
+  for (const auto& entry : log) {
+    if (entry.find(".before_train@") != std::string::npos) before_train.push_back(entry.substr(0, entry.find('.')));
+  }
+  EXPECT_EQ(before_train, names_in_order(trainer));
+  EXPECT_EQ(parse_hook_priority("VERY_HIGH"), 10);
+  EXPECT_EQ(parse_hook_priority("45"), 45);
+  EXPECT_EQ(hook_priority_name(90), "VERY_LOW");
+  EXPECT_THROW(parse_hook_priority("URGENT"), Error);
+}
+
+TEST(HookPoints, EpochPointsBracketEachEpochAndCheckpointPointsSeeTheState) {
+  auto model = std::make_shared<LinearModel>();
+  Trainer trainer(model, make_loader(), make_wrapper(*model));  // 4 iterations per epoch
+  std::vector<std::string> log;
+  trainer.register_hooks({std::make_shared<EveryPointHook>("h", kNormal, &log)});
+  trainer.train(2, 9);  // resumed mid-epoch 0, through epoch 1, into epoch 2
+  std::vector<std::string> epochs;
+  for (const auto& entry : log) {
+    if (entry.find("epoch") != std::string::npos) epochs.push_back(entry);
+  }
+  EXPECT_EQ(epochs, (std::vector<std::string>{"h.after_train_epoch@3", "h.before_train_epoch@4",
+                                              "h.after_train_epoch@7", "h.before_train_epoch@8"}));
+  log.clear();
+  State state = trainer.state();
+  EXPECT_EQ(state.values.value("added_by_h", 0), 7);
+  trainer.load_state(state);
+  EXPECT_EQ(log, (std::vector<std::string>{"h.before_save_checkpoint@9", "h.after_load_checkpoint:7@9"}));
+  // Evaluation passes reach the val_* or test_* points.
+  log.clear();
+  Batch batch{{"x", torch::zeros({1, 4})}};
+  trainer.before_eval_epoch(false);
+  trainer.before_eval_iter(false, 0, batch);
+  trainer.after_eval_iter(false, 0, batch, batch);
+  trainer.after_eval_epoch(false, {{"acc", 1.0}});
+  trainer.before_eval_epoch(true);
+  trainer.after_eval_epoch(true, {});
+  EXPECT_EQ(log, (std::vector<std::string>{"h.before_val_epoch@9", "h.before_val_iter0@9", "h.after_val_iter0@9",
+                                           "h.after_val_epoch:1@9", "h.before_test_epoch@9", "h.after_test_epoch@9"}));
+}
+
+// Stops from after_step at iteration 5: the run ends there like a finished one.
+struct StopAt : Hook {
+  explicit StopAt(int64_t iteration) : Hook("StopAt"), iteration_(iteration) {}
+  void after_step() override {
+    if (trainer().iter() == iteration_) trainer().request_stop("test");
+  }
+  void after_train() override { seen_at_end = trainer().iter(); }
+  int64_t iteration_;
+  int64_t seen_at_end = -1;
+};
+
+TEST(HookPoints, RequestStopEndsTheRunAfterTheCurrentIteration) {
+  auto model = std::make_shared<LinearModel>();
+  Trainer trainer(model, make_loader(), make_wrapper(*model));
+  auto stop = std::make_shared<StopAt>(5);
+  trainer.register_hooks({stop});
+  trainer.train(0, 20);
+  EXPECT_TRUE(trainer.stopped_early());
+  EXPECT_EQ(trainer.iter(), 6);
+  EXPECT_EQ(trainer.max_iter(), 6);
+  EXPECT_EQ(stop->seen_at_end, 6);
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -16,7 +16,7 @@ EvalHook::EvalHook(int64_t period, EvalFunction evaluate, std::function<void()> 
   LOCKSTEP_CHECK(evaluate_ != nullptr, "EvalHook needs an evaluation function");
 }
 
-void EvalHook::run_evaluation() {
+void EvalHook::run_evaluation(int64_t completed) {
   Model& model = trainer().model();
   const bool was_training = model.is_training();
   model.eval();
@@ -31,21 +31,22 @@ void EvalHook::run_evaluation() {
   for (const auto& [name, value] : results) {
     trainer().storage().put_scalar(name, value, /*smoothing_hint=*/false);
   }
-  last_evaluated_ = trainer().iter();
+  last_evaluated_ = completed;
   if (barrier_) barrier_();
 }
 
 void EvalHook::after_step() {
   const int64_t next = trainer().iter() + 1;
   // The final evaluation belongs to after_train, which knows whether the run completed.
-  if (period_ > 0 && next % period_ == 0 && next != trainer().max_iter()) run_evaluation();
+  if (period_ > 0 && next % period_ == 0 && next != trainer().max_iter()) run_evaluation(next);
 }
 
 void EvalHook::after_train() {
   // iter() == max_iter only when every iteration ran.
   // The final results are recorded at iteration max_iter, one past the last
   // step, so writers that publish "scalars newer than the last write" see them.
-  if (trainer().iter() >= trainer().max_iter() && last_evaluated_ != trainer().iter()) run_evaluation();
+  // A run stopped early was evaluated at its last iteration already.
+  if (trainer().iter() >= trainer().max_iter() && last_evaluated_ != trainer().iter()) run_evaluation(trainer().iter());
 }
 
 // Every val_interval iterations and at the end; every rank waits for the others afterwards.

@@ -24,11 +24,12 @@ class EvalHook : public Hook {
   int64_t period() const { return period_; }
 
  private:
-  void run_evaluation();
+  // `completed`: the iterations run so far.
+  void run_evaluation(int64_t completed);
   int64_t period_;
   EvalFunction evaluate_;
   std::function<void()> barrier_;
-  int64_t last_evaluated_ = -1;
+  int64_t last_evaluated_ = -1;  // iterations completed at the last evaluation
 };
 
 }  // namespace lockstep

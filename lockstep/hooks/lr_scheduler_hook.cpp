@@ -19,6 +19,12 @@ void LRSchedulerHook::after_step() {
   }
 }
 
+void LRSchedulerHook::after_val_epoch(const std::map<std::string, double>& metrics) {
+  for (auto& entry : schedulers_) {
+    for (auto& scheduler : entry.second) scheduler->step_with_metrics(metrics);
+  }
+}
+
 namespace {
 std::shared_ptr<Hook> build_lr_scheduler_hook(const Config&, const HookContext& context) {
   return std::make_shared<LRSchedulerHook>(context.strategy->optim_wrapper(), context.strategy->schedulers());

@@ -1,6 +1,7 @@
 // LRSchedulerHook: steps every parameter scheduler once per iteration and
 // records the learning rate of each optim wrapper's main param group ("lr",
-// or "lr/<name>" with several optimizers).
+// or "lr/<name>" with several optimizers). After each validation pass it
+// hands the metrics to the schedulers that act on them (ReduceOnPlateauLR).
 //
 //   auto lr_hook = std::make_shared<lockstep::LRSchedulerHook>(strategy->optim_wrapper(),
 //                                                              strategy->schedulers());
@@ -17,6 +18,7 @@ class LRSchedulerHook : public Hook {
  public:
   LRSchedulerHook(std::shared_ptr<OptimWrapperBase> optim_wrapper, SchedulerMap schedulers);
   void after_step() override;
+  void after_val_epoch(const std::map<std::string, double>& metrics) override;
 
  private:
   std::shared_ptr<OptimWrapperBase> optim_wrapper_;

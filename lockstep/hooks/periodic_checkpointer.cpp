@@ -36,7 +36,19 @@ void PeriodicCheckpointer::after_step() {
     checkpointer_->save(name, trainer());
     for (const auto& path : dropped) checkpointer_->remove(path);
   }
-  if (save_final_ && iteration >= trainer().max_iter() - 1) checkpointer_->save(file_prefix_ + "_final", trainer());
+  if (save_final_ && iteration >= trainer().max_iter() - 1) {
+    checkpointer_->save(file_prefix_ + "_final", trainer());
+    final_saved_ = true;
+  }
+}
+
+void PeriodicCheckpointer::after_train() {
+  // A hook that stopped the run (early stopping) did so after this hook's
+  // after_step: the final checkpoint is written here instead.
+  if (save_final_ && !final_saved_ && trainer().stopped_early() && trainer().iter() >= trainer().max_iter()) {
+    checkpointer_->save(file_prefix_ + "_final", trainer());
+    final_saved_ = true;
+  }
 }
 
 State PeriodicCheckpointer::state() const {

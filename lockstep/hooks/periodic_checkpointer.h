@@ -21,6 +21,8 @@ class PeriodicCheckpointer : public Hook {
   PeriodicCheckpointer(std::shared_ptr<Checkpointer> checkpointer, int64_t period, int64_t max_to_keep = -1,
                        std::string file_prefix = "model", bool save_final = true);
   void after_step() override;
+  // Writes the final checkpoint of a run another hook stopped early.
+  void after_train() override;
 
   bool stateful() const override { return true; }
   State state() const override;
@@ -33,6 +35,7 @@ class PeriodicCheckpointer : public Hook {
   std::string file_prefix_;
   bool save_final_;
   std::deque<std::string> kept_;
+  bool final_saved_ = false;
 };
 
 }  // namespace lockstep

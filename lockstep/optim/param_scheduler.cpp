@@ -54,6 +54,8 @@ void ParamScheduler::step() {
   last_values_ = get_group_options(optimizer_, span_.param());
 }
 
+void ParamScheduler::record_last_values() { last_values_ = get_group_options(optimizer_, span_.param()); }
+
 std::string ParamScheduler::name() const {
   if (span_.param() == "lr") return rule_->name() + "LR";
   if (span_.param() == "momentum") return rule_->name() + "Momentum";

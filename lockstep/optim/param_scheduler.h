@@ -132,6 +132,9 @@ class ParamScheduler {
 
   // Advances one iteration and applies the schedule.
   void step();
+  // After each validation pass, with its metrics: what a schedule driven by
+  // a metric (ReduceOnPlateauLR) acts on. Others ignore it.
+  virtual void step_with_metrics(const std::map<std::string, double>& /*metrics*/) {}
   // Steps taken inside [begin, end): 0 after construction when begin == 0, -1
   // while the scheduler has not begun.
   int64_t last_step() const { return last_step_; }
@@ -145,8 +148,14 @@ class ParamScheduler {
   int64_t end() const { return span_.end(); }
   const ScheduleRule& rule() const { return *rule_; }
 
-  State state() const;
-  void load_state(const State& state);
+  virtual State state() const;
+  virtual void load_state(const State& state);
+
+ protected:
+  torch::optim::Optimizer& optimizer() const { return optimizer_; }
+  int64_t global_step() const { return global_step_; }
+  // After a subclass changed the option outside step().
+  void record_last_values();
 
  private:
   torch::optim::Optimizer& optimizer_;
@@ -159,8 +168,9 @@ class ParamScheduler {
 };
 
 // Types: ConstantLR, LinearLR, StepLR, MultiStepLR, ExponentialLR,
-// CosineAnnealingLR, PolyLR, OneCycleLR, CosineRestartLR, and the *Momentum
-// twin of each but OneCycle. Common keys: begin, end, by_epoch, param.
+// CosineAnnealingLR, PolyLR, OneCycleLR, CosineRestartLR, ReduceOnPlateauLR
+// (schedulers_plateau.h), and the *Momentum twin of each but OneCycle.
+// Common keys: begin, end, by_epoch, param.
 Registry<ParamScheduler, torch::optim::Optimizer&, const SchedulerContext&>& scheduler_registry();
 
 }  // namespace lockstep

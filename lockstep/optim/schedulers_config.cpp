@@ -6,6 +6,7 @@
 #include "lockstep/optim/param_scheduler.h"
 #include "lockstep/optim/schedulers_annealing.h"
 #include "lockstep/optim/schedulers_multiplicative.h"
+#include "lockstep/optim/schedulers_plateau.h"
 
 namespace lockstep {
 namespace {
@@ -172,6 +173,31 @@ Registry<ParamScheduler, torch::optim::Optimizer&, const SchedulerContext&>& sch
           return build(family, type, param, cfg, optimizer, context);
         });
       }
+    }
+    for (const std::string suffix : {"LR", "Momentum"}) {
+      const std::string type = "ReduceOnPlateau" + suffix;
+      const std::string param = suffix == "LR" ? "lr" : "momentum";
+      r->add(type, [type, param](const Config& cfg, torch::optim::Optimizer& optimizer, const SchedulerContext& context)
+                 -> std::shared_ptr<ParamScheduler> {
+        try {
+          IterReader iters(cfg, context);
+          const ScheduleSpan span = iters.span(type, param);
+          const Config min_value = cfg.child("min_value");
+          PlateauOptions options;
+          options.monitor(cfg.get<std::string>("monitor", "loss"))
+              .rule(cfg.get<std::string>("rule", "less"))
+              .factor(cfg.get<double>("factor", 0.1))
+              .patience(cfg.get<int64_t>("patience", 10))
+              .threshold(cfg.get<double>("threshold", 1e-4))
+              .threshold_rule(cfg.get<std::string>("threshold_rule", "rel"))
+              .cooldown(cfg.get<int64_t>("cooldown", 0))
+              .min_value(min_value.is_null() ? std::vector<double>{0.0} : number_or_list(min_value))
+              .eps(cfg.get<double>("eps", 1e-8));
+          return std::make_shared<ReduceOnPlateauScheduler>(optimizer, options, span, context);
+        } catch (const OptionError& error) {
+          LOCKSTEP_FAIL(cfg.where(error.key()), ": ", type, ": ", error.what());
+        }
+      });
     }
     return r;
   }();

@@ -14,12 +14,33 @@ namespace {
 struct Slot {
   const char* key;
   std::vector<std::string> types;  // the first is the default
+  int priority;
 };
 
-const Slot kTimer{"timer", {"IterationTimer", "IterTimerHook"}};
-const Slot kScheduler{"param_scheduler", {"LRSchedulerHook", "ParamSchedulerHook"}};
-const Slot kCheckpoint{"checkpoint", {"PeriodicCheckpointer", "CheckpointHook"}};
-const Slot kLogger{"logger", {"PeriodicWriter", "LoggerHook"}};
+// Priorities keep the default hooks in this order around the custom hooks
+// (NORMAL unless they say otherwise): timer, schedulers, custom hooks,
+// periodic checkpoints, evaluation, best checkpoint, logger.
+const Slot kTimer{"timer", {"IterationTimer", "IterTimerHook"}, kVeryHigh};
+const Slot kScheduler{"param_scheduler", {"LRSchedulerHook", "ParamSchedulerHook"}, kHigh};
+const Slot kCheckpoint{"checkpoint", {"PeriodicCheckpointer", "CheckpointHook"}, kBelowNormal};
+const Slot kLogger{"logger", {"PeriodicWriter", "LoggerHook"}, kLowest};
+constexpr int kEvalPriority = kLow;
+constexpr int kBestCheckpointPriority = kVeryLow;
+
+// A `priority` key (a name such as VERY_HIGH, or a number), else `fallback`.
+int read_priority(const Config& section, int fallback) {
+  if (!section.has("priority")) return fallback;
+  try {
+    return parse_hook_priority(section.get<std::string>("priority"));
+  } catch (const Error& error) {
+    LOCKSTEP_FAIL(section.where("priority"), ": ", error.what());
+  }
+}
+
+std::shared_ptr<Hook> with_priority(std::shared_ptr<Hook> hook, int priority) {
+  hook->set_priority(priority);
+  return hook;
+}
 
 // A slot's section: absent -> the defaults; explicit null -> disabled.
 std::optional<Config> section_of(const Config& default_hooks, const Slot& slot) {
@@ -41,13 +62,14 @@ std::shared_ptr<Hook> build_slot(const Slot& slot, const Config& section, const 
                    ": default_hooks.", slot.key, " builds a ", slot.types.front(), "; type '", type,
                    "' does not fit this slot (accepted: ", names, "); put other hooks in custom_hooks");
   }
-  return hook_registry().build_as(type, section, context);
+  const int priority = read_priority(section, slot.priority);
+  return with_priority(hook_registry().build_as(type, section, context), priority);
 }
 
 // A hook the runner adds by itself, from a config of its own making.
-std::shared_ptr<Hook> build_internal(const std::string& yaml, const HookContext& context) {
+std::shared_ptr<Hook> build_internal(const std::string& yaml, const HookContext& context, int priority) {
   Config config = Config::parse(yaml, "<default_hooks>");
-  return hook_registry().build(config, context);
+  return with_priority(hook_registry().build(config, context), priority);
 }
 
 }  // namespace
@@ -66,7 +88,11 @@ std::vector<std::shared_ptr<Hook>> build_default_hooks(const Config& default_hoo
 
   if (!custom_hooks.is_null()) {
     LOCKSTEP_CHECK(custom_hooks.is_sequence(), custom_hooks.where(), ": custom_hooks must be a list of {type: ...} maps");
-    for (size_t i = 0; i < custom_hooks.size(); ++i) hooks.push_back(hook_registry().build(custom_hooks.at(i), context));
+    for (size_t i = 0; i < custom_hooks.size(); ++i) {
+      const Config section = custom_hooks.at(i);
+      const int priority = section.is_map() ? read_priority(section, kNormal) : kNormal;
+      hooks.push_back(with_priority(hook_registry().build(section, context), priority));
+    }
   }
 
   // save_best and rule belong to BestCheckpointer; the rest of the section to PeriodicCheckpointer.
@@ -83,11 +109,12 @@ std::vector<std::shared_ptr<Hook>> build_default_hooks(const Config& default_hoo
     }
     hooks.push_back(build_slot(kCheckpoint, periodic, context));
   }
-  if (context.evaluate) hooks.push_back(build_internal("type: EvalHook\n", context));
+  if (context.evaluate) hooks.push_back(build_internal("type: EvalHook\n", context, kEvalPriority));
   if (!save_best.empty()) {
     LOCKSTEP_CHECK(context.evaluate != nullptr, default_hooks.where("checkpoint"),
                    ": save_best needs evaluation, but the config has no val_dataloader");
-    hooks.push_back(build_internal("type: BestCheckpointer\nmetric: \"" + save_best + "\"\nrule: " + rule + "\n", context));
+    hooks.push_back(build_internal("type: BestCheckpointer\nmetric: \"" + save_best + "\"\nrule: " + rule + "\n",
+                                   context, kBestCheckpointPriority));
   }
 
   if (auto logger = section_of(default_hooks, kLogger)) hooks.push_back(build_slot(kLogger, *logger, context));

@@ -236,14 +236,26 @@ std::map<std::string, double> Runner::evaluate(const std::string& split) {
   if (!strategy_->model()) strategy_->prepare(build_model(config_.at("model")), Config(), Config(), SchedulerContext{});
   Model& model = *strategy_->model();
   Evaluator& evaluator = *evaluators_.at(split);
+  // The trainer's hooks see the pass (EMA weights swap in, early stopping reads the metrics).
+  Trainer* hooks = trainer_.get();
+  const bool test = split == "test";
   const bool was_training = model.is_training();
   model.eval();
-  loader_found->second->for_each_batch(0, [&](const Batch& batch) { evaluator.process(batch, model.val_step(batch)); });
+  if (hooks) hooks->before_eval_epoch(test);
+  int64_t batch_index = 0;
+  loader_found->second->for_each_batch(0, [&](const Batch& batch) {
+    if (hooks) hooks->before_eval_iter(test, batch_index, batch);
+    const Batch outputs = model.val_step(batch);
+    evaluator.process(batch, outputs);
+    if (hooks) hooks->after_eval_iter(test, batch_index, batch, outputs);
+    ++batch_index;
+  });
   if (was_training) model.train();
   auto metrics = evaluator.evaluate(loader_found->second->dataset().size(),
                                     [this](const std::vector<nlohmann::json>& local, int64_t size) {
                                       return strategy_->collect_results(local, size);
                                     });
+  if (hooks) hooks->after_eval_epoch(test, metrics);
   std::string text;
   for (const auto& [name, value] : metrics) text += fmt::format("  {}: {:.4f}", name, value);
   logger().info("Evaluation on {} ({} samples):{}", split, loader_found->second->dataset().size(), text);
