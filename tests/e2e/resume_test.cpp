@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "lockstep/checkpoint/checkpoint_file.h"
+#include "lockstep/checkpoint/checkpoint_layout.h"
 #include "lockstep/config/config.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/png.h"
@@ -128,6 +129,45 @@ TEST(Resume, ImageFolderWithRandomAugmentationResumesBitwise) {
   auto b = final_weights(interrupted);
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [name, tensor] : a) EXPECT_TRUE(torch::equal(tensor, b.at(name))) << name << " differs after resume";
+}
+
+// EMAHook's average and step count come back from the checkpoint: the
+// resumed run ends with the same weights and the same average, bitwise.
+TEST(Resume, EmaHookResumesBitwise) {
+  testing::TempDir dir;
+  const std::string ema = "{type: EMAHook, momentum: 0.05, interval: 2, begin_iter: 4, update_buffers: true}";
+  const std::string straight = dir.file("straight"), interrupted = dir.file("interrupted");
+  {
+    Config config = Config::parse(kResumeConfig, "resume.yaml");
+    config.apply_override("custom_hooks=[" + ema + "]");
+    Runner(config, RunnerOptions().work_dir(straight)).train();
+  }
+  {
+    Config config = Config::parse(kResumeConfig, "resume.yaml");
+    config.apply_override("custom_hooks=[" + ema + ", {type: FailAtIteration, iteration: 25}]");
+    Runner runner(config, RunnerOptions().work_dir(interrupted));
+    EXPECT_THROW(runner.train(), std::runtime_error);
+  }
+  {
+    Config config = Config::parse(kResumeConfig, "resume.yaml");
+    config.apply_override("custom_hooks=[" + ema + "]");
+    Runner runner(config, RunnerOptions().work_dir(interrupted).resume(true));
+    runner.train();
+    EXPECT_EQ(runner.trainer().start_iter(), 20);
+  }
+  const CheckpointContents a = read_checkpoint(straight + "/model_final.ckpt");
+  const CheckpointContents b = read_checkpoint(interrupted + "/model_final.ckpt");
+  ASSERT_TRUE(a.trainer && b.trainer);
+  int averaged = 0;
+  for (const auto& [name, tensor] : a.trainer->tensors) {
+    ASSERT_TRUE(b.trainer->tensors.count(name)) << name;
+    EXPECT_TRUE(torch::equal(tensor, b.trainer->tensors.at(name))) << name << " differs after resume";
+    averaged += name.find("EMAHook") != std::string::npos;
+  }
+  EXPECT_GT(averaged, 4);
+  for (const auto& [name, tensor] : final_weights(straight)) {
+    EXPECT_TRUE(torch::equal(tensor, final_weights(interrupted).at(name))) << name;
+  }
 }
 
 TEST(Resume, CorruptNewestCheckpointFallsBackToThePreviousOne) {
