@@ -37,6 +37,7 @@
 
 #include "bench/bench_util.h"
 #include "examples/gpt/gpt_model.h"
+#include "lockstep/core/process_memory.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/dist/comm.h"
 #include "lockstep/dist/init.h"
@@ -56,14 +57,7 @@ gpt::GPTOptions bench_model() {
   return gpt::GPTOptions().vocab_size(96).block_size(64).n_layer(14).n_head(12).n_embd(768);
 }
 
-int64_t vm_hwm_bytes() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  }
-  return -1;
-}
+int64_t vm_hwm_bytes() { return process_memory().peak_rss_bytes; }
 
 int64_t unique_bytes(const std::vector<torch::Tensor>& tensors) {
   std::set<const void*> seen;

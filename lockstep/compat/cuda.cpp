@@ -62,6 +62,12 @@ std::optional<CudaMemoryStats> cuda_memory_stats(int device) {
 #endif
 }
 
+void empty_cuda_cache() {
+#ifdef LOCKSTEP_WITH_CUDA
+  if (cuda_device_count() > 0) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+}
+
 void reset_cuda_peak_memory(int device) {
 #ifdef LOCKSTEP_WITH_CUDA
   if (device >= 0 && device < cuda_device_count()) {

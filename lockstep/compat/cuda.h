@@ -44,6 +44,10 @@ std::optional<CudaMemoryStats> cuda_memory_stats(int device);
 // Starts the peaks again from the current values.
 void reset_cuda_peak_memory(int device);
 
+// Returns the caching allocator's unused cached blocks to the driver
+// (torch.cuda.empty_cache()); nothing without CUDA.
+void empty_cuda_cache();
+
 // Waits for everything queued on `device` (benchmarks time device work).
 void synchronize_cuda(int device);
 
