@@ -196,7 +196,8 @@ inline void register_components() {
                                        .block_size(config.get<int64_t>("block_size", 64))
                                        .n_layer(config.get<int64_t>("n_layer", 4))
                                        .n_head(config.get<int64_t>("n_head", 4))
-                                       .n_embd(config.get<int64_t>("n_embd", 128)));
+                                       .n_embd(config.get<int64_t>("n_embd", 128))
+                                       .dropout(config.get<double>("dropout", 0.0)));
     });
     lockstep::dataset_registry().add("FortuneChars", [](const lockstep::Config& config) {
       return std::make_shared<FortuneChars>(config.get<std::string>("root", "/usr/share/games/fortunes"),

@@ -17,6 +17,7 @@
 
 #include <cmath>
 
+#include "lockstep/model/activation_checkpoint.h"
 #include "lockstep/model/model.h"
 #include "lockstep/parallel/fsdp/unit_scope.h"
 
@@ -28,6 +29,8 @@ struct GPTOptions {
   TORCH_ARG(int64_t, n_layer) = 4;
   TORCH_ARG(int64_t, n_head) = 4;
   TORCH_ARG(int64_t, n_embd) = 128;
+  // nanoGPT's residual dropout, after attention and after the MLP.
+  TORCH_ARG(double, dropout) = 0.0;
 };
 
 class CausalSelfAttentionImpl : public torch::nn::Module {
@@ -75,18 +78,24 @@ class BlockImpl : public torch::nn::Module {
     ln2 = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
     mlp = register_module("mlp", torch::nn::Sequential(torch::nn::Linear(d, 4 * d), torch::nn::GELU(),
                                                        torch::nn::Linear(4 * d, d)));
+    dropout = register_module("dropout", torch::nn::Dropout(options.dropout()));
   }
 
   torch::Tensor forward(torch::Tensor x) {
     auto scope = lockstep::fsdp::unit_scope(*this);  // FSDP gathers this block's parameters here
-    x = x + attn(ln1(x));
-    x = x + mlp->forward(ln2(x));
+    // With `activation_checkpointing: {module_types: [Block]}` the block keeps
+    // only its input, and runs again during backward.
+    x = lockstep::checkpointed(*this, [this](const torch::Tensor& h) {
+      torch::Tensor y = h + dropout(attn(ln1(h)));
+      return y + dropout(mlp->forward(ln2(y)));
+    }, x);
     return scope.output(x);
   }
 
   torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
   CausalSelfAttention attn{nullptr};
   torch::nn::Sequential mlp{nullptr};
+  torch::nn::Dropout dropout{nullptr};
 };
 TORCH_MODULE(Block);
 

@@ -15,6 +15,7 @@
 #include "lockstep/dist/env.h"
 #include "lockstep/engine/checkpointer.h"
 #include "lockstep/evaluation/metric.h"
+#include "lockstep/model/activation_checkpoint.h"
 #include "lockstep/model/model.h"
 #include "lockstep/runner/default_hooks.h"
 #include "lockstep/strategy/load_pretrained.h"
@@ -53,13 +54,39 @@ std::string default_work_dir(const Config& config) {
 }  // namespace
 
 namespace {
+// After the first iteration: every module that activation checkpointing
+// turned on must have asked for it, else its forward cannot checkpoint.
+class CheckpointingConsulted : public Hook {
+ public:
+  CheckpointingConsulted(std::shared_ptr<Model> model, std::string where)
+      : Hook("ActivationCheckpointingCheck", kLowest), model_(std::move(model)), where_(std::move(where)) {}
+  void after_step() override {
+    if (checked_) return;
+    checked_ = true;
+    const std::vector<std::string> silent = unconsulted_checkpoint_modules(*model_);
+    if (silent.empty()) return;
+    std::string names;
+    for (const auto& path : silent) names += (names.empty() ? "" : ", ") + path;
+    LOCKSTEP_FAIL(where_, ": activation checkpointing was turned on for ", names,
+                  " but their forward never asked for it: a module supports it by running its body through "
+                  "lockstep::checkpointed(*this, fn, x) (model/activation_checkpoint.h)");
+  }
+
+ private:
+  std::shared_ptr<Model> model_;
+  std::string where_;
+  bool checked_ = false;
+};
+}  // namespace
+
+namespace {
 // Every top-level key a run reads (the header lists what each holds).
 const std::vector<std::string>& runner_config_keys() {
   static const std::vector<std::string> keys{
       "work_dir",        "randomness",      "env",           "strategy",        "model",
       "train_dataloader", "val_dataloader", "test_dataloader", "val_evaluator", "test_evaluator",
       "train_cfg",       "optim_wrapper",   "param_scheduler", "trainer",       "default_hooks",
-      "custom_hooks",    "load_from",       "resume"};
+      "custom_hooks",    "load_from",       "resume",        "activation_checkpointing"};
   return keys;
 }
 }  // namespace
@@ -146,6 +173,7 @@ void Runner::setup_environment() {
 void Runner::build_for_training() {
   SamplerContext sampler_context{strategy_->rank(), strategy_->world_size(), seed_};
   auto model = build_model(config_.at("model"));
+  const bool checkpointing = apply_activation_checkpointing_config(*model);
   train_loader_ = build_data_loader(config_.at("train_dataloader"), sampler_context);
   const int64_t iters_per_epoch = train_loader_->batches_per_epoch();
   LOCKSTEP_CHECK(iters_per_epoch > 0, config_.where("train_dataloader"),
@@ -192,6 +220,27 @@ void Runner::build_for_training() {
   context.val_interval = val_interval;
   if (eval_loaders_.count("val")) context.evaluate = [this] { return evaluate("val"); };
   trainer_->register_hooks(build_default_hooks(config_.child("default_hooks"), config_.child("custom_hooks"), context));
+  if (checkpointing) trainer_->register_hooks({std::make_shared<CheckpointingConsulted>(model, config_.where("activation_checkpointing"))});
+}
+
+bool Runner::apply_activation_checkpointing_config(Model& model) {
+  Config section = config_.child("activation_checkpointing");
+  if (section.is_null()) return false;
+  LOCKSTEP_CHECK(section.is_map(), section.where(), ": activation_checkpointing is a map: {module_types: [Block]}");
+  LOCKSTEP_CHECK(strategy_->name() != "FSDPStrategy", section.where(),
+                 ": activation checkpointing under FSDPStrategy is not supported yet (a unit recomputed in backward "
+                 "would need its parameters gathered again); use DDPStrategy or one process");
+  const auto types = section.get<std::vector<std::string>>("module_types");
+  section.check_all_used("activation_checkpointing");
+  std::vector<std::string> paths;
+  try {
+    paths = apply_activation_checkpointing(model, types);
+  } catch (const Error& error) {
+    LOCKSTEP_FAIL(section.where("module_types"), ": ", error.what());
+  }
+  logger().info("Activation checkpointing: {} module(s) keep only their inputs and recompute in backward (first: {})",
+                paths.size(), paths.front());
+  return true;
 }
 
 std::map<std::string, double> Runner::train() {

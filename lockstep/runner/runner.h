@@ -14,7 +14,8 @@
 // val_dataloader, test_dataloader, val_evaluator, test_evaluator, train_cfg
 // {max_iters | max_epochs, val_interval, by_epoch}, optim_wrapper,
 // param_scheduler, trainer {zero_grad_before_forward, gather_metric_period,
-// async_write_metrics}, default_hooks, custom_hooks, load_from, resume.
+// async_write_metrics}, default_hooks, custom_hooks, load_from, resume,
+// activation_checkpointing {module_types}.
 // Any other top-level key is an error naming its file and line (and the
 // nearest known key); a program that reads top-level keys of its own names
 // them in RunnerOptions::extra_config_keys.
@@ -32,6 +33,7 @@ namespace lockstep {
 
 class Checkpointer;
 class DataLoader;
+class Model;
 class Evaluator;
 class Strategy;
 
@@ -68,6 +70,8 @@ class Runner {
   void build_for_training();
   std::map<std::string, double> evaluate(const std::string& split);
   std::vector<std::shared_ptr<Hook>> build_hooks(int64_t iters_per_epoch, int64_t max_iters);
+  // `activation_checkpointing: {module_types: [...]}`; true when it is on.
+  bool apply_activation_checkpointing_config(Model& model);
 
   Config config_;
   RunnerOptions options_;

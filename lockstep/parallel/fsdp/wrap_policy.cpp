@@ -7,6 +7,7 @@
 #include <torch/nn/modules/container/modulelist.h>
 
 #include "lockstep/core/error.h"
+#include "lockstep/model/activation_checkpoint.h"
 
 namespace lockstep {
 namespace {
@@ -31,15 +32,6 @@ class SizeBasedPolicy : public WrapPolicy {
   int64_t min_num_params_;
 };
 
-bool type_name_matches(const std::string& name, const std::string& wanted) {
-  auto matches_one = [&](const std::string& candidate) {
-    if (name == candidate) return true;
-    const std::string tail = "::" + candidate;
-    return name.size() > tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
-  };
-  return matches_one(wanted) || matches_one(wanted + "Impl");
-}
-
 class ModuleTypePolicy : public WrapPolicy {
  public:
   explicit ModuleTypePolicy(std::vector<std::string> names) : names_(std::move(names)) {
@@ -48,7 +40,7 @@ class ModuleTypePolicy : public WrapPolicy {
   bool should_wrap(const torch::nn::Module& module, const std::string&, int64_t) const override {
     const std::string name = module.name();
     for (const auto& wanted : names_) {
-      if (type_name_matches(name, wanted)) return true;
+      if (module_type_matches(name, wanted)) return true;
     }
     return false;
   }
