@@ -23,10 +23,21 @@
 //   step                    - median step time after a warm-up step
 // and the targets for FULL_SHARD (and its lean form): total <= DDP's / N
 // + the two largest gathered units, and step <= 1.5 x DDP's at world 2.
+// Then, at world 2, activation checkpointing (examples/gpt's blocks, DDP):
+//   DDP_ACT, DDP_ACT_CKPT   - DDP without and with `activation_checkpointing:
+//                             {module_types: [Block]}`, on BENCH_ACTIVATION_TOKENS
+//                             (256) tokens per rank (4 sequences of 64): the
+//                             rise of the resident set over a forward pass
+//                             whose graph is kept, i.e. the activations saved
+//                             for backward (allocations of 64 KiB and up go to
+//                             mmap, so the resident set follows live tensors),
+//                             and the step time.
+//                             BENCH_ACTIVATION=0 skips them.
 //
-//   build/bench/bench_fsdp                       # BENCH_STEPS=3 BENCH_TOKENS=64 BENCH_WORLDS=2,4
+//   build/bench/bench_fsdp                       # BENCH_STEPS=3 BENCH_TOKENS=64 BENCH_WORLDS=2,4 (or none)
 //   bin/lockstep run --standalone --nproc-per-node 2 -- build/bench/bench_fsdp worker FULL_SHARD 3
 #include <torch/torch.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -42,6 +53,7 @@
 #include "lockstep/dist/comm.h"
 #include "lockstep/dist/init.h"
 #include "lockstep/dist/process_group.h"
+#include "lockstep/model/activation_checkpoint.h"
 #include "lockstep/optim/optimizer_state.h"
 #include "lockstep/parallel/ddp/distributed_data_parallel.h"
 #include "lockstep/parallel/fsdp/fully_sharded_data_parallel.h"
@@ -83,6 +95,10 @@ struct Peaks {
 
 int worker(const std::string& mode, int steps, int64_t tokens) {
   torch::set_num_threads(1);
+  const bool activation_modes = mode == "DDP_ACT" || mode == "DDP_ACT_CKPT";
+  // Large blocks from mmap, returned on free: the resident set then follows
+  // the live tensors, which is what the activation measurement reads.
+  if (activation_modes) mallopt(M_MMAP_THRESHOLD, 64 * 1024);
   const torch::Device device = bench::place_bench_worker();
   init_from_env("auto", device.is_cuda() ? "nccl" : "gloo");
   logger().set_level(spdlog::level::warn);
@@ -98,7 +114,8 @@ int worker(const std::string& mode, int steps, int64_t tokens) {
   Peaks ddp_peaks;
   StepContext step;  // DDP: measures its peaks after every backward
   std::vector<int64_t> unit_bytes;
-  if (mode == "DDP") {
+  if (mode == "DDP_ACT_CKPT") apply_activation_checkpointing(*model, {"Block"});
+  if (mode == "DDP" || activation_modes) {
     auto ddp = std::make_shared<DistributedDataParallel>(
         model, world(), DDPOptions().gradient_as_bucket_view(true).broadcast_buffers(false));
     optim = std::make_shared<OptimWrapper>(std::make_shared<torch::optim::Adam>(model->parameters(), 1e-4));
@@ -139,15 +156,28 @@ int worker(const std::string& mode, int steps, int64_t tokens) {
   unit_bytes.resize(2, 0);
 
   torch::manual_seed(get_rank() + 1);
-  torch::Tensor data = torch::randint(0, 96, {2, 1, tokens + 1}, torch::kLong).to(device);
+  // More tokens than the model's context come as several sequences.
+  const int64_t length = std::min<int64_t>(tokens, bench_model().block_size());
+  const int64_t sequences = std::max<int64_t>(1, tokens / length);
+  torch::Tensor data = torch::randint(0, 96, {2, sequences, length + 1}, torch::kLong).to(device);
   std::vector<double> times;
+  int64_t activation_peak = 0;  // the resident set's rise over a forward pass: what backward will need
   for (int i = 0; i < steps + kWarmup; ++i) {
     torch::Tensor sequence = data[i % 2];
-    Batch batch{{"input", sequence.narrow(1, 0, tokens).contiguous()}, {"target", sequence.narrow(1, 1, tokens).contiguous()}};
+    Batch batch{{"input", sequence.narrow(1, 0, length).contiguous()}, {"target", sequence.narrow(1, 1, length).contiguous()}};
     synchronize();
     const double start = bench::now_seconds();
     model->run_train_step(batch, *optim, step);
     if (i >= kWarmup) times.push_back(bench::now_seconds() - start);
+    if (activation_modes && i >= kWarmup) {
+      // A forward pass alone, its graph kept until measured: the activations
+      // saved for backward (with checkpointing, each block's input only).
+      const int64_t resident_before = process_memory().rss_bytes;
+      {
+        LossDict losses = model->loss(model->data_preprocessor()(batch, /*training=*/true));
+        activation_peak = std::max(activation_peak, process_memory().rss_bytes - resident_before);
+      }
+    }
   }
   Peaks peaks = ddp_peaks;
   if (fsdp) {
@@ -157,14 +187,15 @@ int worker(const std::string& mode, int steps, int64_t tokens) {
   // One line per rank, in rank order.
   for (int r = 0; r < get_world_size(); ++r) {
     if (r == get_rank()) {
-      std::printf("RESULT %s %d %lld %lld %lld %lld %lld %.6f %lld %lld %lld\n", mode.c_str(), r,
+      std::printf("RESULT %s %d %lld %lld %lld %lld %lld %.6f %lld %lld %lld %lld\n", mode.c_str(), r,
                   static_cast<long long>(peaks.params), static_cast<long long>(peaks.grads),
                   static_cast<long long>(peaks.optimizer), static_cast<long long>(peaks.total),
                   // On a GPU the memory that counts is the device's: the caching allocator's peak.
                   static_cast<long long>(device.is_cuda() ? bench::cuda_peak_mib(device.index()) * 1024 * 1024
                                                           : vm_hwm_bytes()),
                   bench::median(times), static_cast<long long>(unit_bytes[0]),
-                  static_cast<long long>(unit_bytes[1]), static_cast<long long>(numel));
+                  static_cast<long long>(unit_bytes[1]), static_cast<long long>(numel),
+                  static_cast<long long>(activation_peak));
       std::fflush(stdout);
     }
     synchronize();
@@ -174,7 +205,7 @@ int worker(const std::string& mode, int steps, int64_t tokens) {
 }
 
 struct Result {
-  int64_t params = 0, grads = 0, optimizer = 0, total = 0, hwm = 0, unit1 = 0, unit2 = 0, numel = 0;
+  int64_t params = 0, grads = 0, optimizer = 0, total = 0, hwm = 0, unit1 = 0, unit2 = 0, numel = 0, activation = 0;
   double step = 0;
   int ranks = 0;
 };
@@ -190,9 +221,13 @@ Result parse(const testing::CommandResult& output, const std::string& what) {
     std::istringstream fields(line.substr(at + 7));
     std::string mode;
     int rank = 0;
-    long long params, grads, optimizer, total, hwm, unit1, unit2, numel;
+    long long params, grads, optimizer, total, hwm, unit1, unit2, numel, activation;
     double step = 0;
-    if (!(fields >> mode >> rank >> params >> grads >> optimizer >> total >> hwm >> step >> unit1 >> unit2 >> numel)) continue;
+    if (!(fields >> mode >> rank >> params >> grads >> optimizer >> total >> hwm >> step >> unit1 >> unit2 >> numel >>
+          activation)) {
+      continue;
+    }
+    result.activation = std::max<int64_t>(result.activation, activation);
     result.params = std::max<int64_t>(result.params, params);
     result.grads = std::max<int64_t>(result.grads, grads);
     result.optimizer = std::max<int64_t>(result.optimizer, optimizer);
@@ -233,7 +268,7 @@ int driver() {
               cuda ? "NCCL, one GPU each" : "Gloo, CPU", static_cast<long long>(tokens), kWarmup, steps);
   std::istringstream worlds(worlds_text);
   std::string world_text;
-  while (std::getline(worlds, world_text, ',')) {
+  while (worlds_text != "none" && std::getline(worlds, world_text, ',')) {
     const int world_size = std::stoi(world_text);
     std::vector<std::string> modes{"DDP", "FULL_SHARD", "FULL_SHARD_LEAN", "SHARD_GRAD_OP", "NO_SHARD"};
     if (world_size % 2 == 0 && world_size > 2) modes.push_back("HYBRID_SHARD");
@@ -264,6 +299,26 @@ int driver() {
                   name, mib(full.total), world_size, mib(ddp.total) / world_size, mib(full.unit1), mib(full.unit2),
                   bound / (1 << 20), full.total / bound, full.step / ddp.step);
     }
+  }
+  if (bench::env_int("BENCH_ACTIVATION", 1) != 0) {
+    const int64_t activation_tokens = bench::env_int("BENCH_ACTIVATION_TOKENS", 256);
+    std::map<std::string, Result> results;
+    for (const std::string mode : {"DDP_ACT", "DDP_ACT_CKPT"}) {
+      auto output = testing::run_command({launcher, "run", "--standalone", "--nproc-per-node", "2", "--", self, "worker",
+                                          mode, std::to_string(steps), std::to_string(activation_tokens)},
+                                         {}, 1800);
+      results[mode] = parse(output, mode + " on 2 ranks");
+    }
+    const Result& plain = results["DDP_ACT"];
+    const Result& checkpointed = results["DDP_ACT_CKPT"];
+    std::printf("\nactivation checkpointing, DDP on 2 ranks, %lld tokens per rank (examples/gpt blocks; largest over "
+                "ranks)\n", static_cast<long long>(activation_tokens));
+    std::printf(
+                "| mode | activations kept for backward (resident rise over forward) | step |\n|---|---|---|\n"
+                "| without | %.1f MiB | %.3f s |\n| activation_checkpointing: {module_types: [Block]} | %.1f MiB | %.3f s |\n",
+                mib(plain.activation), plain.step, mib(checkpointed.activation), checkpointed.step);
+    std::printf("ratio activation_memory_ckpt_vs_plain %.3f\nratio step_time_ckpt_vs_plain %.3f\n",
+                static_cast<double>(checkpointed.activation) / plain.activation, checkpointed.step / plain.step);
   }
   return 0;
 }
