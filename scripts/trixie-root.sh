@@ -104,6 +104,21 @@ if [[ ! -f "$root/.lockstep-ready" ]]; then
   touch "$root/.lockstep-ready"
 fi
 
+# A root made before a package joined the list gets it now.
+missing=()
+for p in "${need[@]}"; do
+  chroot "$root" dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "trixie-root: installing into $root: ${missing[*]}"
+  mount --bind /proc "$root/proc"
+  trap 'umount "$root/proc" 2>/dev/null || true' EXIT
+  chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  chroot "$root" apt-get clean
+  umount "$root/proc"; trap - EXIT
+fi
+
 mkdir -p "$root/src" "$root/dev" "$root/proc"
 ((${#@})) || set -- bash
 # The bind mounts live in a private mount namespace: they vanish with this
