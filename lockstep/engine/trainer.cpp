@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+
+#include <ATen/record_function.h>
 #include <cmath>
 #include <set>
 #include <sstream>
@@ -238,7 +240,11 @@ void Trainer::run_step() {
   LOCKSTEP_CHECK(model_->is_training(), "the model is in eval mode at iteration ", iter_,
                  ": a hook switched it with eval() and did not switch it back with train()");
   auto start = std::chrono::steady_clock::now();
-  Batch batch = data_loader_->next();
+  Batch batch;
+  {
+    RECORD_USER_SCOPE("lockstep::data");
+    batch = data_loader_->next();
+  }
   double data_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (options_.zero_grad_before_forward()) optim_wrapper_->zero_grad();
   StepContext step{iter_, [this] { after_backward(); }};

@@ -1,5 +1,7 @@
 #include "lockstep/model/model.h"
 
+#include <ATen/record_function.h>
+
 #include "lockstep/core/error.h"
 
 namespace lockstep {
@@ -27,6 +29,7 @@ Model::~Model() = default;
 LogVars Model::train_step(const Batch& batch, OptimWrapper& optim_wrapper) {
   ParsedLosses parsed;
   {
+    RECORD_USER_SCOPE("lockstep::forward");
     auto context = optim_wrapper.optim_context();
     Batch data = data_preprocessor()(batch, /*training=*/true);
     parsed = parse_losses(loss(data));

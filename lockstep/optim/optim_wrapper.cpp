@@ -1,5 +1,7 @@
 #include "lockstep/optim/optim_wrapper.h"
 
+#include <ATen/record_function.h>
+
 #include <cmath>
 
 #include "lockstep/core/error.h"
@@ -108,9 +110,15 @@ void OptimWrapper::backward(const torch::Tensor& loss) {
   const bool sync = sync_for_current_step();
   torch::Tensor to_differentiate = scale_for_backward(loss);
   const int64_t iteration = step_ != nullptr && step_->iteration >= 0 ? step_->iteration : inner_count_;
-  if (gradient_sync_) gradient_sync_->begin_backward(to_differentiate, sync, iteration);
-  to_differentiate.backward();
-  if (gradient_sync_) gradient_sync_->end_backward(sync);
+  {
+    RECORD_USER_SCOPE("lockstep::backward");
+    if (gradient_sync_) gradient_sync_->begin_backward(to_differentiate, sync, iteration);
+    to_differentiate.backward();
+  }
+  if (gradient_sync_) {
+    RECORD_USER_SCOPE("lockstep::wait_for_communication");
+    gradient_sync_->end_backward(sync);
+  }
   inner_count_ += 1;
   if (step_ != nullptr && step_->after_backward) step_->after_backward();
 }
@@ -118,6 +126,7 @@ void OptimWrapper::backward(const torch::Tensor& loss) {
 void OptimWrapper::update_params(const torch::Tensor& loss) {
   backward(scale_loss(loss));
   if (should_update()) {
+    RECORD_USER_SCOPE("lockstep::optimizer_step");
     step();
     zero_grad();
   }
