@@ -157,6 +157,10 @@ Marks& marks() {
 
 bool in_checkpoint_recomputation() { return recomputation_depth > 0; }
 
+bool is_checkpoint_node(const torch::autograd::Node& node) {
+  return dynamic_cast<const CheckpointBackward*>(&node) != nullptr;
+}
+
 std::vector<torch::Tensor> checkpoint(const CheckpointFunction& fn, const std::vector<torch::Tensor>& inputs) {
   LOCKSTEP_CHECK(fn != nullptr, "checkpoint: no function");
   // Without grad mode (evaluation) there is nothing to save: just run it.

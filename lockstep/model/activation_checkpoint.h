@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include <torch/csrc/autograd/function.h>
 #include <torch/torch.h>
 
 namespace lockstep {
@@ -40,6 +41,9 @@ torch::Tensor checkpoint(const std::function<torch::Tensor(const torch::Tensor&)
 
 // Whether a checkpointed function is running again inside backward, on this thread.
 bool in_checkpoint_recomputation();
+// Whether `node` is the backward of a checkpointed call: the parameters it
+// reaches are hidden from a walk of the graph (they appear in backward only).
+bool is_checkpoint_node(const torch::autograd::Node& node);
 
 // Turns checkpointing on for `module` (kept with a weak reference).
 void enable_activation_checkpointing(const std::shared_ptr<torch::nn::Module>& module);

@@ -227,9 +227,6 @@ bool Runner::apply_activation_checkpointing_config(Model& model) {
   Config section = config_.child("activation_checkpointing");
   if (section.is_null()) return false;
   LOCKSTEP_CHECK(section.is_map(), section.where(), ": activation_checkpointing is a map: {module_types: [Block]}");
-  LOCKSTEP_CHECK(strategy_->name() != "FSDPStrategy", section.where(),
-                 ": activation checkpointing under FSDPStrategy is not supported yet (a unit recomputed in backward "
-                 "would need its parameters gathered again); use DDPStrategy or one process");
   const auto types = section.get<std::vector<std::string>>("module_types");
   section.check_all_used("activation_checkpointing");
   std::vector<std::string> paths;

@@ -21,6 +21,7 @@
 #include "lockstep/core/internal_error.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/dist/process_group.h"
+#include "lockstep/model/activation_checkpoint.h"
 #include "lockstep/optim/optimizer_state.h"
 
 namespace lockstep {
@@ -41,7 +42,8 @@ void FullyShardedDataParallel::enter_unit(int unit) {
   }
   throw_pending_error();
   LOCKSTEP_CHECK(!in_backward(), "FSDP: unit '", units_[static_cast<size_t>(unit)]->path(),
-                 "' ran forward during a backward pass (activation checkpointing is not supported)");
+                 "' ran forward during a backward pass: an activation checkpoint must sit inside the unit's scope "
+                 "(lockstep::checkpointed() between unit_scope() and scope.output()), not around whole units");
   if (!backward_seen_ &&
       std::find(forward_order_.begin(), forward_order_.end(), unit) == forward_order_.end()) {
     forward_order_.push_back(unit);
@@ -157,13 +159,20 @@ void FullyShardedDataParallel::begin_backward(const torch::Tensor& loss, bool sy
   // first layers; checked before backward issues any collective of its own.
   step_check_->launch(iteration_);
   // Which parameters this loss reaches: a unit is complete when those have their gradients.
+  // Behind an activation checkpoint the parameters appear only when backward
+  // recomputes it: with one in the graph, every parameter counts as reached
+  // (a unit then completes when all of its gradients are in, or at the end).
   std::unordered_set<const torch::autograd::Node*> graph;
-  for (const auto* node : compat::reachable_nodes(loss)) graph.insert(node);
+  bool hidden = false;
+  for (const auto* node : compat::reachable_nodes(loss)) {
+    graph.insert(node);
+    hidden = hidden || is_checkpoint_node(*node);
+  }
   for (const auto& unit : units_) {
     UnitRun& run = runs_[static_cast<size_t>(unit->index())];
     run.expected_grads = 0;
     for (size_t s = 0; s < unit->slots().size(); ++s) {
-      const bool in_graph = graph.count(unit->hooks()[s]->accumulator()) > 0;
+      const bool in_graph = hidden || graph.count(unit->hooks()[s]->accumulator()) > 0;
       run.slot_in_graph[s] = in_graph ? 1 : 0;
       run.expected_grads += in_graph ? 1 : 0;
     }
