@@ -8,13 +8,9 @@
 
 #include <cmath>
 
-#include "lockstep/data/data_loader.h"
-#include "lockstep/data/sampler.h"
-#include "lockstep/data/synthetic.h"
 #include "lockstep/engine/trainer.h"
 #include "lockstep/hooks/eval_hook.h"
-#include "lockstep/models/classifiers.h"
-#include "lockstep/strategy/strategy.h"
+#include "lockstep/hooks/hooks_test_util.h"
 #include "tests/support/test_support.h"
 
 namespace lockstep {
@@ -24,14 +20,8 @@ namespace {
 // metric of successive evaluations; returns the iterations run.
 struct ScriptedRun {
   ScriptedRun(EarlyStoppingHook::Options options, std::vector<double> scores) : scores_(std::move(scores)) {
-    torch::manual_seed(0);
-    auto model = std::make_shared<MLP>(MLPOptions().in_features(16).hidden({4}));
-    model->set_data_preprocessor(std::make_shared<ImgDataPreprocessor>(std::vector<double>{}, std::vector<double>{}));
-    auto data = std::make_shared<SyntheticImages>(SyntheticImagesOptions().size(16).height(4).width(4));
-    auto loader = std::make_shared<DataLoader>(data, std::make_shared<SequentialSampler>(16), DataLoaderOptions().batch_size(4));
-    strategy_ = std::make_shared<SingleDeviceStrategy>();
-    strategy_->prepare(model, Config::parse("optimizer: {type: SGD, lr: 0.01}"), Config(), SchedulerContext{4, 100});
-    trainer_ = std::make_unique<Trainer>(strategy_->model(), loader, strategy_->optim_wrapper());
+    // (rig_ is built first: members initialise in declaration order.)
+    trainer_ = std::move(rig_.trainer);
     hook_ = std::make_shared<EarlyStoppingHook>(options);
     auto eval = std::make_shared<EvalHook>(2, [this] {
       std::map<std::string, double> metrics{{"acc", scores_.at(std::min(evaluations_, scores_.size() - 1))}};
@@ -48,7 +38,7 @@ struct ScriptedRun {
   }
   std::vector<double> scores_;
   size_t evaluations_ = 0;
-  std::shared_ptr<SingleDeviceStrategy> strategy_;
+  testing::TrainerRig rig_{testing::tiny_mlp(4, 4), /*examples=*/16, /*side=*/4};
   std::unique_ptr<Trainer> trainer_;
   std::shared_ptr<EarlyStoppingHook> hook_;
 };

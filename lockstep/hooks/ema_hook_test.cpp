@@ -6,12 +6,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "lockstep/data/data_loader.h"
-#include "lockstep/data/sampler.h"
-#include "lockstep/data/synthetic.h"
 #include "lockstep/engine/trainer.h"
-#include "lockstep/models/classifiers.h"
-#include "lockstep/strategy/strategy.h"
+#include "lockstep/hooks/hooks_test_util.h"
 
 namespace lockstep {
 namespace {
@@ -29,20 +25,12 @@ struct Snapshots : Hook {
 
 struct EmaRig {
   explicit EmaRig(EMAOptions options) {
-    torch::manual_seed(0);
-    auto model = std::make_shared<MLP>(MLPOptions().in_features(16).hidden({4}));
-    model->set_data_preprocessor(std::make_shared<ImgDataPreprocessor>(std::vector<double>{}, std::vector<double>{}));
-    auto data = std::make_shared<SyntheticImages>(SyntheticImagesOptions().size(32).height(4).width(4));
-    auto loader = std::make_shared<DataLoader>(data, std::make_shared<SequentialSampler>(32), DataLoaderOptions().batch_size(4));
-    strategy = std::make_shared<SingleDeviceStrategy>();
-    strategy->prepare(model, Config::parse("optimizer: {type: SGD, lr: 0.5}"), Config(), SchedulerContext{8, 100});
-    trainer = std::make_unique<Trainer>(strategy->model(), loader, strategy->optim_wrapper());
     ema = std::make_shared<EMAHook>(options);
     snapshots = std::make_shared<Snapshots>();
     trainer->register_hooks({ema, snapshots});
   }
-  std::shared_ptr<SingleDeviceStrategy> strategy;
-  std::unique_ptr<Trainer> trainer;
+  testing::TrainerRig rig{testing::tiny_mlp(4, 4), /*examples=*/32, /*side=*/4, /*lr=*/0.5};
+  std::unique_ptr<Trainer>& trainer = rig.trainer;
   std::shared_ptr<EMAHook> ema;
   std::shared_ptr<Snapshots> snapshots;
 };

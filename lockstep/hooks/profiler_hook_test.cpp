@@ -8,26 +8,16 @@
 #include <nlohmann/json.hpp>
 
 #include "lockstep/core/read_file.h"
-#include "lockstep/data/data_loader.h"
-#include "lockstep/data/sampler.h"
-#include "lockstep/data/synthetic.h"
 #include "lockstep/engine/trainer.h"
-#include "lockstep/models/classifiers.h"
-#include "lockstep/strategy/strategy.h"
+#include "lockstep/hooks/hooks_test_util.h"
 #include "tests/support/test_support.h"
 
 namespace lockstep {
 namespace {
 
 TEST(ProfilerHook, WritesAChromeTraceWithTheNamedRanges) {
-  torch::manual_seed(0);
-  auto model = std::make_shared<MLP>(MLPOptions().in_features(16).hidden({8}));
-  model->set_data_preprocessor(std::make_shared<ImgDataPreprocessor>(std::vector<double>{}, std::vector<double>{}));
-  auto data = std::make_shared<SyntheticImages>(SyntheticImagesOptions().size(32).height(4).width(4));
-  auto loader = std::make_shared<DataLoader>(data, std::make_shared<SequentialSampler>(32), DataLoaderOptions().batch_size(4));
-  auto strategy = std::make_shared<SingleDeviceStrategy>();
-  strategy->prepare(model, Config::parse("optimizer: {type: SGD, lr: 0.01}"), Config(), SchedulerContext{8, 100});
-  Trainer trainer(strategy->model(), loader, strategy->optim_wrapper());
+  testing::TrainerRig rig(testing::tiny_mlp(4, 8), /*examples=*/32, /*side=*/4);
+  Trainer& trainer = *rig.trainer;
   testing::TempDir dir;
   auto hook = std::make_shared<ProfilerHook>(dir.file("profiler/trace_rank0.json"), /*begin=*/2, /*end=*/4,
                                              /*record_shapes=*/true);
