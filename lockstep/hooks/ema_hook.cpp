@@ -6,11 +6,13 @@
 #include "lockstep/engine/trainer.h"
 #include "lockstep/hooks/hook_registry.h"
 #include "lockstep/model/model.h"
+#include "lockstep/strategy/fsdp_strategy.h"
 #include "lockstep/strategy/strategy.h"
 
 namespace lockstep {
 
-EMAHook::EMAHook(EMAOptions options) : Hook("EMAHook"), options_(options) {
+EMAHook::EMAHook(EMAOptions options, Sources parameters, StateCodec codec)
+    : Hook("EMAHook"), options_(options), parameters_(std::move(parameters)), codec_(std::move(codec)) {
   LOCKSTEP_CHECK(options_.momentum() > 0 && options_.momentum() < 1, "EMAHook: momentum must be in (0, 1), got ",
                  options_.momentum());
   LOCKSTEP_CHECK(options_.interval() >= 1, "EMAHook: interval must be at least 1, got ", options_.interval());
@@ -20,7 +22,11 @@ EMAHook::EMAHook(EMAOptions options) : Hook("EMAHook"), options_(options) {
 std::map<std::string, torch::Tensor> EMAHook::averaged_sources() const {
   std::map<std::string, torch::Tensor> sources;
   Model& model = trainer().model();
-  for (const auto& item : model.named_parameters()) sources["param/" + item.key()] = item.value();
+  if (parameters_) {
+    for (const auto& [name, tensor] : parameters_()) sources["param/" + name] = tensor;
+  } else {
+    for (const auto& item : model.named_parameters()) sources["param/" + item.key()] = item.value();
+  }
   if (options_.update_buffers()) {
     for (const auto& item : model.named_buffers()) sources["buffer/" + item.key()] = item.value();
   }
@@ -83,10 +89,16 @@ void EMAHook::swap() {
     average_.at(name).copy_(held);
   }
   swapped_ = !swapped_;
+  if (after_swap_) after_swap_();
 }
 
 State EMAHook::state() const {
   LOCKSTEP_CHECK(!swapped_, "EMAHook: a checkpoint was asked for while the average is swapped in (inside an evaluation)");
+  if (codec_.save) {
+    State state = codec_.save(average_);
+    state.values["steps"] = steps_;
+    return state;
+  }
   State state;
   for (const auto& [name, tensor] : average_) state.tensors[name] = tensor;
   state.values["steps"] = steps_;
@@ -96,6 +108,11 @@ State EMAHook::state() const {
 void EMAHook::load_state(const State& state) {
   ensure_average();
   torch::NoGradGuard no_grad;
+  if (codec_.load) {
+    codec_.load(state, average_);
+    steps_ = state.values.at("steps").get<int64_t>();
+    return;
+  }
   for (auto& [name, tensor] : average_) {
     const torch::Tensor& saved = state.tensor(name, "EMAHook state");
     LOCKSTEP_CHECK(saved.sizes() == tensor.sizes(), "EMAHook state: '", name, "' has shape ", saved.sizes(),
@@ -105,10 +122,80 @@ void EMAHook::load_state(const State& state) {
   steps_ = state.values.at("steps").get<int64_t>();
 }
 
+namespace {
+
+// Under FSDP: the shards each rank's optimizer steps, and checkpoint state
+// through the strategy's full state dict (the average swapped into the
+// shards for a moment, so the strategy gathers or shards it as it does the
+// model's weights). Collective: every rank saves and loads together.
+EMAHook::Sources fsdp_shards(const std::shared_ptr<FSDPStrategy>& fsdp) {
+  return [fsdp] {
+    std::map<std::string, torch::Tensor> shards;
+    for (const auto& [name, shard] : fsdp->fsdp()->named_shard_parameters()) shards[name] = shard;
+    return shards;
+  };
+}
+
+// Exchanges the shards' (and averaged buffers') values with the average's.
+void swap_shards(FSDPStrategy& fsdp, std::map<std::string, torch::Tensor>& average) {
+  torch::NoGradGuard no_grad;
+  auto exchange = [](torch::Tensor live, torch::Tensor& averaged) {
+    torch::Tensor held = live.detach().clone();
+    live.detach().copy_(averaged);
+    averaged.copy_(held);
+  };
+  for (const auto& [name, shard] : fsdp.fsdp()->named_shard_parameters()) exchange(shard, average.at("param/" + name));
+  for (const auto& item : fsdp.model()->named_buffers()) {
+    auto found = average.find("buffer/" + item.key());
+    if (found != average.end()) exchange(item.value(), found->second);
+  }
+  fsdp.fsdp()->shards_changed();
+}
+
+EMAHook::StateCodec fsdp_codec(const std::shared_ptr<FSDPStrategy>& fsdp) {
+  EMAHook::StateCodec codec;
+  codec.save = [fsdp](const std::map<std::string, torch::Tensor>& average) {
+    // A copy of the map shares the hook's tensors: the average is swapped
+    // into the model and back, leaving every value as it was.
+    auto swapped = average;
+    swap_shards(*fsdp, swapped);
+    State state;
+    try {
+      for (auto& [name, tensor] : fsdp->model_state_dict()) state.tensors["full/" + name] = tensor;
+    } catch (...) {
+      swap_shards(*fsdp, swapped);
+      throw;
+    }
+    swap_shards(*fsdp, swapped);
+    return state;
+  };
+  codec.load = [fsdp](const State& state, std::map<std::string, torch::Tensor>& average) {
+    std::map<std::string, torch::Tensor> full;
+    for (const auto& [name, tensor] : state.tensors) {
+      if (name.rfind("full/", 0) == 0) full[name.substr(5)] = tensor;
+    }
+    LOCKSTEP_CHECK(!full.empty(), "EMAHook state: no averaged model (full/...) in the checkpoint");
+    // Load the average as if it were the weights, keep what landed in the
+    // shards (and buffers), and put the weights back.
+    torch::NoGradGuard no_grad;
+    std::vector<std::pair<torch::Tensor, torch::Tensor>> kept;  // live tensor, its value
+    for (const auto& [name, shard] : fsdp->fsdp()->named_shard_parameters()) kept.emplace_back(shard, shard.detach().clone());
+    for (const auto& item : fsdp->model()->named_buffers()) kept.emplace_back(item.value(), item.value().clone());
+    fsdp->load_model_state_dict(full, /*strict=*/true, "the EMAHook state");
+    for (const auto& [name, shard] : fsdp->fsdp()->named_shard_parameters()) average.at("param/" + name).copy_(shard);
+    for (const auto& item : fsdp->model()->named_buffers()) {
+      auto found = average.find("buffer/" + item.key());
+      if (found != average.end()) found->second.copy_(item.value());
+    }
+    for (auto& [live, value] : kept) live.detach().copy_(value);
+    fsdp->fsdp()->shards_changed();
+  };
+  return codec;
+}
+
+}  // namespace
+
 LOCKSTEP_REGISTER(hook_registry(), "EMAHook", [](const Config& cfg, const HookContext& context) {
-  LOCKSTEP_CHECK(!context.strategy || context.strategy->name() != "FSDPStrategy", cfg.where(),
-                 ": EMAHook under FSDPStrategy is not supported yet: each rank would average its own shards, and "
-                 "checkpoints keep only rank 0's hook state. Use DDPStrategy (or a single process) for EMA.");
   EMAOptions options;
   options.momentum(cfg.get<double>("momentum", 0.0002))
       .interval(cfg.get<int64_t>("interval", 1))
@@ -118,6 +205,11 @@ LOCKSTEP_REGISTER(hook_registry(), "EMAHook", [](const Config& cfg, const HookCo
                  ": momentum must be in (0, 1), got ", options.momentum());
   LOCKSTEP_CHECK(options.interval() >= 1, cfg.where("interval"), ": interval must be at least 1");
   LOCKSTEP_CHECK(options.begin_iter() >= 0, cfg.where("begin_iter"), ": begin_iter must be non-negative");
+  if (auto fsdp = std::dynamic_pointer_cast<FSDPStrategy>(context.strategy)) {
+    auto hook = std::make_shared<EMAHook>(options, fsdp_shards(fsdp), fsdp_codec(fsdp));
+    hook->set_after_swap([fsdp] { fsdp->fsdp()->shards_changed(); });
+    return hook;
+  }
   return std::make_shared<EMAHook>(options);
 });
 

@@ -17,11 +17,15 @@
 //   custom_hooks:
 //     - {type: EMAHook, momentum: 0.0002, interval: 1, begin_iter: 0, update_buffers: false}
 //
-// Under FSDP the weights a rank holds are its shards, and so is its average;
-// the checkpoints of such a run hold only rank 0's, so FSDP is refused until
-// the hook's state is sharded like the optimizer's.
+// Under FSDP the weights a rank holds are its shards, and so is its average:
+// each rank averages the shards its optimizer steps, and swapping them in
+// makes the next gather assemble the averaged model. Its checkpoint state is
+// the full averaged model by parameter name (gathered through the
+// strategy's full state dict, written by rank 0) and is sharded again on
+// resume, as the model's own weights are.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -40,7 +44,15 @@ struct EMAOptions {
 
 class EMAHook : public Hook {
  public:
-  explicit EMAHook(EMAOptions options = EMAOptions());
+  // What the hook averages, by name: by default the model's parameters.
+  using Sources = std::function<std::map<std::string, torch::Tensor>()>;
+  // Turns the hook's averaged tensors into checkpoint state and back, for
+  // sources that are not the model's own parameters (FSDP's shards).
+  struct StateCodec {
+    std::function<State(const std::map<std::string, torch::Tensor>& average)> save;
+    std::function<void(const State& state, std::map<std::string, torch::Tensor>& average)> load;
+  };
+  explicit EMAHook(EMAOptions options = EMAOptions(), Sources parameters = nullptr, StateCodec codec = {});
 
   void before_train() override;
   void after_step() override;
@@ -52,6 +64,10 @@ class EMAHook : public Hook {
   bool stateful() const override { return true; }
   State state() const override;
   void load_state(const State& state) override;
+
+  // Called after each swap of the average and the weights (FSDP refreshes
+  // what it keeps gathered).
+  void set_after_swap(std::function<void()> after_swap) { after_swap_ = std::move(after_swap); }
 
   // The averaged tensors by the model's parameter and buffer names.
   const std::map<std::string, torch::Tensor>& average() const { return average_; }
@@ -68,6 +84,9 @@ class EMAHook : public Hook {
   void swap();
 
   EMAOptions options_;
+  Sources parameters_;
+  StateCodec codec_;
+  std::function<void()> after_swap_;
   std::map<std::string, torch::Tensor> average_;
   int64_t steps_ = 0;
   bool swapped_ = false;

@@ -127,5 +127,70 @@ TEST(GptActivationCheckpointing, DdpAndFsdpTrainBitwiseAsWithoutIt) {
   }
 }
 
+// EMAHook under FSDP: each rank averages its shards; the checkpoint holds
+// the full averaged model, equal to the one DDP's EMA gives (within the FSDP
+// tolerance of the differential tests), and validation uses it on both.
+TEST(GptEma, FsdpAveragesItsShardsLikeDdpAveragesTheModel) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  if (!std::filesystem::is_directory(kFortunes)) GTEST_SKIP() << kFortunes << " is missing (Debian package fortunes)";
+  const std::string program = testing::binary_dir() + "/examples/gpt_fortunes";
+  testing::TempDir dir;
+  auto train = [&](const std::string& name, std::vector<std::string> extra, bool resume = false) {
+    std::vector<std::string> argv{testing::launcher_binary(), "run", "--standalone", "--nproc-per-node", "2", "--",
+                                  program, testing::source_dir() + "/examples/gpt/gpt_fsdp.yaml",
+                                  "--work-dir", dir.file(name), "--sample-chars", "10"};
+    if (resume) argv.push_back("--resume");
+    for (const char* setting :
+         {"train_cfg.max_iters=8", "train_cfg.val_interval=8", "model.n_layer=2", "model.n_embd=32", "model.n_head=2",
+          "model.block_size=16", "train_dataloader.batch_size=4", "train_dataloader.dataset.block_size=16",
+          "val_dataloader.dataset.block_size=16", "val_dataloader.dataset.val_every=400",
+          "train_dataloader.dataset.val_every=400", "default_hooks.checkpoint.interval=4",
+          "default_hooks.checkpoint.max_keep_ckpts=2", "param_scheduler=null",
+          "custom_hooks=[{type: EMAHook, momentum: 0.2, begin_iter: 2}]"}) {
+      argv.insert(argv.end(), {"--set", setting});
+    }
+    for (const auto& setting : extra) argv.insert(argv.end(), {"--set", setting});
+    return testing::run_command(argv, {}, 300);
+  };
+  auto fsdp = train("fsdp", {});
+  ASSERT_EQ(fsdp.exit_code, 0) << fsdp.output;
+  auto ddp = train("ddp", {"strategy={_delete_: true, type: DDPStrategy, launcher: pytorch, backend: gloo}"});
+  ASSERT_EQ(ddp.exit_code, 0) << ddp.output;
+  const auto fsdp_state = read_checkpoint_file(dir.file("fsdp/model_final.ckpt")).get("trainer").get("hooks").get("EMAHook");
+  const auto ddp_state = read_checkpoint_file(dir.file("ddp/model_final.ckpt")).get("trainer").get("hooks").get("EMAHook");
+  int compared = 0;
+  for (const auto& [name, tensor] : ddp_state.tensors) {
+    ASSERT_EQ(name.rfind("param/", 0), 0u) << name;
+    const std::string full = "full/" + name.substr(6);
+    ASSERT_TRUE(fsdp_state.tensors.count(full)) << full;
+    const torch::Tensor& other = fsdp_state.tensors.at(full);
+    const double scale = tensor.abs().max().item<double>() + 1e-12;
+    EXPECT_LT((other - tensor).abs().max().item<double>() / scale, 1e-5) << name;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 30);  // every parameter of the 2-block GPT
+  // The held-out loss is the EMA model's on both.
+  const double fsdp_loss = number_after(fsdp.output, "held-out loss:"), ddp_loss = number_after(ddp.output, "held-out loss:");
+  EXPECT_NEAR(fsdp_loss, ddp_loss, 1e-4) << fsdp.output;
+  auto plain = train("plain", {"custom_hooks=[]"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_GT(std::abs(number_after(plain.output, "held-out loss:") - fsdp_loss), 1e-4) << "validation should use the average";
+
+  // Resumed from iteration 4's checkpoint, FSDP's average ends bitwise where
+  // the uninterrupted run's did.
+  std::filesystem::create_directories(dir.file("resumed"));
+  std::filesystem::copy_file(dir.file("fsdp/model_0000003.ckpt"), dir.file("resumed/model_0000003.ckpt"));
+  testing::write_file(dir.file("resumed/last_checkpoint"), "model_0000003.ckpt");
+  auto resumed = train("resumed", {}, /*resume=*/true);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const auto resumed_state =
+      read_checkpoint_file(dir.file("resumed/model_final.ckpt")).get("trainer").get("hooks").get("EMAHook");
+  ASSERT_EQ(resumed_state.tensors.size(), fsdp_state.tensors.size());
+  for (const auto& [name, tensor] : fsdp_state.tensors) {
+    EXPECT_TRUE(torch::equal(tensor, resumed_state.tensors.at(name))) << name << " differs after resume";
+  }
+  EXPECT_EQ(resumed_state.values.at("steps"), fsdp_state.values.at("steps"));
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -216,10 +216,14 @@ torch::Tensor FullyShardedDataParallel::any_rank_true(const torch::Tensor& local
   return value;
 }
 
-void FullyShardedDataParallel::after_step() {
-  step_check_->verify();
+void FullyShardedDataParallel::shards_changed() {
   for (auto& unit : units_) unit->mark_shard_updated();
   refresh_persistent_units();
+}
+
+void FullyShardedDataParallel::after_step() {
+  step_check_->verify();
+  shards_changed();
   if (optimizer_) {
     int64_t bytes = 0;
     for (const auto& entry : save_optimizer_state(*optimizer_).tensors) {

@@ -88,6 +88,10 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
   // "<unit path>.flat_param" ("flat_param" for the root), in unit order.
   std::vector<std::pair<std::string, torch::Tensor>> named_shard_parameters() const;
   std::vector<torch::Tensor> shard_parameters() const;
+  // After code other than the optimizer wrote into the shards (EMAHook
+  // swapping its average in): gathered copies are refreshed before use.
+  // Collective when a unit keeps its parameters gathered.
+  void shards_changed();
   // Optimizer state counts towards memory_stats() (FSDPStrategy sets it).
   void track_optimizer(std::shared_ptr<torch::optim::Optimizer> optimizer);
 
