@@ -33,6 +33,7 @@ struct ExportArguments {
   std::string format = "safetensors";
   std::string out;
   std::string dtype = "keep";
+  bool ema = false;
 };
 
 std::string human_bytes(uint64_t bytes) {
@@ -263,11 +264,13 @@ CLI::App* add_ckpt_command(CLI::App& app) {
       ->check(CLI::IsMember({"safetensors", "pt", "torchscript"}))
       ->capture_default_str();
   exporter->add_option("-o,--output", export_args->out, "The file to write")->required();
+  exporter->add_flag("--ema", export_args->ema, "The EMAHook's averaged model instead of the trained weights");
   exporter->add_option("--dtype", export_args->dtype, "Cast floating-point weights (integer buffers keep theirs)")
       ->check(CLI::IsMember({"keep", "float32", "float16", "bfloat16"}))
       ->capture_default_str();
   exporter->callback([export_args]() {
     if (export_args->format == "torchscript") {
+      if (export_args->ema) throw CLI::ValidationError("--ema", "export the average as safetensors or pt");
       if (export_args->dtype != "keep") {
         throw CLI::ValidationError("--dtype", "a TorchScript export keeps the module's own dtypes; drop --dtype");
       }
@@ -279,6 +282,7 @@ CLI::App* add_ckpt_command(CLI::App& app) {
     size_t count = export_weights(export_args->file, export_args->out,
                                   ExportOptions()
                                       .dtype(parse_export_dtype(export_args->dtype))
+                                      .ema(export_args->ema)
                                       .format(export_args->format == "pt" ? ExportFormat::kPt
                                                                           : ExportFormat::kSafetensors));
     std::cout << "Wrote " << count << " tensors of " << export_args->file << " to " << export_args->out << std::endl;

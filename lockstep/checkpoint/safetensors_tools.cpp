@@ -52,18 +52,40 @@ bool is_lockstep_checkpoint(const nlohmann::json& header) {
   return format != metadata->end() && format->is_string() && format->get<std::string>() == "lockstep";
 }
 
+namespace {
+
+// The EMAHook's average in a checkpoint's trainer state, by the model's
+// names: "full/<name>" (FSDP: the gathered average) or "param/<name>" and
+// "buffer/<name>" (one process, DDP).
+std::map<std::string, torch::Tensor> ema_weights(const CheckpointContents& contents, const std::string& path) {
+  const State ema = contents.trainer ? contents.trainer->get("hooks").get("EMAHook") : State();
+  std::map<std::string, torch::Tensor> weights;
+  for (const auto& [name, tensor] : ema.tensors) {
+    for (const char* prefix : {"full/", "param/", "buffer/"}) {
+      const std::string p = prefix;
+      if (name.rfind(p, 0) == 0) weights[name.substr(p.size())] = tensor;
+    }
+  }
+  LOCKSTEP_CHECK(!weights.empty(), path, ": the checkpoint holds no EMAHook state (train with custom_hooks: "
+                 "[{type: EMAHook}] to have an averaged model to export)");
+  return weights;
+}
+
+}  // namespace
+
 size_t export_weights(const std::string& checkpoint, const std::string& out, const ExportOptions& options) {
   std::map<std::string, std::string> metadata{
       {"format", "pt"}, {"lockstep.source", std::filesystem::path(checkpoint).filename().string()}};
   std::map<std::string, torch::Tensor> weights;
   if (is_lockstep_checkpoint(read_safetensors_header(checkpoint))) {
     CheckpointContents contents = read_checkpoint(checkpoint);
-    weights = model_weights(contents, checkpoint);
+    weights = options.ema() ? ema_weights(contents, checkpoint) : model_weights(contents, checkpoint);
     if (contents.meta) {
       metadata["lockstep.iteration"] = std::to_string(contents.meta->iteration);
       if (!contents.meta->config.empty()) metadata["lockstep.config"] = contents.meta->config;
     }
   } else {
+    LOCKSTEP_CHECK(!options.ema(), checkpoint, ": an EMA export needs a lockstep checkpoint of a run with EMAHook");
     weights = read_model_weights(checkpoint);
   }
   if (options.dtype()) {

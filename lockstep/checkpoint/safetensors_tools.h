@@ -41,6 +41,9 @@ struct ExportOptions {
   // Floating-point tensors are cast to this dtype; integer and bool buffers keep theirs.
   TORCH_ARG(std::optional<c10::ScalarType>, dtype) = std::nullopt;
   TORCH_ARG(ExportFormat, format) = ExportFormat::kSafetensors;
+  // The EMAHook's averaged model instead of the trained weights (a lockstep
+  // checkpoint of a run with EMAHook; under FSDP it holds the full average).
+  TORCH_ARG(bool, ema) = false;
 };
 
 // Writes the model weights of `checkpoint` (a lockstep checkpoint, or any

@@ -9,6 +9,7 @@
 
 #include "examples/gpt/fortunes.h"
 #include "lockstep/checkpoint/checkpoint_file.h"
+#include "lockstep/checkpoint/pretrained.h"
 #include "tests/support/multiprocess.h"
 #include "tests/support/test_support.h"
 
@@ -169,6 +170,15 @@ TEST(GptEma, FsdpAveragesItsShardsLikeDdpAveragesTheModel) {
     ++compared;
   }
   EXPECT_EQ(compared, 30);  // every parameter of the 2-block GPT
+  // `ckpt export --ema` writes that average as the model's weights.
+  auto exported = testing::run_command({testing::lockstep_binary(), "ckpt", "export", dir.file("fsdp/model_final.ckpt"),
+                                        "--ema", "-o", dir.file("ema.safetensors")});
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  const auto ema_weights = read_model_weights(dir.file("ema.safetensors"));
+  EXPECT_EQ(ema_weights.size(), 30u);
+  for (const auto& [name, tensor] : ema_weights) {
+    EXPECT_TRUE(torch::equal(tensor, fsdp_state.tensors.at("full/" + name))) << name;
+  }
   // The held-out loss is the EMA model's on both.
   const double fsdp_loss = number_after(fsdp.output, "held-out loss:"), ddp_loss = number_after(ddp.output, "held-out loss:");
   EXPECT_NEAR(fsdp_loss, ddp_loss, 1e-4) << fsdp.output;
