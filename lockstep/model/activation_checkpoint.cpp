@@ -80,6 +80,7 @@ struct CheckpointBackward : public torch::autograd::Node {
   CheckpointFunction fn;
   std::vector<torch::Tensor> inputs;  // detached
   std::vector<bool> input_requires_grad;
+  std::vector<uint32_t> input_versions;  // at forward, as save_for_backward checks
   GeneratorStates generators;
   AutocastSettings autocast;
   std::vector<bool> output_differentiable;
@@ -88,6 +89,12 @@ struct CheckpointBackward : public torch::autograd::Node {
 
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     LOCKSTEP_CHECK(!inputs.empty() || fn, "activation checkpoint: backward ran twice (retain_graph is not supported)");
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      LOCKSTEP_CHECK(!inputs[i].defined() || inputs[i]._version() == input_versions[i], "activation checkpoint: input ",
+                     i, " of a checkpointed function was modified in place after the forward (its version is ",
+                     inputs[i]._version(), ", was ", input_versions[i],
+                     "); the recomputation would see other values. Clone it before modifying it.");
+    }
     std::vector<torch::Tensor> leaves;
     leaves.reserve(inputs.size());
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -118,11 +125,15 @@ struct CheckpointBackward : public torch::autograd::Node {
     }
     LOCKSTEP_CHECK(outputs.size() == output_differentiable.size(), "activation checkpoint: the recomputation returned ",
                    outputs.size(), " tensors, the forward ", output_differentiable.size());
+    // One incoming gradient per differentiable output, in output order.
     std::vector<torch::Tensor> roots, root_grads;
+    size_t next_grad = 0;
     for (size_t i = 0; i < outputs.size(); ++i) {
-      if (output_differentiable[i] && grads[i].defined() && outputs[i].requires_grad()) {
+      if (!output_differentiable[i]) continue;
+      const torch::Tensor& grad = grads.at(next_grad++);
+      if (grad.defined() && outputs[i].requires_grad()) {
         roots.push_back(outputs[i]);
-        root_grads.push_back(grads[i]);
+        root_grads.push_back(grad);
       }
     }
     if (!roots.empty()) torch::autograd::backward(roots, root_grads);
@@ -175,6 +186,7 @@ std::vector<torch::Tensor> checkpoint(const CheckpointFunction& fn, const std::v
   for (const auto& input : inputs) {
     node->inputs.push_back(input.defined() ? input.detach() : input);
     node->input_requires_grad.push_back(input.defined() && input.requires_grad());
+    node->input_versions.push_back(input.defined() ? input._version() : 0);
   }
   std::vector<torch::Tensor> outputs;
   {
@@ -266,7 +278,12 @@ std::vector<std::string> unconsulted_checkpoint_modules(torch::nn::Module& root)
   std::lock_guard<std::mutex> lock(marks().mutex);
   for (const auto& item : root.named_modules("", false)) {
     auto found = marks().modules.find(item.value().get());
-    if (found != marks().modules.end() && !found->second.second) paths.push_back(item.key());
+    if (found == marks().modules.end()) continue;
+    if (found->second.first.lock().get() != item.value().get()) {  // a dead module's address, reused
+      marks().modules.erase(found);
+      continue;
+    }
+    if (!found->second.second) paths.push_back(item.key());
   }
   return paths;
 }

@@ -103,6 +103,34 @@ TEST(ActivationCheckpoint, KeepsNoActivationsInsideTheFunction) {
   EXPECT_TRUE(torch::allclose(x.grad(), expected, 1e-5, 1e-6)) << (x.grad() / expected).flatten().slice(0, 0, 5);
 }
 
+TEST(ActivationCheckpoint, GradientsReachTheirOutputsPastNonDifferentiableOnes) {
+  // An integer output first, then two floating ones: each incoming gradient
+  // belongs to its own output.
+  torch::Tensor x = torch::randn({4, 3}, torch::requires_grad());
+  auto outputs = checkpoint(
+      [](const std::vector<torch::Tensor>& in) {
+        return std::vector<torch::Tensor>{in[0].argmax(1), in[0] * 2, in[0].pow(2)};
+      },
+      {x});
+  ASSERT_EQ(outputs.size(), 3u);
+  EXPECT_FALSE(outputs[0].requires_grad());
+  (outputs[1].sum() * 5 + outputs[2].sum()).backward();
+  EXPECT_TRUE(torch::allclose(x.grad(), 10 + 2 * x.detach()));
+}
+
+TEST(ActivationCheckpoint, AnInputModifiedInPlaceAfterForwardIsAnError) {
+  torch::Tensor x = torch::randn({3}, torch::requires_grad());
+  torch::Tensor h = x * 1;  // a non-leaf the caller may modify
+  torch::Tensor y = checkpoint([](const torch::Tensor& t) { return t.exp(); }, h);
+  { torch::NoGradGuard no_grad; h.add_(1); }
+  try {
+    y.sum().backward();
+    ADD_FAILURE() << "backward ran on a modified input";
+  } catch (const std::exception& error) {
+    EXPECT_THAT(error.what(), ::testing::HasSubstr("modified in place after the forward"));
+  }
+}
+
 TEST(ActivationCheckpoint, WithoutGradModeTheFunctionJustRuns) {
   torch::NoGradGuard no_grad;
   int runs = 0;
