@@ -80,7 +80,7 @@ struct CheckpointBackward : public torch::autograd::Node {
   CheckpointFunction fn;
   std::vector<torch::Tensor> inputs;  // detached
   std::vector<bool> input_requires_grad;
-  std::vector<uint32_t> input_versions;  // at forward, as save_for_backward checks
+  std::vector<int64_t> input_versions;  // at forward, as save_for_backward checks
   GeneratorStates generators;
   AutocastSettings autocast;
   std::vector<bool> output_differentiable;
