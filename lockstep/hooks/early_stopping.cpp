@@ -125,6 +125,7 @@ LOCKSTEP_REGISTER(hook_registry(), "EarlyStoppingHook", [](const Config& cfg, co
   std::function<bool(bool)> agree;
   if (context.strategy && context.strategy->world_size() > 1) {
     auto strategy = context.strategy;
+    // Rank 0's decision for every rank: the strategy's one broadcast of a scalar.
     agree = [strategy](bool stop) { return strategy->broadcast_seed(stop ? 1 : 0) != 0; };
   }
   return std::make_shared<EarlyStoppingHook>(options, agree);

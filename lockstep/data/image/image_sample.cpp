@@ -15,14 +15,14 @@ ImageSample::ImageSample(Image image) : decoded_(true), image_(std::move(image))
 
 int ImageSample::channels() const { return channels_of(mode_); }
 
-void ImageSample::decode_region(int scale) {
-  image_ = decode_image(data_, size_, mode_, region_, scale);
+void ImageSample::decode(const PixelRegion& region, int scale) {
+  image_ = decode_image(data_, size_, mode_, region, scale);
   decoded_ = true;
   decode_scale_ = scale;
 }
 
 Image& ImageSample::pixels() {
-  if (!decoded_) decode_region(1);
+  if (!decoded_) decode(region_, 1);
   return image_;
 }
 
@@ -60,10 +60,7 @@ void ImageSample::resize(int height, int width, Interpolation interpolation) {
                            static_cast<float>(region_.left + region_.width) / scale,
                            static_cast<float>(region_.top + region_.height) / scale};
   const Footprint needed = resample_footprint(full_height, full_width, height, width, interpolation, box);
-  const PixelRegion full_region = region_;
-  region_ = {needed.y0, needed.x0, needed.y1 - needed.y0, needed.x1 - needed.x0};
-  decode_region(scale);
-  region_ = full_region;
+  decode({needed.y0, needed.x0, needed.y1 - needed.y0, needed.x1 - needed.x0}, scale);
   image_ = resample(image_, height, width, interpolation, box, {full_height, full_width, needed.y0, needed.x0});
 }
 

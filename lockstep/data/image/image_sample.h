@@ -50,7 +50,8 @@ class ImageSample {
   Image take() { return std::move(pixels()); }
 
  private:
-  void decode_region(int scale);
+  // Decodes `region`, in the coordinates of the image at 1/scale.
+  void decode(const PixelRegion& region, int scale);
 
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;

@@ -1,6 +1,7 @@
 #include "lockstep/data/image/transforms.h"
 
 #include <cmath>
+#include <limits>
 
 #include "lockstep/data/image/color.h"
 
