@@ -105,6 +105,23 @@ std::string format_ranks(const std::vector<int>& ranks) {
   return out.str();
 }
 
+namespace detail {
+
+// The subgroups of a hierarchical all_reduce, as one rank sees them.
+struct NodeHierarchy {
+  std::shared_ptr<ProcessGroup> node;     // this rank's node; null when it is alone there
+  std::shared_ptr<ProcessGroup> leaders;  // the first rank of every node; null on the others
+  std::string description;
+
+  void all_reduce(at::Tensor& data, ReduceOp op) const {
+    if (node) node->reduce(data, 0, op);
+    if (leaders) leaders->all_reduce(data, op);
+    if (node) node->broadcast(data, 0);
+  }
+};
+
+}  // namespace detail
+
 ProcessGroup::ProcessGroup(Parts parts) : parts_(std::move(parts)) {
   LOCKSTEP_CHECK(parts_.gloo, "ProcessGroup '", parts_.name, "': no Gloo backend");
   LOCKSTEP_CHECK(parts_.rank >= 0 && parts_.rank < size(), "ProcessGroup '", parts_.name, "': rank ", parts_.rank,
@@ -198,10 +215,10 @@ std::shared_ptr<Work> ProcessGroup::run_algorithm(detail::OpInfo info, bool asyn
 
 std::shared_ptr<Work> ProcessGroup::all_reduce(torch::Tensor& tensor, ReduceOp op, bool async) {
   check_reduce_op(op, tensor, "all_reduce");
-  auto work = make_work(collective_info("all_reduce"));
   const bool average = op == ReduceOp::kAvg;
   const int world = size();
   if (uses_nccl(tensor)) {
+    auto work = make_work(collective_info("all_reduce"));
     auto staged = contiguous(tensor);
     std::vector<at::Tensor> tensors{staged.tensor};
     c10d::AllreduceOptions options;
@@ -216,16 +233,52 @@ std::shared_ptr<Work> ProcessGroup::all_reduce(torch::Tensor& tensor, ReduceOp o
   at::ScalarType reduce_type = gloo_reduce_dtype(tensor.scalar_type());
   Staged staged = reduce_type == tensor.scalar_type() ? contiguous(tensor)
                                                       : Staged{tensor.to(reduce_type).contiguous(), true};
+  auto finish = [tensor, staged, average, world]() mutable {
+    if (average && world > 1) staged.tensor.div_(world);
+    if (staged.copied) tensor.copy_(staged.tensor);
+  };
+  if (hierarchy_) {
+    // Three collectives on two subgroups, issued in order by this group's
+    // executor: concurrent hierarchical all_reduces keep one order on every rank.
+    auto hierarchy = hierarchy_;
+    at::Tensor data = staged.tensor;
+    const ReduceOp sum_op = average ? ReduceOp::kSum : op;
+    return run_algorithm(collective_info("hierarchical all_reduce"), async,
+                         [hierarchy, data, sum_op]() mutable { hierarchy->all_reduce(data, sum_op); }, finish);
+  }
+  auto work = make_work(collective_info("all_reduce"));
   if (world > 1) {
     std::vector<at::Tensor> tensors{staged.tensor};
     c10d::AllreduceOptions options;
     options.reduceOp = to_c10d(op);
     work->raw_.push_back(parts_.gloo->allreduce(tensors, options));
   }
-  work->finish_ = [tensor, staged, average, world]() mutable {
-    if (average && world > 1) staged.tensor.div_(world);
-    if (staged.copied) tensor.copy_(staged.tensor);
-  };
+  work->finish_ = finish;
+  return finish_issue(work, async);
+}
+
+std::shared_ptr<Work> ProcessGroup::reduce(torch::Tensor& tensor, int root, ReduceOp op, bool async) {
+  check_reduce_op(op, tensor, "reduce");
+  check_rank(root, "reduce");
+  auto work = make_work(collective_info("reduce"));
+  const bool average = op == ReduceOp::kAvg;
+  const int world = size();
+  at::ScalarType reduce_type = uses_nccl(tensor) ? tensor.scalar_type() : gloo_reduce_dtype(tensor.scalar_type());
+  Staged staged = reduce_type == tensor.scalar_type() ? contiguous(tensor)
+                                                      : Staged{tensor.to(reduce_type).contiguous(), true};
+  if (world > 1) {
+    std::vector<at::Tensor> tensors{staged.tensor};
+    c10d::ReduceOptions options;
+    options.reduceOp = to_c10d(op);
+    options.rootRank = root;
+    work->raw_.push_back(raw(tensor)->reduce(tensors, options));
+  }
+  if (rank() == root) {
+    work->finish_ = [tensor, staged, average, world]() mutable {
+      if (average && world > 1) staged.tensor.div_(world);
+      if (staged.copied) tensor.copy_(staged.tensor);
+    };
+  }
   return finish_issue(work, async);
 }
 
@@ -505,6 +558,34 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks, st
   }
   return std::make_shared<ProcessGroup>(std::move(child));
 }
+
+
+bool ProcessGroup::enable_hierarchical_all_reduce(const std::vector<int>& node_of_rank) {
+  LOCKSTEP_CHECK(static_cast<int>(node_of_rank.size()) == size(), "enable_hierarchical_all_reduce on group '", name(),
+                 "': ", node_of_rank.size(), " node ids for ", size(), " ranks");
+  LOCKSTEP_CHECK(!hierarchy_, "group '", name(), "' already reduces hierarchically");
+  std::map<int, std::vector<int>> members;  // node id -> group ranks, ascending
+  for (int r = 0; r < size(); ++r) members[node_of_rank[static_cast<size_t>(r)]].push_back(r);
+  size_t largest = 0;
+  for (const auto& node : members) largest = std::max(largest, node.second.size());
+  if (members.size() < 2 || largest < 2) return false;
+  auto hierarchy = std::make_shared<detail::NodeHierarchy>();
+  const std::vector<int>& mine = members[node_of_rank[static_cast<size_t>(rank())]];
+  if (mine.size() > 1) hierarchy->node = new_group(mine);
+  std::vector<int> leaders;
+  for (const auto& node : members) leaders.push_back(node.second.front());
+  if (mine.front() == rank()) hierarchy->leaders = new_group(leaders);
+  std::ostringstream text;
+  text << members.size() << " nodes of ";
+  size_t i = 0;
+  for (const auto& node : members) text << (i++ ? ", " : "") << node.second.size();
+  text << " ranks";
+  hierarchy->description = text.str();
+  hierarchy_ = std::move(hierarchy);
+  return true;
+}
+
+std::string ProcessGroup::hierarchy_description() const { return hierarchy_ ? hierarchy_->description : ""; }
 
 std::string next_group_name(const std::string& kind) {
   static std::mutex mutex;

@@ -11,6 +11,9 @@
 //     neither, as bandwidth-optimal rings over send/recv (each rank moves
 //     (N-1)/N of the data, half of what all_reduce-then-slice moves);
 //   - all_gather of tensors whose sizes differ between ranks;
+//   - a hierarchical all_reduce for groups that span several nodes (reduce
+//     within each node, all_reduce among the nodes' first ranks across the
+//     network, broadcast within each node), switched on per group;
 //   - a timeout on every wait, with an error naming the op, group and the
 //     ranks that did not show up (see work.h).
 //
@@ -22,6 +25,7 @@
 //   auto work = world->all_reduce(t, lockstep::ReduceOp::kSum, /*async=*/true);
 //   work->wait();
 //   auto pair = world->new_group({0, 1});                       // nullptr on ranks 2, 3
+//   world->enable_hierarchical_all_reduce({0, 0, 1, 1});       // ranks 0,1 on one node, 2,3 on another
 #pragma once
 
 #include <chrono>
@@ -46,6 +50,7 @@ enum class CollectiveAlgorithm { kAuto, kNative, kRing, kAllReduce };
 
 namespace detail {
 class SerialExecutor;
+struct NodeHierarchy;
 }
 
 class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
@@ -79,6 +84,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // --- collectives (sync by default; async returns a pending Work) ---------
   std::shared_ptr<Work> all_reduce(torch::Tensor& tensor, ReduceOp op = ReduceOp::kSum, bool async = false);
   std::shared_ptr<Work> broadcast(torch::Tensor& tensor, int root, bool async = false);
+  // The reduction lands on `root` only; other ranks' tensors are left as they were.
+  std::shared_ptr<Work> reduce(torch::Tensor& tensor, int root, ReduceOp op = ReduceOp::kSum, bool async = false);
   // out.numel() == size() * in.numel(); rank r's input lands in the r-th slice.
   std::shared_ptr<Work> all_gather_into_tensor(torch::Tensor& out, const torch::Tensor& in, bool async = false);
   // in.numel() == size() * out.numel(); rank r receives the reduced r-th slice.
@@ -98,6 +105,23 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // skip it and get nullptr when they call. `name` defaults to one derived
   // from the ranks; it must be unique among this job's groups.
   std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks, std::string name = "");
+
+  // --- hierarchical all_reduce ---------------------------------------------
+  // From now on all_reduce of a CPU tensor reduces to each node's first rank
+  // (over loopback), all_reduces among those leaders (the only traffic across
+  // the network: each leader moves 2 (nodes-1)/nodes of the tensor instead of
+  // the ring's 2 (N-1)/N through every link), then broadcasts within the node.
+  // Every rank ends with the same bits; the sum is taken in another order than
+  // the flat ring's, so it equals the flat result to rounding, not bitwise.
+  // `node_of_rank[r]` is the node of group rank r (equal values = one node);
+  // every rank passes the same vector. Collective (creates the subgroups).
+  // Returns false and changes nothing when the split has one node or no node
+  // with more than one rank, where the hierarchy would only add steps.
+  // CUDA tensors keep NCCL's own (topology-aware) all_reduce.
+  bool enable_hierarchical_all_reduce(const std::vector<int>& node_of_rank);
+  bool hierarchical_all_reduce() const { return hierarchy_ != nullptr; }
+  // "2 nodes of 2, 2 ranks", for logs; empty without a hierarchy.
+  std::string hierarchy_description() const;
 
   // --- for benchmarks and advanced users -----------------------------------
   // The Gloo backend (what a CPU tensor uses), or the one `tensor` would use.
@@ -134,6 +158,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   CollectiveAlgorithm all_gather_algorithm_ = CollectiveAlgorithm::kAuto;
   std::unique_ptr<detail::SerialExecutor> executor_;
   std::map<std::string, int> child_names_;
+  std::shared_ptr<detail::NodeHierarchy> hierarchy_;
 };
 
 // "[0, 2, 5]": ranks as error and log messages show them.

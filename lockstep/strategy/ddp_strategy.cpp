@@ -25,9 +25,10 @@ DDPStrategyOptions parse_ddp_strategy_options(const Config& config) {
                      "DistributedDataParallel, MMSeparateDistributedDataParallel, SeparateDistributedDataParallel");
     }
     options.ddp = parse_ddp_options(wrapper, options.ddp);
-    options.comm_hook = wrapper.get<std::string>("comm_hook", "allreduce");
-    LOCKSTEP_CHECK(comm_hook_registry().contains(options.comm_hook), wrapper.where("comm_hook"),
-                   ": unknown comm hook '", options.comm_hook, "'");
+    if (wrapper.has("comm_hook")) {
+      options.comm_hook = wrapper.at("comm_hook");
+      make_comm_hook(options.comm_hook);  // a bad name or option fails here, before any process group exists
+    }
     wrapper.check_all_used("model_wrapper");
   }
   return options;
@@ -49,12 +50,13 @@ void DDPStrategy::place_model(Model& model) {
   }
   if (options_.separate) {
     separate_ = std::make_shared<SeparateDistributedDataParallel>(model.shared_from_this(), world_, options_.ddp);
-    for (auto& [name, child] : separate_->children()) {
-      child->register_comm_hook(comm_hook_registry().build_as(options_.comm_hook, Config::map()));
+    // One hook per network: each keeps its own state.
+    if (!options_.comm_hook.is_null()) {
+      for (auto& [name, child] : separate_->children()) child->register_comm_hook(make_comm_hook(options_.comm_hook));
     }
   } else {
     ddp_ = std::make_shared<DistributedDataParallel>(model.shared_from_this(), world_, options_.ddp);
-    ddp_->register_comm_hook(comm_hook_registry().build_as(options_.comm_hook, Config::map()));
+    if (!options_.comm_hook.is_null()) ddp_->register_comm_hook(make_comm_hook(options_.comm_hook));
   }
 }
 

@@ -16,7 +16,9 @@
 //       broadcast_buffers: false         # mmengine's default for DDPStrategy
 //       gradient_as_bucket_view: true
 //       bucket_cap_mb: 25
-//       comm_hook: fp16_compress         # allreduce | fp16_compress | bf16_compress | your own
+//       comm_hook: fp16_compress         # allreduce | fp16_compress | bf16_compress | your own, or
+//       # comm_hook: {type: PowerSGD, matrix_approximation_rank: 4, start_powerSGD_iter: 10}
+//       hierarchical_all_reduce: auto    # multi-node jobs: within nodes, then across (auto | true | false)
 #pragma once
 
 #include <memory>
@@ -34,7 +36,7 @@ struct DDPStrategyOptions {
   DDPOptions ddp = DDPOptions().broadcast_buffers(false);
   bool separate = false;           // one DDP per child network
   std::string sync_bn;             // "" or "torch"
-  std::string comm_hook = "allreduce";
+  Config comm_hook;                // null: no hook (divide while bucketing, all_reduce)
 };
 
 DDPStrategyOptions parse_ddp_strategy_options(const Config& config);

@@ -19,7 +19,7 @@
 // another order (see kFsdpTolerance). The relative difference of a tensor is
 // max|lockstep - pytorch| / max|pytorch|; each case states its reason.
 //
-// Cost: 22 runs of `lockstep train` (about 4 s each on 2 cores) plus one
+// Cost: 27 runs of `lockstep train` (about 4 s each on 2 cores) plus one
 // Python process for the references when the cache in the build tree is cold.
 #include <gtest/gtest.h>
 
@@ -164,6 +164,13 @@ std::string fsdp(const std::string& wrapper_keys) {
 
 const std::string kFullShard = fsdp("    sharding_strategy: FULL_SHARD\n");
 
+// DDPStrategy with the case's comm hook (the reference registers PyTorch's
+// own hook from the same JSON) and any further model_wrapper keys.
+std::string ddp_with_hook(const json& c, const std::string& more_keys = "") {
+  return "strategy:\n  type: DDPStrategy\n  launcher: pytorch\n  backend: gloo\n  model_wrapper:\n    comm_hook: " +
+         c["comm_hook"].dump() + "\n" + more_keys;
+}
+
 json with(json c, const std::string& key, json value) {
   c[key] = std::move(value);
   return c;
@@ -205,6 +212,19 @@ const std::vector<DiffCase>& all_cases() {
     gan["model"] = {{"type", "DCGAN"}, {"latent_dim", 16}, {"generator_channels", 8}, {"discriminator_channels", 8}};
     gan["optimizer"] = {{"type", "Adam"}, {"lr", 0.0002}, {"betas", {0.5, 0.999}}};
     const std::string same_ops = "the same operations in the same order as PyTorch";
+    // PowerSGD from iteration 3 on (after the buckets were rebuilt), at rank 1
+    // (Gram-Schmidt) and rank 4 (QR), as PyTorch's powerSGD_hook.
+    const json powersgd = with(base_case(2), "comm_hook",
+                               {{"type", "PowerSGD"}, {"matrix_approximation_rank", 4}, {"start_powerSGD_iter", 3}});
+    const json powersgd_rank1 =
+        with(base_case(2), "comm_hook",
+             {{"type", "PowerSGD"}, {"matrix_approximation_rank", 1}, {"start_powerSGD_iter", 3},
+              {"batch_tensors_with_same_shape", true}, {"random_seed", 7}});
+    const json batched = with(base_case(2), "comm_hook",
+                              {{"type", "BatchedPowerSGD"}, {"matrix_approximation_rank", 1}, {"start_powerSGD_iter", 3}});
+    const json fp16 = with(base_case(2), "comm_hook", "fp16_compress");
+    const json powersgd_4ranks = with(base_case(4), "comm_hook",
+                                      {{"type", "PowerSGD"}, {"matrix_approximation_rank", 2}, {"start_powerSGD_iter", 3}});
     return std::vector<DiffCase>{
         {"DDP_2ranks", base_case(2), kDDP, 0, same_ops},
         {"DDP_4ranks", base_case(4), kDDP, 0, same_ops + ", first-iteration buckets included"},
@@ -245,6 +265,15 @@ const std::vector<DiffCase>& all_cases() {
          "  model_wrapper: {sharding_strategy: FULL_SHARD, auto_wrap_policy: null}\n",
          kFsdpTolerance, "a scripted module is one FSDP unit: sharded reduction"},
         {"DDP_Bf16Autocast", bf16, kDDP, 0, "the same autocast policy picks the same bf16 kernels"},
+        {"DDP_Fp16CompressHook", fp16, ddp_with_hook(fp16), 0, same_ops + " (fp16_compress_hook)"},
+        {"DDP_PowerSGD_Rank4", powersgd, ddp_with_hook(powersgd), 0,
+         same_ops + ": powerSGD_hook's error feedback, warm start, QR and the same random Q"},
+        {"DDP_PowerSGD_Rank1_Batched", powersgd_rank1, ddp_with_hook(powersgd_rank1), 0,
+         same_ops + ": Gram-Schmidt, same-shape batches, another seed"},
+        {"DDP_BatchedPowerSGD", batched, ddp_with_hook(batched), 0, same_ops + " (batched_powerSGD_hook)"},
+        {"DDP_PowerSGD_4ranks_Hierarchical", powersgd_4ranks,
+         ddp_with_hook(powersgd_4ranks, "    ranks_per_node: 2\n"), 1e-5,
+         "hierarchical all_reduce (2 nodes of 2) sums in another order than PyTorch's 4-way ring"},
         // optim_wrapper.amp under FSDPStrategy: one optim-wrapper builder for every strategy.
         {"FSDP_Bf16Autocast", bf16, kFullShard, kFsdpTolerance, "sharded reduction"},
         // Separate DDP: examples/gan's DCGAN, one DDP and one Adam per network,

@@ -25,6 +25,7 @@ CASE is JSON:
    "schedulers": [{"type": "LinearLR", "start_factor": 0.1, "total_iters": 5},
                   {"type": "CosineAnnealingLR", "T_max": 20, "eta_min": 0.001}],
    "amp": null | "bf16",
+   "comm_hook": null | "fp16_compress" | {"type": "PowerSGD", "matrix_approximation_rank": 4, ...},
    "data_root": "/usr/share/datasets/fashion-mnist"}
 
 The data order is lockstep's DefaultSampler with shuffle false: rank r's
@@ -243,6 +244,32 @@ def build_schedulers(specs, optimizer):
     return result
 
 
+def register_comm_hook(ddp, spec):
+    """PyTorch's own hooks for lockstep's model_wrapper.comm_hook names."""
+    if spec is None:
+        return
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+    if isinstance(spec, str):
+        spec = {"type": spec}
+    kind = spec["type"]
+    args = {k: v for k, v in spec.items() if k != "type"}
+    simple = {"allreduce": default_hooks.allreduce_hook, "fp16_compress": default_hooks.fp16_compress_hook,
+              "bf16_compress": default_hooks.bf16_compress_hook}
+    if kind in simple:
+        ddp.register_comm_hook(None, simple[kind])
+    elif kind == "PowerSGD":
+        ddp.register_comm_hook(powersgd.PowerSGDState(process_group=None, **args), powersgd.powerSGD_hook)
+    elif kind == "BatchedPowerSGD":
+        # torch 1.13's batched hook hands _orthogonalize a 2-D matrix, which
+        # fails its assertion (it takes a batch): make it a batch of one.
+        orthogonalize = powersgd._orthogonalize
+        powersgd._orthogonalize = lambda m, epsilon=0: orthogonalize(m.unsqueeze(0) if m.dim() == 2 else m, epsilon)
+        ddp.register_comm_hook(powersgd.PowerSGDState(process_group=None, **args), powersgd.batched_powerSGD_hook)
+    else:
+        fail("no PyTorch comm hook for " + kind)
+
+
 def train_rank(rank, case, init, out, init_method):
     import torch
     import torch.distributed as dist
@@ -256,6 +283,7 @@ def train_rank(rank, case, init, out, init_method):
         model = build_model(case["model"])
     model.load_state_dict(read_safetensors(init))
     ddp = DDP(model)
+    register_comm_hook(ddp, case.get("comm_hook"))
     optimizer = build_optimizer(case["optimizer"], model.parameters())
     schedulers = build_schedulers(case.get("schedulers"), optimizer)
     accumulate = case.get("accumulate", 1)

@@ -1,22 +1,69 @@
 #include "lockstep/parallel/ddp/comm_hook.h"
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/logging.h"
 #include "lockstep/dist/process_group.h"
 
 namespace lockstep {
 
-PendingReduction::PendingReduction(std::shared_ptr<Work> work, std::function<void()> on_complete)
-    : work_(std::move(work)), on_complete_(std::move(on_complete)) {}
+GradBucket::GradBucket(size_t index, torch::Tensor buffer, std::vector<torch::Tensor> gradients,
+                       std::vector<torch::Tensor> parameters, bool is_last)
+    : index_(index),
+      buffer_(std::move(buffer)),
+      gradients_(std::move(gradients)),
+      parameters_(std::move(parameters)),
+      is_last_(is_last) {}
 
-void PendingReduction::wait() {
-  if (done_) return;
-  if (work_) work_->wait();
-  if (on_complete_) on_complete_();
-  done_ = true;
+PendingReduction::PendingReduction(std::shared_ptr<Work> work, std::function<void()> on_complete,
+                                   torch::Tensor result)
+    : finish_([work = std::move(work), on_complete = std::move(on_complete)]() {
+        if (work) work->wait();
+        if (on_complete) on_complete();
+        return torch::Tensor();
+      }),
+      result_(std::move(result)) {}
+
+PendingReduction::PendingReduction(std::function<torch::Tensor()> finish) : finish_(std::move(finish)) {}
+
+torch::Tensor PendingReduction::wait() {
+  if (!done_) {
+    torch::Tensor produced = finish_();
+    if (produced.defined()) result_ = std::move(produced);
+    done_ = true;
+  }
+  return result_;
 }
 
-std::unique_ptr<PendingReduction> AllReduceHook::launch(ProcessGroup& group, torch::Tensor bucket, size_t /*index*/) {
-  return std::make_unique<PendingReduction>(group.all_reduce(bucket, ReduceOp::kSum, /*async=*/true));
+std::unique_ptr<PendingReduction> CommHook::run(ProcessGroup& group, const GradBucket& bucket) {
+  if (!told_about_launch_) {
+    told_about_launch_ = true;
+    logger().info("comm hook '{}' implements launch(group, bucket, index), the contract in which DDP divided the "
+                  "bucket by the world size before the hook. It still works: DDP divides and calls it. The current "
+                  "contract is run(group, GradBucket), where the hook divides itself (comm_hook.h).",
+                  name());
+  }
+  torch::Tensor buffer = bucket.buffer();
+  buffer.div_(group.size());
+  return launch(group, buffer, bucket.index());
+}
+
+std::unique_ptr<PendingReduction> CommHook::launch(ProcessGroup&, torch::Tensor, size_t) {
+  LOCKSTEP_FAIL("comm hook '", name(), "' overrides neither run(group, GradBucket) nor the older "
+                "launch(group, bucket, index); a hook must implement run() (see comm_hook.h)");
+}
+
+void CommHook::load_state(const State& state) {
+  LOCKSTEP_CHECK(state.empty(), "comm hook '", name(), "' keeps no state, but the checkpoint holds some for it "
+                 "(was it written with another comm_hook?)");
+}
+
+std::unique_ptr<PendingReduction> all_reduce_average(ProcessGroup& group, torch::Tensor buffer) {
+  buffer.div_(group.size());
+  return std::make_unique<PendingReduction>(group.all_reduce(buffer, ReduceOp::kSum, /*async=*/true));
+}
+
+std::unique_ptr<PendingReduction> AllReduceHook::run(ProcessGroup& group, const GradBucket& bucket) {
+  return all_reduce_average(group, bucket.buffer());
 }
 
 CompressHook::CompressHook(c10::ScalarType dtype) : dtype_(dtype) {
@@ -26,18 +73,30 @@ CompressHook::CompressHook(c10::ScalarType dtype) : dtype_(dtype) {
 
 std::string CompressHook::name() const { return dtype_ == torch::kHalf ? "fp16_compress" : "bf16_compress"; }
 
-std::unique_ptr<PendingReduction> CompressHook::launch(ProcessGroup& group, torch::Tensor bucket, size_t /*index*/) {
-  if (bucket.scalar_type() == dtype_) {
-    return std::make_unique<PendingReduction>(group.all_reduce(bucket, ReduceOp::kSum, /*async=*/true));
-  }
-  auto compressed = std::make_shared<torch::Tensor>(bucket.to(dtype_));
+std::unique_ptr<PendingReduction> CompressHook::run(ProcessGroup& group, const GradBucket& bucket) {
+  torch::Tensor buffer = bucket.buffer();
+  // As PyTorch: cast, then divide in the compressed dtype (keeps the sum in range).
+  auto compressed = std::make_shared<torch::Tensor>(buffer.to(dtype_).div_(group.size()));
   auto work = group.all_reduce(*compressed, ReduceOp::kSum, /*async=*/true);
-  return std::make_unique<PendingReduction>(work, [bucket, compressed]() mutable { bucket.copy_(*compressed); });
+  return std::make_unique<PendingReduction>(work, [buffer, compressed]() mutable { buffer.copy_(*compressed); });
 }
 
 Registry<CommHook>& comm_hook_registry() {
   static Registry<CommHook> registry("comm hook");
   return registry;
+}
+
+std::shared_ptr<CommHook> make_comm_hook(const Config& spec) {
+  if (spec.is_scalar()) {
+    const std::string type = spec.as<std::string>();
+    if (!comm_hook_registry().contains(type)) {
+      std::string known;
+      for (const auto& name : comm_hook_registry().names()) known += (known.empty() ? "" : ", ") + name;
+      LOCKSTEP_FAIL(spec.where(), ": unknown comm hook '", type, "'; registered comm hooks: ", known);
+    }
+    return comm_hook_registry().build_as(type, Config::map());
+  }
+  return comm_hook_registry().build(spec);
 }
 
 LOCKSTEP_REGISTER(comm_hook_registry(), "allreduce", [](const Config&) { return std::make_shared<AllReduceHook>(); });

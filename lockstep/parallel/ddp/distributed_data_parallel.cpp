@@ -13,6 +13,7 @@
 #include "lockstep/core/logging.h"
 #include "lockstep/core/shape_text.h"
 #include "lockstep/dist/comm.h"
+#include "lockstep/dist/env.h"
 #include "lockstep/dist/init.h"
 #include "lockstep/dist/process_group.h"
 
@@ -38,7 +39,19 @@ DDPOptions parse_ddp_options(const Config& config, const DDPOptions& defaults) {
       .find_unused_parameters(config.get<bool>("find_unused_parameters", defaults.find_unused_parameters()))
       .static_graph(config.get<bool>("static_graph", defaults.static_graph()))
       .broadcast_buffers(config.get<bool>("broadcast_buffers", defaults.broadcast_buffers()))
-      .detect_anomalous_params(config.get<bool>("detect_anomalous_params", defaults.detect_anomalous_params()));
+      .detect_anomalous_params(config.get<bool>("detect_anomalous_params", defaults.detect_anomalous_params()))
+      .ranks_per_node(config.get<int>("ranks_per_node", defaults.ranks_per_node()));
+  if (config.has("hierarchical_all_reduce")) {
+    const Config value = config.at("hierarchical_all_reduce");
+    const std::string text = value.as<std::string>();
+    if (text == "auto") {
+      options.hierarchical_all_reduce("auto");
+    } else {
+      options.hierarchical_all_reduce(value.as<bool>() ? "on" : "off");
+    }
+  }
+  LOCKSTEP_CHECK(options.ranks_per_node() >= 0, config.where("ranks_per_node"),
+                 ": ranks_per_node must be 0 (from the launcher) or positive");
   LOCKSTEP_CHECK(options.bucket_cap_mb() > 0, config.where("bucket_cap_mb"), ": bucket_cap_mb must be positive");
   LOCKSTEP_CHECK(options.first_bucket_cap_mb() > 0, config.where("first_bucket_cap_mb"),
                  ": first_bucket_cap_mb must be positive");
@@ -65,6 +78,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
     if (seen.insert(buffer.unsafeGetTensorImpl()).second) buffers_.push_back(buffer);
   }
   verify_same_model_on_every_rank();
+  set_up_hierarchy();
   // Every rank starts from rank 0's weights.
   std::vector<torch::Tensor> state;
   for (const auto& item : module_->named_parameters(true)) state.push_back(item.value());
@@ -82,6 +96,39 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
 }
 
 DistributedDataParallel::~DistributedDataParallel() = default;
+
+void DistributedDataParallel::set_up_hierarchy() {
+  const std::string& mode = options_.hierarchical_all_reduce();
+  LOCKSTEP_CHECK(mode == "auto" || mode == "on" || mode == "off", "DDP: hierarchical_all_reduce is auto, on or off, not '",
+                 mode, "'");
+  if (mode == "off" || group_->size() == 1) return;
+  std::vector<int> node_of_rank(static_cast<size_t>(group_->size()));
+  if (options_.ranks_per_node() > 0) {
+    for (int r = 0; r < group_->size(); ++r) node_of_rank[static_cast<size_t>(r)] = r / options_.ranks_per_node();
+  } else {
+    const int mine = detect_dist_env().node_rank;
+    auto all = all_gather_object(nlohmann::json(mine), group_);
+    bool known = true;
+    for (int r = 0; r < group_->size(); ++r) {
+      node_of_rank[static_cast<size_t>(r)] = all[static_cast<size_t>(r)].get<int>();
+      known = known && node_of_rank[static_cast<size_t>(r)] >= 0;
+    }
+    if (!known) {
+      LOCKSTEP_CHECK(mode != "on", "DDP: hierarchical_all_reduce is on, but the launcher did not say which node each "
+                     "rank runs on (no GROUP_RANK or SLURM_NODEID); set ranks_per_node");
+      return;
+    }
+  }
+  if (group_->enable_hierarchical_all_reduce(node_of_rank)) {
+    logger().info("DDP reduces gradients hierarchically: {} (within each node, then across nodes)",
+                  group_->hierarchy_description());
+  } else if (mode == "on") {
+    logger().warn("DDP: hierarchical_all_reduce is on, but the ranks form one node or one rank per node, where "
+                  "the flat all_reduce is the same traffic; it stays flat");
+  }
+}
+
+bool DistributedDataParallel::hierarchical() const { return group_->hierarchical_all_reduce(); }
 
 void DistributedDataParallel::verify_same_model_on_every_rank() {
   nlohmann::json mine = nlohmann::json::array();
@@ -177,13 +224,65 @@ State DistributedDataParallel::state() const {
   State state;
   const auto order = reducer_->rebuilt_order();
   if (!order.empty()) state.values["bucket_order"] = order;
+  if (auto hook = reducer_->comm_hook()) {
+    State mine = hook->state();
+    if (!mine.empty()) state.put("comm_hook", gather_hook_state(hook->name(), std::move(mine)));
+  }
   return state;
+}
+
+State DistributedDataParallel::gather_hook_state(const std::string& hook_name, State mine) const {
+  // Values are rank 0's; tensors are every rank's, as "rank<r>/<name>".
+  nlohmann::json keys = nlohmann::json::array();
+  for (const auto& entry : mine.tensors) keys.push_back(entry.first);
+  auto all_keys = all_gather_object(keys, group_);
+  for (int r = 1; r < group_->size(); ++r) {
+    LOCKSTEP_CHECK(all_keys[static_cast<size_t>(r)] == all_keys.front(), "DDP: comm hook '", hook_name,
+                   "' holds different state on rank ", group_->global_rank(0), " (", all_keys.front().dump(),
+                   ") and rank ", group_->global_rank(r), " (", all_keys[static_cast<size_t>(r)].dump(), ")");
+  }
+  State gathered;
+  gathered.values = mine.values;
+  gathered.values["hook"] = hook_name;
+  gathered.values["world_size"] = group_->size();
+  for (auto& [name, tensor] : mine.tensors) {
+    std::vector<torch::Tensor> per_rank;
+    group_->all_gather(per_rank, tensor.contiguous());
+    for (int r = 0; r < group_->size(); ++r) {
+      gathered.tensors["rank" + std::to_string(r) + "/" + name] = per_rank[static_cast<size_t>(r)];
+    }
+  }
+  return gathered;
 }
 
 void DistributedDataParallel::load_state(const State& state) {
   if (state.values.contains("bucket_order")) {
     reducer_->restore_rebuilt_order(state.values["bucket_order"].get<std::vector<int64_t>>());
   }
+  auto hook = reducer_->comm_hook();
+  if (!hook || !state.contains("comm_hook")) return;
+  State saved = state.get("comm_hook");
+  const std::string saved_name = saved.values.value("hook", std::string());
+  const int saved_world = saved.values.value("world_size", 0);
+  if (saved_name != hook->name()) {
+    logger().warn("DDP: the checkpoint holds the state of comm hook '{}', this run uses '{}': it starts afresh",
+                  saved_name, hook->name());
+    return;
+  }
+  if (saved_world != group_->size()) {
+    logger().warn("DDP: comm hook '{}' saved its state on {} ranks and resumes on {}; its per-rank state cannot be "
+                  "assigned, so it starts afresh", saved_name, saved_world, group_->size());
+    return;
+  }
+  State mine;
+  mine.values = saved.values;
+  mine.values.erase("hook");
+  mine.values.erase("world_size");
+  const std::string prefix = "rank" + std::to_string(group_->rank()) + "/";
+  for (const auto& [name, tensor] : saved.tensors) {
+    if (name.rfind(prefix, 0) == 0) mine.tensors[name.substr(prefix.size())] = tensor;
+  }
+  hook->load_state(mine);
 }
 
 void DistributedDataParallel::register_comm_hook(std::shared_ptr<CommHook> hook) { reducer_->set_comm_hook(std::move(hook)); }

@@ -46,10 +46,22 @@ struct DDPOptions {
   TORCH_ARG(bool, broadcast_buffers) = true;
   // Log the parameters that are not in the loss's graph (mmengine's debugging aid).
   TORCH_ARG(bool, detect_anomalous_params) = false;
+  // "auto": reduce buckets hierarchically (within each node, then across the
+  // nodes' first ranks, then within each node again; see
+  // ProcessGroup::enable_hierarchical_all_reduce) when the group spans more
+  // than one node and some node runs more than one rank. "on" insists (an
+  // error when the launcher does not say which node each rank is on); "off"
+  // keeps the flat all_reduce.
+  TORCH_ARG(std::string, hierarchical_all_reduce) = "auto";
+  // Which ranks share a node: 0 takes it from the launcher (GROUP_RANK,
+  // SLURM_NODEID); N > 0 treats each N consecutive ranks as one node.
+  TORCH_ARG(int, ranks_per_node) = 0;
 };
 
-// Reads bucket_cap_mb, gradient_as_bucket_view, find_unused_parameters,
-// static_graph, broadcast_buffers, detect_anomalous_params.
+// Reads bucket_cap_mb, first_bucket_cap_mb, gradient_as_bucket_view,
+// find_unused_parameters, static_graph, broadcast_buffers,
+// detect_anomalous_params, hierarchical_all_reduce (auto | true | false),
+// ranks_per_node.
 DDPOptions parse_ddp_options(const Config& config, const DDPOptions& defaults = DDPOptions());
 
 class DistributedDataParallel : public GradientSync {
@@ -63,7 +75,9 @@ class DistributedDataParallel : public GradientSync {
   void begin_backward(const torch::Tensor& loss, bool sync, int64_t iteration) override;
   void end_backward(bool sync) override;
   bool grads_are_views() const override { return options_.gradient_as_bucket_view(); }
-  // The rebuilt bucket order (see Reducer::rebuilt_order).
+  // The rebuilt bucket order (see Reducer::rebuilt_order) and the comm hook's
+  // state, every rank's (a hook's state may differ between ranks: PowerSGD's
+  // error feedback does). Collective: every rank calls it.
   State state() const override;
   void load_state(const State& state) override;
 
@@ -81,7 +95,10 @@ class DistributedDataParallel : public GradientSync {
   };
   [[nodiscard]] std::unique_ptr<NoSync> no_sync() { return std::make_unique<NoSync>(this); }
 
+  // Before the first backward; see comm_hook.h. Its state is part of state().
   void register_comm_hook(std::shared_ptr<CommHook> hook);
+  // Whether buckets are reduced hierarchically (see DDPOptions).
+  bool hierarchical() const;
   torch::nn::Module& module() const { return *module_; }
   Reducer& reducer() const { return *reducer_; }
   const DDPOptions& options() const { return options_; }
@@ -93,6 +110,8 @@ class DistributedDataParallel : public GradientSync {
 
  private:
   void verify_same_model_on_every_rank();
+  void set_up_hierarchy();
+  State gather_hook_state(const std::string& hook_name, State mine) const;
   void broadcast_from_rank0(std::vector<torch::Tensor> tensors);
 
   std::shared_ptr<torch::nn::Module> module_;

@@ -46,7 +46,6 @@ Reducer::Reducer(std::vector<torch::Tensor> params, std::vector<std::string> nam
   LOCKSTEP_CHECK(!params_.empty(), "DDP needs at least one parameter that requires grad");
   LOCKSTEP_CHECK(params_.size() == names_.size(), "Reducer: ", params_.size(), " parameters but ", names_.size(), " names");
   LOCKSTEP_CHECK(options_.first_bucket_bytes() > 0 && options_.bucket_bytes() > 0, "bucket sizes must be positive");
-  comm_hook_ = std::make_shared<AllReduceHook>();
   locally_used_.assign(params_.size(), 0);
   globally_used_.assign(params_.size(), 1);
   expected_hook_calls_.assign(params_.size(), 0);
@@ -68,6 +67,11 @@ void Reducer::set_comm_hook(std::shared_ptr<CommHook> hook) {
   LOCKSTEP_CHECK(hook != nullptr, "register_comm_hook(nullptr)");
   LOCKSTEP_CHECK(!reducing(), "a communication hook cannot change during a backward pass");
   comm_hook_ = std::move(hook);
+}
+
+std::shared_ptr<CommHook> Reducer::comm_hook() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return comm_hook_;
 }
 
 void Reducer::build_buckets(const std::vector<size_t>& order) {
@@ -181,6 +185,7 @@ void Reducer::prepare_for_backward(const torch::Tensor& loss, bool sync, int64_t
   if (rebuild_pending_) rebuild_buckets_from_rank0();
   phase_ = Phase::kReducing;
   iteration_ = iteration;
+  exchange_used_map_ = options_.find_unused_parameters() || (options_.static_graph() && !static_graph_learned_);
   next_bucket_ = 0;
   ready_.assign(params_.size(), false);
   for (auto& bucket : buckets_) {
@@ -204,6 +209,10 @@ void Reducer::prepare_for_backward(const torch::Tensor& loss, bool sync, int64_t
   } else if (options_.find_unused_parameters()) {
     unused_ = traverse_unused(loss);
   }
+  // Without a used map to exchange, the iteration check goes out now, ahead
+  // of every bucket: it completes while backward computes, and finalize finds
+  // it done instead of waiting one more round trip.
+  if (!exchange_used_map_ && group_->size() > 1) launch_check();
   for (size_t index : unused_) mark_variable_ready(index);
 }
 
@@ -253,13 +262,18 @@ void Reducer::mark_variable_ready(size_t index) {
   auto& grad = params_[index].mutable_grad();
   if (grad.defined()) {
     LOCKSTEP_CHECK(!grad.is_sparse(), "DDP: parameter '", names_[index], "' has a sparse gradient, which DDP does not reduce");
+    // Without a hook the copy divides by the world size (one pass, the fused
+    // multiply of PyTorch's reducer); a hook receives the gradients as they are.
     if (same_memory(grad, view)) {
-      view.div_(group_->size());
+      if (!comm_hook_) view.div_(group_->size());
     } else {
-      // One pass: copy and average (PyTorch's reducer does the same fused multiply).
-      torch::Tensor factor = c10::scalar_to_tensor(1.0 / static_cast<double>(group_->size()));
-      factor.unsafeGetTensorImpl()->set_wrapped_number(true);
-      at::mul_out(view, grad, factor);
+      if (comm_hook_) {
+        view.copy_(grad);
+      } else {
+        torch::Tensor factor = c10::scalar_to_tensor(1.0 / static_cast<double>(group_->size()));
+        factor.unsafeGetTensorImpl()->set_wrapped_number(true);
+        at::mul_out(view, grad, factor);
+      }
       if (options_.gradient_as_bucket_view()) grad = view;
     }
   } else {
@@ -272,22 +286,32 @@ void Reducer::launch_ready_buckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& bucket = buckets_[next_bucket_];
     timeline_.bucket_launched[next_bucket_] = Clock::now();
-    bucket.reduction = comm_hook_->launch(*group_, bucket.flat, next_bucket_);
+    if (comm_hook_) {
+      std::vector<torch::Tensor> parameters;
+      for (size_t index : bucket.variables) parameters.push_back(params_[index]);
+      GradBucket view(next_bucket_, bucket.flat, bucket.views, std::move(parameters),
+                      next_bucket_ + 1 == buckets_.size());
+      bucket.reduction = comm_hook_->run(*group_, view);
+      LOCKSTEP_CHECK(bucket.reduction != nullptr, "comm hook '", comm_hook_->name(), "' returned no pending reduction "
+                     "for bucket ", next_bucket_);
+    } else {
+      bucket.reduction = std::make_unique<PendingReduction>(group_->all_reduce(bucket.flat, ReduceOp::kSum, true));
+    }
     ++next_bucket_;
   }
-  if (next_bucket_ == buckets_.size() && !check_work_ && group_->size() > 1) launch_check();
+  if (next_bucket_ == buckets_.size() && exchange_used_map_ && group_->size() > 1) launch_check();
 }
 
 void Reducer::launch_check() {
   // [iteration, which parameters this rank used] from every rank: the
-  // iteration catches a rank that skipped a step; the used map tells
-  // parameters unused everywhere from those unused only here.
-  const bool track_used = options_.find_unused_parameters() || options_.static_graph();
-  const int64_t length = 1 + (track_used ? static_cast<int64_t>(params_.size()) : 0);
+  // iteration catches a rank that skipped a step; the used map (when this
+  // pass exchanges one) tells parameters unused everywhere from those unused
+  // only here.
+  const int64_t length = 1 + (exchange_used_map_ ? static_cast<int64_t>(params_.size()) : 0);
   torch::Tensor mine = torch::empty({length}, torch::kInt);
   auto data = mine.data_ptr<int32_t>();
   data[0] = static_cast<int32_t>(iteration_);
-  if (track_used) std::copy(locally_used_.begin(), locally_used_.end(), data + 1);
+  if (exchange_used_map_) std::copy(locally_used_.begin(), locally_used_.end(), data + 1);
   check_ = torch::empty({group_->size() * length}, torch::kInt);
   check_work_ = group_->all_gather_into_tensor(check_, mine, /*async=*/true);
 }
@@ -320,7 +344,10 @@ void Reducer::finalize_backward() {
     for (size_t index : order) mark_variable_ready(index);
   }
   if (next_bucket_ < buckets_.size()) fail_unready_buckets();
-  for (auto& bucket : buckets_) bucket.reduction->wait();
+  for (auto& bucket : buckets_) {
+    torch::Tensor result = bucket.reduction->wait();
+    if (result.defined() && !same_memory(result, bucket.flat)) bucket.flat.copy_(result);
+  }
 
   const bool track_used = options_.find_unused_parameters() || options_.static_graph();
   if (check_work_) {
@@ -340,7 +367,7 @@ void Reducer::finalize_backward() {
                     "). A rank skipped a step's backward pass (or ran an extra one); every rank must run "
                     "backward in the same iterations.");
     }
-    if (track_used) {
+    if (exchange_used_map_) {
       for (size_t i = 0; i < params_.size(); ++i) {
         int32_t used = 0;
         for (int r = 0; r < group_->size(); ++r) used |= data[r * length + 1 + static_cast<int64_t>(i)];

@@ -18,7 +18,13 @@
 //   - gradient_as_bucket_view makes .grad alias the bucket (no copies);
 //   - every synchronised backward also exchanges the iteration it belongs to,
 //     so a rank that skipped a step is named instead of silently averaging
-//     gradients of different iterations.
+//     gradients of different iterations. It goes out when backward starts,
+//     ahead of the buckets, and is done long before the end of backward: no
+//     round trip of its own. Only when a used map must be exchanged too
+//     (find_unused_parameters, a static graph's first pass) does it wait for
+//     the end of backward, as PyTorch's used-map all_reduce does;
+//   - a comm hook (comm_hook.h) reduces each bucket when one is registered;
+//     without one the copy into the bucket divides and the bucket is summed.
 //
 // Used through DistributedDataParallel; see distributed_data_parallel.h.
 #pragma once
@@ -67,6 +73,8 @@ class Reducer {
   Reducer& operator=(const Reducer&) = delete;
 
   void set_comm_hook(std::shared_ptr<CommHook> hook);
+  // The registered hook; null when DDP reduces without one.
+  std::shared_ptr<CommHook> comm_hook() const;
   // A forward pass is about to run: the one-time bucket rebuild happens here,
   // before activations fill memory (collective on the first call after the
   // first synchronised backward; later calls do nothing).
@@ -127,7 +135,7 @@ class Reducer {
   std::vector<std::string> names_;
   std::shared_ptr<ProcessGroup> group_;
   ReducerOptions options_;
-  std::shared_ptr<CommHook> comm_hook_;
+  std::shared_ptr<CommHook> comm_hook_;  // null: divide while copying, then all_reduce
   std::vector<std::unique_ptr<compat::PostAccumulateHook>> hooks_;
   std::vector<Bucket> buckets_;
   std::vector<Location> locations_;
@@ -155,6 +163,7 @@ class Reducer {
   std::vector<bool> ready_;
   std::vector<int32_t> locally_used_;  // kept across no_sync micro-steps
   std::vector<size_t> unused_;         // outside the graph this time
+  bool exchange_used_map_ = false;     // this pass gathers locally_used_ at its end
   torch::Tensor check_;                // [seq, used...] of every rank
   std::shared_ptr<Work> check_work_;
   int64_t iteration_ = 0;
