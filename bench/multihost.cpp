@@ -267,6 +267,9 @@ int driver() {
   setenv("PYTHON", "/usr/bin/python3", 1);
   setenv("OMP_NUM_THREADS", "1", 1);
   setenv("LOCKSTEP_JOB_TOKEN", ("bench-multihost-" + std::to_string(getpid())).c_str(), 1);
+  // A stuck collective ends the job after a minute instead of at the job's
+  // time limit (a step takes less than a second here).
+  setenv("LOCKSTEP_TIMEOUT_S", "60", 0);
   static std::string bash = "/bin/bash", down = "down";
   g_down_argv = {bash.data(), g_hosts_script.data(), down.data(), nullptr};
   g_hosts_up = 1;  // from here on, whatever happens, take the namespaces down

@@ -22,6 +22,9 @@
 #             bitwise equal to the loopback run
 #   token     node 1 with another job token is refused by node 0 across the
 #             network; both launchers end, nothing is left running
+#   hier      the hierarchical all_reduce across the hosts (node split from the
+#             launcher): equal to the flat one for every dtype and op, and DDP
+#             with it (the default) ends within 1e-5 of DDP with it off
 #
 # Exit 0: passed, 1: failed, 77: skipped (no root or no network namespaces).
 set -u
@@ -280,6 +283,36 @@ case "$scenario" in
     [ $? != 124 ] || fail "node 0 hung until the test's own timeout"
     nothing_left_running
     [ ! -e "$work/hosts/model_final.ckpt" ] || fail "a job with a refused node wrote a final checkpoint"
+    ;;
+  hier)
+    # The collective itself: tests/parallel's worker, with the node split
+    # each launcher reports (GROUP_RANK), not a simulated one.
+    worker=(env LOCKSTEP_TEST_WORKER=1 "$build/tests/test_parallel"
+      --gtest_filter=CommHookWorker.HierarchicalAllReduceMatchesFlat)
+    [ -x "$build/tests/test_parallel" ] || fail "no $build/tests/test_parallel (build the parallel tests)"
+    node 0 0 "$work/collective-host0.log" "$master" -- "${worker[@]}"
+    NODE_PIDS=($!)
+    node 1 1 "$work/collective-host1.log" "$master" --socket-ifname eth0 -- "${worker[@]}"
+    NODE_PIDS+=($!)
+    wait_nodes collective
+    expect_in "$work/collective-host0.log" "hierarchy: 2 nodes of 2, 2 ranks"
+    grep -q "FAILED" "$work"/collective-host*.log && fail "the hierarchical all_reduce differs from the flat one"
+    # Training: hierarchical by default, flat when switched off.
+    for mode in auto false; do
+      mapfile -t job < <(train_argv "$work/$mode" \
+        "strategy={type: DDPStrategy, launcher: pytorch, backend: gloo, model_wrapper: {hierarchical_all_reduce: $mode}}")
+      node 0 0 "$work/$mode-host0.log" "$master" -- "${job[@]}"
+      NODE_PIDS=($!)
+      node 1 1 "$work/$mode-host1.log" "$master" --socket-ifname eth0 -- "${job[@]}"
+      NODE_PIDS+=($!)
+      wait_nodes "$mode"
+    done
+    expect_in "$work/auto/log.txt" "DDP reduces gradients hierarchically: 2 nodes of 2, 2 ranks"
+    grep -q "reduces gradients hierarchically" "$work/false/log.txt" && fail "hierarchical_all_reduce: false still reduced hierarchically"
+    "$lockstep" ckpt diff --atol 1e-5 "$work/auto/model_final.ckpt" "$work/false/model_final.ckpt" >"$work/diff.log" 2>&1 ||
+      fail "hierarchical and flat DDP differ by more than 1e-5: $(cat "$work/diff.log")"
+    echo "hierarchical vs flat: $(tail -n 1 "$work/diff.log")"
+    nothing_left_running
     ;;
   *)
     echo "unknown scenario '$scenario'"

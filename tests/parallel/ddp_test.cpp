@@ -279,6 +279,9 @@ LOCKSTEP_WORKER_TEST(DdpWorker, LaunchesBucketsBeforeBackwardEnds) {
   // Bucket 0 went out while autograd was still producing gradients for the
   // earlier layers, and every bucket before the final callback.
   EXPECT_LT(timeline.bucket_launched.front(), timeline.last_hook);
+  // The iteration check left before the first bucket: no round trip of its
+  // own at the end of backward.
+  EXPECT_LT(timeline.check_launched, timeline.bucket_launched.front());
   for (const auto& launched : timeline.bucket_launched) EXPECT_LE(launched, timeline.backward_finished);
 }
 

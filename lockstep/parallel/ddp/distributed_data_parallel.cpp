@@ -13,7 +13,7 @@
 #include "lockstep/core/logging.h"
 #include "lockstep/core/shape_text.h"
 #include "lockstep/dist/comm.h"
-#include "lockstep/dist/env.h"
+#include "lockstep/dist/hierarchy.h"
 #include "lockstep/dist/init.h"
 #include "lockstep/dist/process_group.h"
 
@@ -40,16 +40,8 @@ DDPOptions parse_ddp_options(const Config& config, const DDPOptions& defaults) {
       .static_graph(config.get<bool>("static_graph", defaults.static_graph()))
       .broadcast_buffers(config.get<bool>("broadcast_buffers", defaults.broadcast_buffers()))
       .detect_anomalous_params(config.get<bool>("detect_anomalous_params", defaults.detect_anomalous_params()))
-      .ranks_per_node(config.get<int>("ranks_per_node", defaults.ranks_per_node()));
-  if (config.has("hierarchical_all_reduce")) {
-    const Config value = config.at("hierarchical_all_reduce");
-    const std::string text = value.as<std::string>();
-    if (text == "auto") {
-      options.hierarchical_all_reduce("auto");
-    } else {
-      options.hierarchical_all_reduce(value.as<bool>() ? "on" : "off");
-    }
-  }
+      .ranks_per_node(config.get<int>("ranks_per_node", defaults.ranks_per_node()))
+      .hierarchical_all_reduce(parse_hierarchical_mode(config, defaults.hierarchical_all_reduce()));
   LOCKSTEP_CHECK(options.ranks_per_node() >= 0, config.where("ranks_per_node"),
                  ": ranks_per_node must be 0 (from the launcher) or positive");
   LOCKSTEP_CHECK(options.bucket_cap_mb() > 0, config.where("bucket_cap_mb"), ": bucket_cap_mb must be positive");
@@ -98,34 +90,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
 DistributedDataParallel::~DistributedDataParallel() = default;
 
 void DistributedDataParallel::set_up_hierarchy() {
-  const std::string& mode = options_.hierarchical_all_reduce();
-  LOCKSTEP_CHECK(mode == "auto" || mode == "on" || mode == "off", "DDP: hierarchical_all_reduce is auto, on or off, not '",
-                 mode, "'");
-  if (mode == "off" || group_->size() == 1) return;
-  std::vector<int> node_of_rank(static_cast<size_t>(group_->size()));
-  if (options_.ranks_per_node() > 0) {
-    for (int r = 0; r < group_->size(); ++r) node_of_rank[static_cast<size_t>(r)] = r / options_.ranks_per_node();
-  } else {
-    const int mine = detect_dist_env().node_rank;
-    auto all = all_gather_object(nlohmann::json(mine), group_);
-    bool known = true;
-    for (int r = 0; r < group_->size(); ++r) {
-      node_of_rank[static_cast<size_t>(r)] = all[static_cast<size_t>(r)].get<int>();
-      known = known && node_of_rank[static_cast<size_t>(r)] >= 0;
-    }
-    if (!known) {
-      LOCKSTEP_CHECK(mode != "on", "DDP: hierarchical_all_reduce is on, but the launcher did not say which node each "
-                     "rank runs on (no GROUP_RANK or SLURM_NODEID); set ranks_per_node");
-      return;
-    }
-  }
-  if (group_->enable_hierarchical_all_reduce(node_of_rank)) {
-    logger().info("DDP reduces gradients hierarchically: {} (within each node, then across nodes)",
-                  group_->hierarchy_description());
-  } else if (mode == "on") {
-    logger().warn("DDP: hierarchical_all_reduce is on, but the ranks form one node or one rank per node, where "
-                  "the flat all_reduce is the same traffic; it stays flat");
-  }
+  configure_hierarchical_all_reduce(*group_, options_.hierarchical_all_reduce(), options_.ranks_per_node(), "DDP");
 }
 
 bool DistributedDataParallel::hierarchical() const { return group_->hierarchical_all_reduce(); }

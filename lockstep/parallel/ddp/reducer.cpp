@@ -313,6 +313,7 @@ void Reducer::launch_check() {
   data[0] = static_cast<int32_t>(iteration_);
   if (exchange_used_map_) std::copy(locally_used_.begin(), locally_used_.end(), data + 1);
   check_ = torch::empty({group_->size() * length}, torch::kInt);
+  timeline_.check_launched = Clock::now();
   check_work_ = group_->all_gather_into_tensor(check_, mine, /*async=*/true);
 }
 

@@ -60,6 +60,7 @@ struct ReducerOptions {
 struct ReductionTimeline {
   using Clock = std::chrono::steady_clock;
   std::vector<Clock::time_point> bucket_launched;  // by bucket index
+  Clock::time_point check_launched;                 // the iteration check (see above)
   Clock::time_point last_hook;                      // the last gradient hook of the pass
   Clock::time_point backward_finished;              // the final callback began
 };

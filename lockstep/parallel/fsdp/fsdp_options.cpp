@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "lockstep/core/error.h"
+#include "lockstep/dist/hierarchy.h"
 
 namespace lockstep {
 namespace {
@@ -115,6 +116,7 @@ FSDPOptions parse_fsdp_options(const Config& config, const FSDPOptions& defaults
     if (config.has(key)) options.auto_wrap_policy(build_wrap_policy(config.at(key)));
   }
   options.hybrid_shard_size(config.get<int>("hybrid_shard_size", defaults.hybrid_shard_size()));
+  options.hierarchical_all_reduce(parse_hierarchical_mode(config, defaults.hierarchical_all_reduce()));
   LOCKSTEP_CHECK(options.hybrid_shard_size() >= 0, config.where("hybrid_shard_size"),
                  ": hybrid_shard_size must not be negative");
   options.accumulate_unsharded(config.get<bool>("accumulate_unsharded", defaults.accumulate_unsharded()));

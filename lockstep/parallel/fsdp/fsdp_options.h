@@ -17,6 +17,7 @@
 //                     cast_root_forward_inputs: true, cast_forward_inputs: false}
 //   auto_wrap_policy: {type: size_based, min_num_params: 1e6}
 //   hybrid_shard_size: 0                   # HYBRID_SHARD: ranks per shard group (0: the node)
+//   hierarchical_all_reduce: auto          # replica reductions within nodes, then across (auto | true | false)
 //   accumulate_unsharded: false            # see below
 //   overlap_reductions: true               # see below
 #pragma once
@@ -81,6 +82,11 @@ struct FSDPOptions {
   TORCH_ARG(std::shared_ptr<WrapPolicy>, auto_wrap_policy);
   // HYBRID_SHARD: consecutive ranks per shard group; 0 uses the ranks of this node.
   TORCH_ARG(int, hybrid_shard_size) = 0;
+  // How the replica reduction (NO_SHARD, HYBRID_SHARD) all-reduces across a
+  // multi-node replica group: "auto" hierarchically when a node holds several
+  // of its ranks (within the node, then across nodes), "on", "off"; see
+  // dist/hierarchy.h. A replica group of one rank per node is flat either way.
+  TORCH_ARG(std::string, hierarchical_all_reduce) = "auto";
   // Gradient accumulation. false (default): every micro-step reduce-scatters
   // and adds into the sharded gradient, so no full-size gradient outlives a
   // unit's backward (memory stays 1/N; communication every micro-step).

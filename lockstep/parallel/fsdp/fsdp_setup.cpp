@@ -12,6 +12,7 @@
 #include "lockstep/core/logging.h"
 #include "lockstep/dist/comm.h"
 #include "lockstep/dist/init.h"
+#include "lockstep/dist/hierarchy.h"
 #include "lockstep/dist/process_group.h"
 #include "lockstep/parallel/fsdp/fully_sharded_data_parallel.h"
 
@@ -116,6 +117,9 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
                     format_ranks(replicate_group_->global_ranks()));
       break;
     }
+  }
+  if (replicate_group_ && replicate_group_->size() > 1) {
+    configure_hierarchical_all_reduce(*replicate_group_, options_.hierarchical_all_reduce(), 0, "FSDP");
   }
 
   verify_same_model_on_every_rank();
