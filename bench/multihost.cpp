@@ -16,23 +16,31 @@
 //             PowerSGD runs in every timed step)
 //   flat      lockstep default with hierarchical_all_reduce "off" (2x2 only;
 //             compared with PyTorch's default)
-// Each (rate, layout, model, mode) runs lockstep then PyTorch (torchrun,
-// bench/multihost_peer.py) back to back, in rounds; ratios pair the two runs
-// of a round and take the median over rounds. Targets are at 1 Gbit/s; 10
-// Gbit/s is informational. Needs root (network namespaces); otherwise it says
-// why and exits 0 (skipped). The namespaces (lsbench-*) are removed at exit,
-// on failure and on SIGINT/SIGTERM too.
+// For each (rate, layout, model) a round runs one lockstep job and one PyTorch
+// job (torchrun, bench/multihost_peer.py) back to back, each going through
+// every mode on fresh models (which side goes first alternates between
+// rounds); ratios pair the two runs of a round and take the median over
+// rounds. PyTorch's powerSGD_hook reduces its buckets one after the other:
+// on Gloo its callbacks otherwise issue collectives in a different order on
+// each rank (see in_bucket_order in bench/multihost_peer.py).
+// Targets are at 1 Gbit/s; 10 Gbit/s is informational. Needs root (network
+// namespaces); otherwise it says why and exits 0 (skipped). The namespaces
+// (lsbench-*) are removed at exit, on failure and on SIGINT/SIGTERM too.
+// Exit 1 when a job produced no result (its last lines are printed).
 //
-//   sudo build/bench/bench_multihost       # BENCH_RATES="1gbit 10gbit" BENCH_ROUNDS=3 BENCH_ITERS=20 (~20 min)
+//   sudo build/bench/bench_multihost       # BENCH_RATES="1gbit 10gbit" BENCH_ROUNDS=3 BENCH_ITERS=20 (~21 min)
 //   BENCH_RATES=1gbit BENCH_ROUNDS=1 BENCH_ITERS=10 build/bench/bench_multihost     # a quick look (~3 min)
-//   # one worker job by hand, after `bench/multihost_hosts.sh up 2 && bench/multihost_hosts.sh throttle 1gbit`:
-//   LOCKSTEP=build/bin/lockstep LOCKSTEP_JOB_TOKEN=x bench/multihost_hosts.sh job 2 29600 600 lockstep \
-//       build/bench/bench_multihost worker powersgd mlp 20
+//   # jobs by hand, after `bench/multihost_hosts.sh up 2 && bench/multihost_hosts.sh throttle 1gbit`
+//   # (then `bench/multihost_hosts.sh down`):
+//   LOCKSTEP=$PWD/build/bin/lockstep LOCKSTEP_JOB_TOKEN=x bench/multihost_hosts.sh job 2 29600 600 lockstep \
+//       $PWD/build/bench/bench_multihost worker default,flat,fp16,powersgd mlp 20
+//   bench/multihost_hosts.sh job 2 29601 600 pytorch bench/multihost_peer.py default,fp16,powersgd mlp 20 5 64
 #include <signal.h>
 #include <sys/wait.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -51,15 +59,6 @@
 #include "lockstep/parallel/ddp/distributed_data_parallel.h"
 #include "tests/support/test_support.h"
 
-// TODO(issue 20): the comm hook API (make_comm_hook, DDPOptions::
-// hierarchical_all_reduce) is being added alongside this bench. Build with
-// -DMULTIHOST_COMM_HOOK_API=0 against a library without it: the fp16,
-// powersgd and flat modes are then skipped on the lockstep side. Remove this
-// switch once the API is in.
-#ifndef MULTIHOST_COMM_HOOK_API
-#define MULTIHOST_COMM_HOOK_API 1
-#endif
-
 using namespace lockstep;
 
 namespace {
@@ -69,26 +68,18 @@ constexpr int kWarmup = 5;  // > start_powerSGD_iter: PowerSGD compresses in eve
 constexpr const char* kPrefix = "lsbench";
 constexpr const char* kPowerSGD = "{type: PowerSGD, matrix_approximation_rank: 4, start_powerSGD_iter: 2}";
 
-int worker(const std::string& mode, const std::string& model_name, int iters) {
-  torch::set_num_threads(1);
-  init_from_env("auto", "gloo");
-  logger().set_level(spdlog::level::warn);
+// Median step time of one mode, on a fresh model, optimizer and DDP.
+double train(const std::string& mode, const std::string& model_name, int iters) {
   torch::manual_seed(0);
   auto model = bench::make_bench_model(model_name);
   auto optim = std::make_shared<OptimWrapper>(
       std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9)));
   auto options = DDPOptions().gradient_as_bucket_view(true).broadcast_buffers(false);
   LOCKSTEP_CHECK(mode == "default" || mode == "fp16" || mode == "powersgd" || mode == "flat", "unknown mode ", mode);
-#if MULTIHOST_COMM_HOOK_API
   if (mode == "flat") options.hierarchical_all_reduce("off");
-#else
-  LOCKSTEP_CHECK(mode == "default", "mode ", mode, " needs the comm hook API (built with MULTIHOST_COMM_HOOK_API=0)");
-#endif
   auto ddp = std::make_shared<DistributedDataParallel>(model, world(), options);
-#if MULTIHOST_COMM_HOOK_API
   if (mode == "fp16") ddp->register_comm_hook(make_comm_hook(Config::scalar("fp16_compress")));
   if (mode == "powersgd") ddp->register_comm_hook(make_comm_hook(Config::parse(kPowerSGD)));
-#endif
   optim->set_gradient_sync(ddp);
   torch::manual_seed(get_rank());
   auto images = torch::randn({8, kBatch, 1, 28, 28});
@@ -101,8 +92,21 @@ int worker(const std::string& mode, const std::string& model_name, int iters) {
     if (i >= kWarmup) times.push_back(bench::now_seconds() - start);
   }
   synchronize();
-  if (get_rank() == 0) std::printf("RESULT %s %s %.9f\n", mode.c_str(), model_name.c_str(), bench::median(times));
-  std::fflush(stdout);
+  return bench::median(times);
+}
+
+// MODES: comma separated, run one after the other in the same processes;
+// each prints its RESULT line when done.
+int worker(const std::string& modes, const std::string& model_name, int iters) {
+  torch::set_num_threads(1);
+  init_from_env("auto", "gloo");
+  logger().set_level(spdlog::level::warn);
+  std::istringstream list(modes);
+  for (std::string mode; std::getline(list, mode, ',');) {
+    double seconds = train(mode, model_name, iters);
+    if (get_rank() == 0) std::printf("RESULT %s %s %.9f\n", mode.c_str(), model_name.c_str(), seconds);
+    std::fflush(stdout);
+  }
   destroy_process_group();
   return 0;
 }
@@ -206,23 +210,30 @@ std::string fixed3(double value) {
   return text;
 }
 
+// The modes of a layout, in the order a job runs them.
 std::vector<std::string> modes_of(const std::string& layout) {
-  if (layout == "2x2") return {"default", "fp16", "powersgd", "flat"};
+  if (layout == "2x2") return {"default", "flat", "fp16", "powersgd"};
   return {"default", "fp16", "powersgd"};
 }
 bool pytorch_has(const std::string& mode) { return mode != "flat"; }  // flat pairs with PyTorch's default
+std::string join(const std::vector<std::string>& words) {
+  std::string text;
+  for (const auto& word : words) text += (text.empty() ? "" : ",") + word;
+  return text;
+}
 
-// Rough seconds one job takes on the 2-core machine (measured there at
-// 1 Gbit/s): start-up plus (iters + warm-up) steps.
-double job_seconds_guess(const std::string& rate, const std::string& layout, const std::string& model,
-                         const std::string& mode, bool pytorch, int iters) {
-  const bool four = layout == "2x2", mlp = model == "mlp";
-  double step = mlp ? (four ? 0.62 : 0.41) : (four ? 0.2 : 0.14);
-  if (mode == "fp16" && mlp) step *= 1.1;
-  if (mode == "powersgd") step = mlp ? (four ? 0.27 : 0.12) : (four ? 0.18 : 0.08);
-  if (rate != "1gbit" && mlp && mode != "powersgd") step *= four ? 0.7 : 0.55;
-  double startup = pytorch ? (four ? 7.5 : 5.0) : (four ? 3.5 : 2.0);
-  return startup + step * (iters + kWarmup);
+// Rough seconds a step takes on the 2-core CI-class machine (measured there,
+// 2026-11-24), and a job's start-up: for the time estimate printed up front.
+double step_seconds_guess(const std::string& rate, const std::string& layout, const std::string& model,
+                          const std::string& mode) {
+  const bool four = layout == "2x2", mlp = model == "mlp", slow_link = rate == "1gbit";
+  if (!mlp) return four ? (mode == "fp16" ? 0.19 : 0.165) : (mode == "fp16" ? 0.085 : 0.075);
+  if (mode == "powersgd") return four ? 0.25 : 0.11;
+  if (mode == "fp16") return four ? 0.8 : (slow_link ? 0.31 : 0.26);
+  return four ? (slow_link ? 0.6 : 0.25) : (slow_link ? 0.39 : 0.11);
+}
+double startup_seconds_guess(const std::string& layout, bool pytorch) {
+  return pytorch ? (layout == "2x2" ? 8 : 5) : (layout == "2x2" ? 4 : 2.5);
 }
 
 struct Series {
@@ -256,9 +267,6 @@ int driver() {
   }
   const bool have_python = testing::run_command({"/usr/bin/python3", "-c", "import torch"}).exit_code == 0;
   if (!have_python) std::printf("no PyTorch in /usr/bin/python3: lockstep runs only, no ratios\n");
-  if (!MULTIHOST_COMM_HOOK_API) {
-    std::printf("built without the comm hook API: lockstep runs the default mode only\n");
-  }
 
   // Everything the driver runs sees these; the job token lets the two hosts'
   // launchers into one job.
@@ -294,15 +302,24 @@ int driver() {
     std::printf("link, tbf rate %s: %s Gbit/s\n", rate.c_str(), trim(measured.output).c_str());
   }
 
+  // One lockstep job and one PyTorch job per (rate, layout, model) and
+  // round, each running every mode in turn.
+  auto pytorch_modes = [&](const std::string& layout) {
+    std::vector<std::string> modes;
+    for (const auto& mode : modes_of(layout)) {
+      if (have_python && pytorch_has(mode)) modes.push_back(mode);
+    }
+    return modes;
+  };
   double estimate = 0;
   for (const auto& rate : rates) {
     for (const auto& layout : layouts) {
       for (const auto& model : models) {
-        for (const auto& mode : modes_of(layout)) {
-          if (MULTIHOST_COMM_HOOK_API || mode == "default") {
-            estimate += job_seconds_guess(rate, layout, model, mode, false, iters);
-          }
-          if (have_python && pytorch_has(mode)) estimate += job_seconds_guess(rate, layout, model, mode, true, iters);
+        for (bool pytorch : {false, true}) {
+          auto modes = pytorch ? pytorch_modes(layout) : modes_of(layout);
+          if (modes.empty()) continue;
+          estimate += startup_seconds_guess(layout, pytorch);
+          for (const auto& mode : modes) estimate += (iters + kWarmup) * step_seconds_guess(rate, layout, model, mode);
         }
       }
     }
@@ -312,27 +329,39 @@ int driver() {
   std::fflush(stdout);
 
   const double start = bench::now_seconds();
-  const int job_limit = 60 + 5 * (iters + kWarmup);  // seconds; a step takes < 1 s here
   int port = 29600, failures = 0;
   std::map<std::string, Series> results;  // "rate layout model mode"
+  // Runs MODES of MODEL on both hosts; the seconds per step of each mode, NaN
+  // for those that produced no result.
   auto run = [&](const std::string& kind, const std::string& layout, const std::string& model,
-                 const std::string& mode) {
-    std::vector<std::string> args{"job", layout.substr(2), std::to_string(port), std::to_string(job_limit), kind};
+                 const std::vector<std::string>& modes) {
+    std::map<std::string, double> seconds;
+    if (modes.empty()) return seconds;
+    // A step takes less than 2 s here; a stuck lockstep collective ends after
+    // LOCKSTEP_TIMEOUT_S (60 s).
+    const int limit = 90 + static_cast<int>(modes.size()) * (20 + 2 * (iters + kWarmup));
+    std::vector<std::string> args{"job", layout.substr(2), std::to_string(port), std::to_string(limit), kind};
     port = port < 29900 ? port + 1 : 29600;
     if (kind == "lockstep") {
-      for (std::string arg : {self, std::string("worker"), mode, model, std::to_string(iters)}) args.push_back(arg);
+      for (std::string arg : {self, std::string("worker"), join(modes), model, std::to_string(iters)}) {
+        args.push_back(arg);
+      }
     } else {
-      for (std::string arg : {source + "/bench/multihost_peer.py", mode, model, std::to_string(iters),
+      for (std::string arg : {source + "/bench/multihost_peer.py", join(modes), model, std::to_string(iters),
                               std::to_string(kWarmup), std::to_string(kBatch)}) {
         args.push_back(arg);
       }
     }
-    auto result = hosts(args, job_limit + 30);
-    double seconds = parse_result(result.output, mode, model);
-    if (!std::isfinite(seconds)) {
-      ++failures;
-      std::fprintf(stderr, "%s %s %s %s failed (exit %d); last lines:\n%s\n", kind.c_str(), layout.c_str(),
-                   model.c_str(), mode.c_str(), result.exit_code, tail(result.output, 40).c_str());
+    auto result = hosts(args, limit + 30);
+    std::vector<std::string> missing;
+    for (const auto& mode : modes) {
+      seconds[mode] = parse_result(result.output, mode, model);
+      if (!std::isfinite(seconds[mode])) missing.push_back(mode);
+    }
+    if (!missing.empty()) {
+      failures += static_cast<int>(missing.size());
+      std::fprintf(stderr, "%s %s %s: no result for %s (exit %d); last lines:\n%s\n", kind.c_str(), layout.c_str(),
+                   model.c_str(), join(missing).c_str(), result.exit_code, tail(result.output, 40).c_str());
       hosts({"stop"}, 60);  // whatever the failed job left running on the hosts
     }
     return seconds;
@@ -342,14 +371,22 @@ int driver() {
       hosts({"throttle", rate}, 60);
       for (const auto& layout : layouts) {
         for (const auto& model : models) {
+          // Which side goes first alternates between rounds.
+          std::map<std::string, double> lockstep, pytorch;
+          if (round % 2 == 0) {
+            lockstep = run("lockstep", layout, model, modes_of(layout));
+            pytorch = run("pytorch", layout, model, pytorch_modes(layout));
+          } else {
+            pytorch = run("pytorch", layout, model, pytorch_modes(layout));
+            lockstep = run("lockstep", layout, model, modes_of(layout));
+          }
           std::string line;
           for (const auto& mode : modes_of(layout)) {
             Series& series = results[rate + " " + layout + " " + model + " " + mode];
-            double lockstep = MULTIHOST_COMM_HOOK_API || mode == "default" ? run("lockstep", layout, model, mode) : kNaN;
-            double pytorch = have_python && pytorch_has(mode) ? run("pytorch", layout, model, mode) : kNaN;
-            series.lockstep.push_back(lockstep);
-            series.pytorch.push_back(pytorch);
-            line += "  " + mode + " " + ms(lockstep) + (pytorch_has(mode) ? " / " + ms(pytorch) : "");
+            series.lockstep.push_back(lockstep.count(mode) ? lockstep[mode] : kNaN);
+            series.pytorch.push_back(pytorch.count(mode) ? pytorch[mode] : kNaN);
+            line += "  " + mode + " " + ms(series.lockstep.back()) +
+                    (pytorch_has(mode) ? " / " + ms(series.pytorch.back()) : "");
           }
           std::printf("  round %d %s %s %s (lockstep / pytorch):%s  [%.0f s]\n", round, rate.c_str(), layout.c_str(),
                       model.c_str(), line.c_str(), bench::now_seconds() - start);

@@ -24,7 +24,7 @@
 # namespaces; LOCKSTEP (the launcher) and PYTHON (default /usr/bin/python3)
 # are used by `job`. Every command run on a host is bounded by `timeout`.
 here_mh=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source=../tests/multinode/netns_hosts.sh
+# shellcheck source-path=SCRIPTDIR source=../tests/multinode/netns_hosts.sh
 source "$here_mh/../tests/multinode/netns_hosts.sh"
 NETNS_PREFIX=${MH_PREFIX:-lsbench}
 MH_HOSTS=2
@@ -170,11 +170,14 @@ mh_job() {
   for ((node = 0; node < MH_HOSTS; node++)); do
     wait "${pids[$node]}" || { code=$?; echo "host $node's launcher exited with $code"; }
   done
+  # Read before printing: the temporary directory goes even when nobody
+  # reads the output any more (the bench was interrupted).
+  local output=""
   for ((node = 0; node < MH_HOSTS; node++)); do
-    echo "----- host $node"
-    cat "$logs/host$node.log"
+    output+="----- host $node"$'\n'"$(cat "$logs/host$node.log")"$'\n'
   done
   rm -rf "$logs"
+  printf '%s' "$output"
   return "$code"
 }
 

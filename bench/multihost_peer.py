@@ -1,15 +1,17 @@
 """PyTorch's DistributedDataParallel across namespace hosts, for bench/multihost.
 
-Run under torchrun (torch.distributed.run) on every host; prints one line
+Run under torchrun (torch.distributed.run) on every host; prints a line
   RESULT <mode> <model> <median seconds per step>
-from rank 0. The models are bench/ddp_peer.py's (the same as the C++ side's
-bench/ddp_models.h); batch, optimizer, threads and data are those of
-bench/ddp_peer.py and of bench_multihost's workers.
+per mode from rank 0. The models are bench/ddp_peer.py's (the same as the
+C++ side's bench/ddp_models.h); batch, optimizer, threads and data are those
+of bench/ddp_peer.py and of bench_multihost's workers.
 
   python3 -m torch.distributed.run --nnodes 2 --node_rank R --nproc_per_node 2 --master_addr 10.213.0.1 \
-      --master_port 29600 --redirects 1 --tee 1 bench/multihost_peer.py MODE MODEL ITERS WARMUP BATCH
+      --master_port 29600 --redirects 1 --tee 1 bench/multihost_peer.py MODES MODEL ITERS WARMUP BATCH
 
-MODE
+MODES is a comma-separated list (default,fp16,powersgd): one after the other
+in the same processes, each on a fresh model, optimizer and DDP, each printing
+its RESULT line when done.
   default   no communication hook (flat all-reduce of fp32 buckets)
   fp16      default_hooks.fp16_compress_hook
   powersgd  powerSGD_hook, PowerSGDState(matrix_approximation_rank=4, start_powerSGD_iter=2), the rest default,
@@ -26,6 +28,7 @@ import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.dont_write_bytecode = True  # no bench/__pycache__ from importing ddp_peer
 from ddp_peer import make_model  # noqa: E402  (the same models as bench/ddp)
 
 
@@ -68,11 +71,8 @@ def in_bucket_order(hook):
     return ordered
 
 
-def main():
-    mode, name = sys.argv[1], sys.argv[2]
-    iters, warmup, batch = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+def train(mode, name, iters, warmup, batch):
+    """Median step time of one mode, on a fresh model, optimizer and DDP."""
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(make_model(name), gradient_as_bucket_view=True)
     if mode == "fp16":
@@ -99,8 +99,18 @@ def main():
     # Every rank waits for the slowest in each step's all-reduce: rank 0's
     # median is the job's.
     dist.barrier()
-    if dist.get_rank() == 0:
-        print("RESULT", mode, name, statistics.median(times), flush=True)
+    return statistics.median(times)
+
+
+def main():
+    modes, name = sys.argv[1].split(","), sys.argv[2]
+    iters, warmup, batch = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    for mode in modes:
+        seconds = train(mode, name, iters, warmup, batch)
+        if dist.get_rank() == 0:
+            print("RESULT", mode, name, seconds, flush=True)
     dist.destroy_process_group()
 
 

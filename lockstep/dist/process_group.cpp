@@ -107,16 +107,34 @@ std::string format_ranks(const std::vector<int>& ranks) {
 
 namespace detail {
 
-// The subgroups of a hierarchical all_reduce, as one rank sees them.
+// The subgroups and threads of a hierarchical all_reduce, as one rank sees
+// them. Its three stages -- reduce within the node, all_reduce among the
+// leaders, broadcast within the node -- run on three threads, each on a
+// subgroup of its own, so that one tensor crosses the network while the next
+// is reduced within its node and the previous one is broadcast: the link
+// never waits for loopback work. Each stage takes tensors in issue order,
+// which is what keeps each subgroup's collectives in one order on every rank.
 struct NodeHierarchy {
-  std::shared_ptr<ProcessGroup> node;     // this rank's node; null when it is alone there
-  std::shared_ptr<ProcessGroup> leaders;  // the first rank of every node; null on the others
+  std::shared_ptr<ProcessGroup> node_reduce;     // this rank's node; null when it is alone there
+  std::shared_ptr<ProcessGroup> node_broadcast;  // the same ranks, a group of its own
+  std::shared_ptr<ProcessGroup> leaders;         // the first rank of every node; null on the others
   std::string description;
+  SerialExecutor reduce_stage;
+  SerialExecutor cross_stage;
+  SerialExecutor broadcast_stage;
 
-  void all_reduce(at::Tensor& data, ReduceOp op) const {
-    if (node) node->reduce(data, 0, op);
-    if (leaders) leaders->all_reduce(data, op);
-    if (node) node->broadcast(data, 0);
+  std::shared_future<void> all_reduce(at::Tensor data, ReduceOp op) {
+    auto reduced = reduce_stage.submit([this, data, op]() mutable {
+      if (node_reduce) node_reduce->reduce(data, 0, op);
+    });
+    auto crossed = cross_stage.submit([this, data, op, reduced]() mutable {
+      reduced.get();
+      if (leaders) leaders->all_reduce(data, op);
+    });
+    return broadcast_stage.submit([this, data, crossed]() mutable {
+      crossed.get();
+      if (node_broadcast) node_broadcast->broadcast(data, 0);
+    });
   }
 };
 
@@ -238,13 +256,13 @@ std::shared_ptr<Work> ProcessGroup::all_reduce(torch::Tensor& tensor, ReduceOp o
     if (staged.copied) tensor.copy_(staged.tensor);
   };
   if (hierarchy_) {
-    // Three collectives on two subgroups, issued in order by this group's
-    // executor: concurrent hierarchical all_reduces keep one order on every rank.
-    auto hierarchy = hierarchy_;
-    at::Tensor data = staged.tensor;
-    const ReduceOp sum_op = average ? ReduceOp::kSum : op;
-    return run_algorithm(collective_info("hierarchical all_reduce"), async,
-                         [hierarchy, data, sum_op]() mutable { hierarchy->all_reduce(data, sum_op); }, finish);
+    // Synchronous ones queue behind the asynchronous ones too: the stages'
+    // order is the order of issue, on every rank.
+    auto work = make_work(collective_info("hierarchical all_reduce"));
+    work->finish_ = finish;
+    work->has_future_ = true;
+    work->future_ = hierarchy_->all_reduce(staged.tensor, average ? ReduceOp::kSum : op);
+    return finish_issue(work, async);
   }
   auto work = make_work(collective_info("all_reduce"));
   if (world > 1) {
@@ -571,7 +589,10 @@ bool ProcessGroup::enable_hierarchical_all_reduce(const std::vector<int>& node_o
   if (members.size() < 2 || largest < 2) return false;
   auto hierarchy = std::make_shared<detail::NodeHierarchy>();
   const std::vector<int>& mine = members[node_of_rank[static_cast<size_t>(rank())]];
-  if (mine.size() > 1) hierarchy->node = new_group(mine);
+  if (mine.size() > 1) {
+    hierarchy->node_reduce = new_group(mine);
+    hierarchy->node_broadcast = new_group(mine);
+  }
   std::vector<int> leaders;
   for (const auto& node : members) leaders.push_back(node.second.front());
   if (mine.front() == rank()) hierarchy->leaders = new_group(leaders);

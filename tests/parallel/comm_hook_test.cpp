@@ -11,6 +11,7 @@
 #include "lockstep/dist/comm.h"
 #include "lockstep/dist/env.h"
 #include "lockstep/dist/process_group.h"
+#include "lockstep/parallel/ddp/comm_hook.h"
 #include "lockstep/parallel/ddp/distributed_data_parallel.h"
 #include "tests/parallel/ddp_models.h"
 #include "tests/support/multiprocess.h"
@@ -147,6 +148,52 @@ LOCKSTEP_WORKER_TEST(CommHookWorker, HierarchicalDdpMatchesOneProcess) {
   const char* hook = std::getenv("HIER_HOOK");
   train_against_one_process(hook != nullptr && *hook ? make_comm_hook(Config::scalar(hook)) : nullptr,
                             DDPOptions().ranks_per_node(2).hierarchical_all_reduce("on").bucket_cap_mb(0.01));
+}
+
+// Four layers: with tiny bucket caps, eight buckets.
+struct DeepMlp : Model {
+  DeepMlp() {
+    for (int i = 0; i < 4; ++i) {
+      layers.push_back(register_module("fc" + std::to_string(i), torch::nn::Linear(i == 0 ? 16 : 48, i == 3 ? 5 : 48)));
+    }
+  }
+  LossDict loss(const Batch& data) override {
+    torch::Tensor x = data.at("x");
+    for (size_t i = 0; i < layers.size(); ++i) x = i + 1 < layers.size() ? torch::relu(layers[i](x)) : layers[i](x);
+    LossDict losses;
+    losses.insert("loss", torch::nn::functional::cross_entropy(x, data.at("y")));
+    return losses;
+  }
+  Batch predict(const Batch& data) override { return {}; }
+  std::vector<torch::nn::Linear> layers;
+};
+
+// PowerSGD starts its second all_reduce while earlier buckets are still in
+// the hierarchical pipeline; many small buckets make the orders collide if
+// anything issues out of turn. Every rank must end with the same weights.
+LOCKSTEP_WORKER_TEST(CommHookWorker, PowerSGDOverTheHierarchyStaysInStep) {
+  testing::WorkerWorld world_guard;
+  torch::manual_seed(7);
+  auto model = std::make_shared<DeepMlp>();
+  auto ddp = std::make_shared<DistributedDataParallel>(
+      model, world(), DDPOptions().ranks_per_node(2).first_bucket_cap_mb(0.0001).bucket_cap_mb(0.0005));
+  ASSERT_TRUE(ddp->hierarchical());
+  ddp->register_comm_hook(
+      make_comm_hook(Config::parse("{type: PowerSGD, matrix_approximation_rank: 2, start_powerSGD_iter: 2}")));
+  auto optim = testing::sgd_momentum(*model);
+  optim->set_gradient_sync(ddp);
+  optim->initialize_count_status(0, 12);
+  for (int step = 0; step < 12; ++step) {
+    model->train_step(testing::global_batch(8, static_cast<uint64_t>(step * 10 + get_rank())), *optim);
+  }
+  ASSERT_GE(ddp->reducer().bucket_indices().size(), 4u) << "the test needs several buckets";
+  for (const auto& item : model->named_parameters()) expect_same_on_every_rank(item.value(), item.key());
+}
+
+TEST(CommHook, PowerSGDOverTheHierarchyStaysInStep) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  auto result = testing::run_workers(4, "CommHookWorker.PowerSGDOverTheHierarchyStaysInStep", {"LOCKSTEP_TIMEOUT_S=60"});
+  EXPECT_WORKERS_OK(result);
 }
 
 TEST(CommHook, LegacyHookIsAcceptedAndSaysWhatChanged) {

@@ -87,6 +87,11 @@ void orthogonalize(torch::Tensor matrices, double epsilon) {
 PowerSGDBase::PowerSGDBase(PowerSGDOptions options)
     : options_(options), rng_(static_cast<uint32_t>(options.random_seed())) {
   options_.compression_stats_logging_frequency(std::max<int64_t>(1, options_.compression_stats_logging_frequency()));
+}
+
+void PowerSGDBase::log_config_once() {
+  if (logged_config_) return;
+  logged_config_ = true;
   logger().info("PowerSGD config: matrix_approximation_rank = {}; start_powerSGD_iter = {}; min_compression_rate = "
                 "{}; orthogonalization_epsilon = {}; use_error_feedback = {}; warm_start = {}; random_seed = {}; "
                 "batch_tensors_with_same_shape = {}",
@@ -116,6 +121,7 @@ void PowerSGDBase::report_compression_stats(const GradBucket& bucket) {
 }
 
 std::unique_ptr<PendingReduction> PowerSGDBase::plain_all_reduce(ProcessGroup& group, const GradBucket& bucket) {
+  log_config_once();
   maybe_increase_iter(bucket);
   return all_reduce_average(group, bucket.buffer());
 }
@@ -186,6 +192,7 @@ torch::Tensor apply_error_feedback(std::map<int64_t, torch::Tensor>& error, int6
 
 std::unique_ptr<PendingReduction> PowerSGDHook::run(ProcessGroup& group, const GradBucket& bucket) {
   if (iter_ < options_.start_powerSGD_iter()) return plain_all_reduce(group, bucket);
+  log_config_once();
   const int64_t world = group.size();
   const int64_t index = static_cast<int64_t>(bucket.index());
   torch::Tensor input = bucket.buffer();
@@ -326,6 +333,7 @@ std::unique_ptr<PendingReduction> PowerSGDHook::run(ProcessGroup& group, const G
 
 std::unique_ptr<PendingReduction> BatchedPowerSGDHook::run(ProcessGroup& group, const GradBucket& bucket) {
   if (iter_ < options_.start_powerSGD_iter()) return plain_all_reduce(group, bucket);
+  log_config_once();
   const int64_t world = group.size();
   const int64_t index = static_cast<int64_t>(bucket.index());
   const int64_t rank = options_.matrix_approximation_rank();

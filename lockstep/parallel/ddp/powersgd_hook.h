@@ -82,6 +82,9 @@ class PowerSGDBase : public CommHook {
   std::tuple<double, int64_t, int64_t> compression_stats() const;
 
  protected:
+  // PyTorch logs the options when the state is made; here on the first
+  // bucket, so that a config checked before the run logs nothing.
+  void log_config_once();
   void maybe_increase_iter(const GradBucket& bucket);
   void report_compression_stats(const GradBucket& bucket);
   // The plain all_reduce of the first start_powerSGD_iter iterations.
@@ -95,6 +98,7 @@ class PowerSGDBase : public CommHook {
   int64_t total_before_ = 0;
   int64_t total_after_ = 0;
   int64_t next_stats_report_ = 0;
+  bool logged_config_ = false;
   std::map<int64_t, torch::Tensor> error_;     // by bucket index
   std::map<int64_t, torch::Tensor> p_memory_;
   std::map<int64_t, torch::Tensor> q_memory_;
