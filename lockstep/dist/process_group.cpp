@@ -123,17 +123,35 @@ struct NodeHierarchy {
   SerialExecutor cross_stage;
   SerialExecutor broadcast_stage;
 
-  std::shared_future<void> all_reduce(at::Tensor data, ReduceOp op) {
-    auto reduced = reduce_stage.submit([this, data, op]() mutable {
-      if (node_reduce) node_reduce->reduce(data, 0, op);
-    });
-    auto crossed = cross_stage.submit([this, data, op, reduced]() mutable {
-      reduced.get();
-      if (leaders) leaders->all_reduce(data, op);
-    });
-    return broadcast_stage.submit([this, data, crossed]() mutable {
-      crossed.get();
-      if (node_broadcast) node_broadcast->broadcast(data, 0);
+  // Pieces of at most this many bytes go through the stages one after the
+  // other: the loopback stages of one piece overlap the network stage of the
+  // next, so only the first piece's reduce and the last piece's broadcast
+  // add to the time on the link.
+  static constexpr int64_t kPieceBytes = int64_t{4} << 20;
+
+  std::shared_future<void> all_reduce(const at::Tensor& data, ReduceOp op) {
+    at::Tensor flat = data.view(-1);
+    const int64_t piece = std::max<int64_t>(1, kPieceBytes / static_cast<int64_t>(flat.element_size()));
+    std::vector<std::shared_future<void>> done;
+    for (int64_t offset = 0; offset < flat.numel() || offset == 0; offset += piece) {
+      at::Tensor part = flat.narrow(0, offset, std::min(piece, flat.numel() - offset));
+      auto reduced = reduce_stage.submit([this, part, op]() mutable {
+        if (node_reduce) node_reduce->reduce(part, 0, op);
+      });
+      auto crossed = cross_stage.submit([this, part, op, reduced]() mutable {
+        reduced.get();
+        if (leaders) leaders->all_reduce(part, op);
+      });
+      done.push_back(broadcast_stage.submit([this, part, crossed]() mutable {
+        crossed.get();
+        if (node_broadcast) node_broadcast->broadcast(part, 0);
+      }));
+      if (flat.numel() == 0) break;
+    }
+    if (done.size() == 1) return done.front();
+    // Done when every piece is; a failed piece fails the whole.
+    return broadcast_stage.submit([done]() {
+      for (const auto& piece_done : done) piece_done.get();
     });
   }
 };

@@ -172,9 +172,11 @@ namespace {
 torch::Tensor as_matrix(const torch::Tensor& gradient) { return gradient.view({gradient.size(0), -1}); }
 
 // Adds the error feedback of `index` to `input` (creating it at zero the
-// first time) and returns a copy of the result, as PyTorch's hooks do.
-torch::Tensor apply_error_feedback(std::map<int64_t, torch::Tensor>& error, int64_t index, torch::Tensor& input,
-                                   const std::string& hook) {
+// first time) and returns a copy of the result, as PyTorch's hooks do. The
+// copy lives in `copies` from one step to the next: a fresh bucket-sized
+// tensor each step costs page faults on every element.
+torch::Tensor apply_error_feedback(std::map<int64_t, torch::Tensor>& error, std::map<int64_t, torch::Tensor>& copies,
+                                   int64_t index, torch::Tensor& input, const std::string& hook) {
   auto found = error.find(index);
   if (found != error.end()) {
     LOCKSTEP_CHECK(found->second.numel() == input.numel(), hook, ": bucket ", index, " holds ", input.numel(),
@@ -185,7 +187,10 @@ torch::Tensor apply_error_feedback(std::map<int64_t, torch::Tensor>& error, int6
     logger().info("A zero tensor of length {} that represents local error is created.", input.numel());
     error[index] = torch::zeros({input.numel()}, input.options());
   }
-  return input.clone();
+  torch::Tensor& copy = copies[index];
+  if (!copy.defined() || copy.numel() != input.numel()) copy = torch::empty_like(input);
+  copy.copy_(input);
+  return copy;
 }
 
 }  // namespace
@@ -198,7 +203,7 @@ std::unique_ptr<PendingReduction> PowerSGDHook::run(ProcessGroup& group, const G
   torch::Tensor input = bucket.buffer();
   const auto tensor_options = input.options();
   torch::Tensor input_copy;
-  if (options_.use_error_feedback()) input_copy = apply_error_feedback(error_, index, input, name());
+  if (options_.use_error_feedback()) input_copy = apply_error_feedback(error_, copies_, index, input, name());
 
   // Which gradients are worth compressing.
   std::vector<torch::Tensor> to_compress;  // rows x rest matrices
@@ -321,7 +326,7 @@ std::unique_ptr<PendingReduction> PowerSGDHook::run(ProcessGroup& group, const G
     for (auto& batch : *batches) {
       for (size_t i = 0; i < batch.originals.size(); ++i) batch.originals[i].copy_(batch.matrices[static_cast<int64_t>(i)]);
     }
-    if (options_.use_error_feedback()) error_[index] = input_copy - input;
+    if (options_.use_error_feedback()) at::sub_out(error_[index], input_copy, input);
     if (!options_.warm_start()) {
       p_memory_.clear();
       q_memory_.clear();
@@ -346,11 +351,13 @@ std::unique_ptr<PendingReduction> BatchedPowerSGDHook::run(ProcessGroup& group, 
                  " matrix, too small for matrix_approximation_rank ", rank);
   // PyTorch resizes the bucket to side^2 with zeros at the end; a padded copy
   // holds the same numbers without touching DDP's buffer.
-  torch::Tensor padded = torch::zeros({side * side}, input.options());
+  torch::Tensor& padded = padded_[index];
+  if (!padded.defined() || padded.numel() != side * side) padded = torch::empty({side * side}, input.options());
   padded.narrow(0, 0, total).copy_(input);
+  padded.narrow(0, total, side * side - total).zero_();
   report_compression_stats(bucket);
   torch::Tensor padded_copy;
-  if (options_.use_error_feedback()) padded_copy = apply_error_feedback(error_, index, padded, name());
+  if (options_.use_error_feedback()) padded_copy = apply_error_feedback(error_, copies_, index, padded, name());
   torch::Tensor matrix = padded.view({side, side});
   if (!options_.warm_start() || p_memory_.count(index) == 0) {
     if (options_.warm_start()) {
@@ -377,7 +384,7 @@ std::unique_ptr<PendingReduction> BatchedPowerSGDHook::run(ProcessGroup& group, 
         reduce_group->all_reduce(q, ReduceOp::kSum);
         q.div_(world);
         at::matmul_out(matrix, p, q.t());
-        if (options_.use_error_feedback()) error_[index] = padded_copy - padded;
+        if (options_.use_error_feedback()) at::sub_out(error_[index], padded_copy, padded);
         if (!options_.warm_start()) {
           p_memory_.clear();
           q_memory_.clear();

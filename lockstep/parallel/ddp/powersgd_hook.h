@@ -102,6 +102,10 @@ class PowerSGDBase : public CommHook {
   std::map<int64_t, torch::Tensor> error_;     // by bucket index
   std::map<int64_t, torch::Tensor> p_memory_;
   std::map<int64_t, torch::Tensor> q_memory_;
+  // Scratch kept between steps (not state): the pre-compression copy and, for
+  // the batched hook, the padded square matrix.
+  std::map<int64_t, torch::Tensor> copies_;
+  std::map<int64_t, torch::Tensor> padded_;
 };
 
 class PowerSGDHook : public PowerSGDBase {
