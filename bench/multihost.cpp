@@ -23,7 +23,8 @@
 // rounds. PyTorch's powerSGD_hook reduces its buckets one after the other:
 // on Gloo its callbacks otherwise issue collectives in a different order on
 // each rank (see in_bucket_order in bench/multihost_peer.py).
-// Targets are at 1 Gbit/s; 10 Gbit/s is informational. Needs root (network
+// Targets are at 1 Gbit/s (PowerSGD's at 2x1, where the link sets the pace; the
+// 2x2 values print as info); 10 Gbit/s is informational. Needs root (network
 // namespaces); otherwise it says why and exits 0 (skipped). The namespaces
 // (lsbench-*) are removed at exit, on failure and on SIGINT/SIGTERM too.
 // Exit 1 when a job produced no result (its last lines are printed).
