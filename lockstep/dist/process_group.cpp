@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <exception>
 #include <mutex>
 #include <sstream>
 
@@ -136,15 +137,21 @@ struct NodeHierarchy {
     for (int64_t offset = 0; offset < flat.numel() || offset == 0; offset += piece) {
       at::Tensor part = flat.narrow(0, offset, std::min(piece, flat.numel() - offset));
       auto reduced = reduce_stage.submit([this, part, op]() mutable {
-        if (node_reduce) node_reduce->reduce(part, 0, op);
+        guarded([&] {
+          if (node_reduce) node_reduce->reduce(part, 0, op);
+        });
       });
       auto crossed = cross_stage.submit([this, part, op, reduced]() mutable {
-        reduced.get();
-        if (leaders) leaders->all_reduce(part, op);
+        guarded([&] {
+          reduced.get();
+          if (leaders) leaders->all_reduce(part, op);
+        });
       });
       done.push_back(broadcast_stage.submit([this, part, crossed]() mutable {
-        crossed.get();
-        if (node_broadcast) node_broadcast->broadcast(part, 0);
+        guarded([&] {
+          crossed.get();
+          if (node_broadcast) node_broadcast->broadcast(part, 0);
+        });
       }));
       if (flat.numel() == 0) break;
     }
@@ -154,6 +161,28 @@ struct NodeHierarchy {
       for (const auto& piece_done : done) piece_done.get();
     });
   }
+
+  // Once one stage has failed, its subgroups are out of step with the other
+  // ranks' (this rank skipped a collective they issued): every later step
+  // fails at once with the first error instead of pairing with the wrong
+  // collective, or waiting out a timeout per queued piece.
+  template <typename Body>
+  void guarded(Body&& body) {
+    {
+      std::lock_guard<std::mutex> lock(failure_mutex);
+      if (failure) std::rethrow_exception(failure);
+    }
+    try {
+      body();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(failure_mutex);
+      if (!failure) failure = std::current_exception();
+      throw;
+    }
+  }
+
+  std::mutex failure_mutex;
+  std::exception_ptr failure;
 };
 
 }  // namespace detail

@@ -84,7 +84,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // --- collectives (sync by default; async returns a pending Work) ---------
   std::shared_ptr<Work> all_reduce(torch::Tensor& tensor, ReduceOp op = ReduceOp::kSum, bool async = false);
   std::shared_ptr<Work> broadcast(torch::Tensor& tensor, int root, bool async = false);
-  // The reduction lands on `root` only; other ranks' tensors are left as they were.
+  // The reduction lands on `root` only; other ranks' tensors are undefined
+  // afterwards (Gloo may use them as scratch).
   std::shared_ptr<Work> reduce(torch::Tensor& tensor, int root, ReduceOp op = ReduceOp::kSum, bool async = false);
   // out.numel() == size() * in.numel(); rank r's input lands in the r-th slice.
   std::shared_ptr<Work> all_gather_into_tensor(torch::Tensor& out, const torch::Tensor& in, bool async = false);
@@ -113,6 +114,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // the ring's 2 (N-1)/N through every link), then broadcasts within the node.
   // Every rank ends with the same bits; the sum is taken in another order than
   // the flat ring's, so it equals the flat result to rounding, not bitwise.
+  // After a failed stage every later hierarchical all_reduce of the group
+  // fails at once with that error (the subgroups are out of step).
   // `node_of_rank[r]` is the node of group rank r (equal values = one node);
   // every rank passes the same vector. Collective (creates the subgroups).
   // Returns false and changes nothing when the split has one node or no node

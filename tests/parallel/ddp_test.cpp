@@ -32,7 +32,8 @@ struct EquivalenceSetup {
   std::function<std::shared_ptr<Model>()> make_model;
   DDPOptions options;
   int64_t accumulation = 1;
-  std::string comm_hook = "allreduce";
+  std::string comm_hook;  // none: DDP's own reduction
+
   bool sync_batchnorm = false;
   double rtol = 1e-5;
   double atol = 1e-6;
@@ -51,7 +52,11 @@ void run_equivalence(const EquivalenceSetup& setup) {
 
   if (setup.sync_batchnorm) convert_sync_batchnorm(model);
   auto ddp = std::make_shared<DistributedDataParallel>(model, world(), setup.options);
-  ddp->register_comm_hook(comm_hook_registry().build_as(setup.comm_hook, Config::map()));
+  // DDP_HOOK=allreduce runs a case through PyTorch's allreduce_hook shape
+  // (the hook divides) instead of DDP's own reduction.
+  const char* env_hook = std::getenv("DDP_HOOK");
+  const std::string hook = !setup.comm_hook.empty() ? setup.comm_hook : env_hook != nullptr ? env_hook : "";
+  if (!hook.empty()) ddp->register_comm_hook(make_comm_hook(Config::scalar(hook)));
   auto optim = testing::sgd_momentum(*model, setup.accumulation);
   optim->set_gradient_sync(ddp);
   optim->initialize_count_status(0, steps * setup.accumulation);
@@ -237,15 +242,26 @@ TEST(Ddp, CustomBackwardAndBucketRebuild) {
     auto result = testing::run_workers(2, test, options);
     EXPECT_WORKERS_OK(result) << test;
   }
+  testing::WorkersOptions options;
+  options.env = {"LOCKSTEP_TIMEOUT_S=20", "DDP_FIND_UNUSED=1"};
+  options.timeout_s = 90;
+  auto result = testing::run_workers(2, "DdpWorker.SkippedStepIsNamedOnEveryRank", options);
+  EXPECT_WORKERS_OK(result) << "with find_unused_parameters";
 }
 
 TEST(Ddp, EquivalenceOnTwoAndFourRanks) {
   LOCKSTEP_REQUIRE_LAUNCHER();
   for (int nproc : {2, 4}) {
     for (const char* view : {"0", "1"}) {
-      auto result = testing::run_workers(nproc, "DdpWorker.MlpMatchesOneProcess", {std::string("DDP_VIEW=") + view});
-      EXPECT_WORKERS_OK(result) << "nproc " << nproc << " gradient_as_bucket_view " << view;
+      for (const char* hook : {"", "allreduce"}) {
+        auto result = testing::run_workers(nproc, "DdpWorker.MlpMatchesOneProcess",
+                                           {std::string("DDP_VIEW=") + view, std::string("DDP_HOOK=") + hook});
+        EXPECT_WORKERS_OK(result) << "nproc " << nproc << " gradient_as_bucket_view " << view << " hook " << hook;
+      }
     }
+    auto unused = testing::run_workers(nproc, "DdpWorker.UnusedParametersMatchOneProcess",
+                                       {"DDP_VIEW=1", "DDP_HOOK=allreduce"});
+    EXPECT_WORKERS_OK(unused) << "nproc " << nproc << " find_unused_parameters with the allreduce hook";
     for (const char* test : {"DdpWorker.UnusedParametersMatchOneProcess", "DdpWorker.TiedParametersMatchOneProcess",
                              "DdpWorker.SyncBatchNormMatchesBatchNormInOneProcess",
                              "DdpWorker.AccumulationWithNoSyncMatchesOneProcess",
@@ -308,7 +324,10 @@ LOCKSTEP_WORKER_TEST(DdpWorker, SkippedStepIsNamedOnEveryRank) {
   testing::WorkerWorld world_guard;
   torch::manual_seed(3);
   auto model = std::make_shared<DdpMlp>();
-  auto ddp = std::make_shared<DistributedDataParallel>(model, world());
+  // The check leaves with the start of backward; with a used map to exchange
+  // (DDP_FIND_UNUSED=1) it leaves after the last bucket. Both must name the ranks.
+  auto ddp = std::make_shared<DistributedDataParallel>(model, world(),
+                                                       DDPOptions().find_unused_parameters(env_flag("DDP_FIND_UNUSED")));
   auto optim = testing::sgd_momentum(*model);
   optim->set_gradient_sync(ddp);
   optim->initialize_count_status(0, 6);
@@ -366,6 +385,11 @@ TEST(Ddp, MismatchesFailOnEveryRankWithoutHanging) {
     auto result = testing::run_workers(2, test, options);
     EXPECT_WORKERS_OK(result) << test;
   }
+  testing::WorkersOptions options;
+  options.env = {"LOCKSTEP_TIMEOUT_S=20", "DDP_FIND_UNUSED=1"};
+  options.timeout_s = 90;
+  auto result = testing::run_workers(2, "DdpWorker.SkippedStepIsNamedOnEveryRank", options);
+  EXPECT_WORKERS_OK(result) << "with find_unused_parameters";
 }
 
 }  // namespace

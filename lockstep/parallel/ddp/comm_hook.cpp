@@ -26,10 +26,16 @@ PendingReduction::PendingReduction(std::shared_ptr<Work> work, std::function<voi
 PendingReduction::PendingReduction(std::function<torch::Tensor()> finish) : finish_(std::move(finish)) {}
 
 torch::Tensor PendingReduction::wait() {
+  if (error_) std::rethrow_exception(error_);
   if (!done_) {
-    torch::Tensor produced = finish_();
-    if (produced.defined()) result_ = std::move(produced);
-    done_ = true;
+    done_ = true;  // a second wait() must not start the finishing collectives again
+    try {
+      torch::Tensor produced = finish_();
+      if (produced.defined()) result_ = std::move(produced);
+    } catch (...) {
+      error_ = std::current_exception();
+      throw;
+    }
   }
   return result_;
 }

@@ -46,6 +46,7 @@
 // the log that the contract changed).
 #pragma once
 
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -101,6 +102,7 @@ class PendingReduction {
   std::function<torch::Tensor()> finish_;
   torch::Tensor result_;
   bool done_ = false;
+  std::exception_ptr error_;  // a failed wait() fails again, without communicating
 };
 
 class CommHook {
@@ -113,6 +115,10 @@ class CommHook {
   // back before the first backward of a resumed run.
   virtual State state() const { return {}; }
   virtual void load_state(const State& state);
+  // A checkpoint written at another world size: `rank0` is what rank 0
+  // saved. Returns false (the default) when the hook starts afresh instead;
+  // PowerSGD keeps what all ranks share and restarts its error feedback.
+  virtual bool load_state_from_other_world_size(const State& /*rank0*/) { return false; }
 
   // The contract before run(): `bucket` arrives divided by the world size and
   // the hook leaves the sum over ranks in it. Override run() instead.

@@ -197,24 +197,34 @@ State DistributedDataParallel::state() const {
 }
 
 State DistributedDataParallel::gather_hook_state(const std::string& hook_name, State mine) const {
-  // Values are rank 0's; tensors are every rank's, as "rank<r>/<name>".
-  nlohmann::json keys = nlohmann::json::array();
-  for (const auto& entry : mine.tensors) keys.push_back(entry.first);
-  auto all_keys = all_gather_object(keys, group_);
+  // Values are rank 0's; tensors are every rank's, as "rank<r>/<name>",
+  // sent to rank 0 (which writes the checkpoint) one at a time.
+  nlohmann::json layout = nlohmann::json::array();
+  for (const auto& [name, tensor] : mine.tensors) {
+    layout.push_back({name, tensor.sizes().vec(), std::string(c10::toString(tensor.scalar_type()))});
+  }
+  auto all_layouts = all_gather_object(layout, group_);
   for (int r = 1; r < group_->size(); ++r) {
-    LOCKSTEP_CHECK(all_keys[static_cast<size_t>(r)] == all_keys.front(), "DDP: comm hook '", hook_name,
-                   "' holds different state on rank ", group_->global_rank(0), " (", all_keys.front().dump(),
-                   ") and rank ", group_->global_rank(r), " (", all_keys[static_cast<size_t>(r)].dump(), ")");
+    LOCKSTEP_CHECK(all_layouts[static_cast<size_t>(r)] == all_layouts.front(), "DDP: comm hook '", hook_name,
+                   "' holds different state on rank ", group_->global_rank(0), " (", all_layouts.front().dump(),
+                   ") and rank ", group_->global_rank(r), " (", all_layouts[static_cast<size_t>(r)].dump(), ")");
   }
   State gathered;
   gathered.values = mine.values;
   gathered.values["hook"] = hook_name;
   gathered.values["world_size"] = group_->size();
+  const std::string own = "rank" + std::to_string(group_->rank()) + "/";
   for (auto& [name, tensor] : mine.tensors) {
-    std::vector<torch::Tensor> per_rank;
-    group_->all_gather(per_rank, tensor.contiguous());
-    for (int r = 0; r < group_->size(); ++r) {
-      gathered.tensors["rank" + std::to_string(r) + "/" + name] = per_rank[static_cast<size_t>(r)];
+    torch::Tensor local = tensor.contiguous();
+    gathered.tensors[own + name] = local;
+    if (group_->rank() != 0) {
+      group_->send(local, 0);
+      continue;
+    }
+    for (int r = 1; r < group_->size(); ++r) {
+      torch::Tensor received = torch::empty_like(local);
+      group_->recv(received, r);
+      gathered.tensors["rank" + std::to_string(r) + "/" + name] = received;
     }
   }
   return gathered;
@@ -234,15 +244,20 @@ void DistributedDataParallel::load_state(const State& state) {
                   saved_name, hook->name());
     return;
   }
-  if (saved_world != group_->size()) {
-    logger().warn("DDP: comm hook '{}' saved its state on {} ranks and resumes on {}; its per-rank state cannot be "
-                  "assigned, so it starts afresh", saved_name, saved_world, group_->size());
-    return;
-  }
   State mine;
   mine.values = saved.values;
   mine.values.erase("hook");
   mine.values.erase("world_size");
+  if (saved_world != group_->size()) {
+    for (const auto& [name, tensor] : saved.tensors) {
+      if (name.rfind("rank0/", 0) == 0) mine.tensors[name.substr(6)] = tensor;
+    }
+    const bool kept = hook->load_state_from_other_world_size(mine);
+    logger().warn("DDP: comm hook '{}' saved its state on {} ranks and resumes on {}: {}", saved_name, saved_world,
+                  group_->size(), kept ? "what every rank shares comes back, each rank's own part starts afresh"
+                                       : "it starts afresh");
+    return;
+  }
   const std::string prefix = "rank" + std::to_string(group_->rank()) + "/";
   for (const auto& [name, tensor] : saved.tensors) {
     if (name.rfind(prefix, 0) == 0) mine.tensors[name.substr(prefix.size())] = tensor;

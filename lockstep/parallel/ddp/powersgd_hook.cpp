@@ -166,7 +166,20 @@ void PowerSGDBase::load_state(const State& state) {
   }
 }
 
+bool PowerSGDBase::load_state_from_other_world_size(const State& rank0) {
+  load_state(rank0);
+  error_.clear();
+  return true;
+}
+
 namespace {
+
+// Memories loaded from a checkpoint arrive on the CPU; they live where the
+// bucket does.
+void move_to(std::map<int64_t, torch::Tensor>& memory, int64_t index, const torch::Device& device) {
+  auto found = memory.find(index);
+  if (found != memory.end() && found->second.device() != device) found->second = found->second.to(device);
+}
 
 // The rows x rest view PowerSGD compresses a gradient as.
 torch::Tensor as_matrix(const torch::Tensor& gradient) { return gradient.view({gradient.size(0), -1}); }
@@ -201,6 +214,7 @@ std::unique_ptr<PendingReduction> PowerSGDHook::run(ProcessGroup& group, const G
   const int64_t world = group.size();
   const int64_t index = static_cast<int64_t>(bucket.index());
   torch::Tensor input = bucket.buffer();
+  for (auto* memory : {&error_, &p_memory_, &q_memory_}) move_to(*memory, index, input.device());
   const auto tensor_options = input.options();
   torch::Tensor input_copy;
   if (options_.use_error_feedback()) input_copy = apply_error_feedback(error_, copies_, index, input, name());
@@ -343,6 +357,7 @@ std::unique_ptr<PendingReduction> BatchedPowerSGDHook::run(ProcessGroup& group, 
   const int64_t index = static_cast<int64_t>(bucket.index());
   const int64_t rank = options_.matrix_approximation_rank();
   torch::Tensor input = bucket.buffer();
+  for (auto* memory : {&error_, &p_memory_, &q_memory_}) move_to(*memory, index, input.device());
   const int64_t total = input.numel();
   total_before_ += total;
   const auto side = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(total))));
@@ -371,15 +386,16 @@ std::unique_ptr<PendingReduction> BatchedPowerSGDHook::run(ProcessGroup& group, 
   torch::Tensor p = p_memory_[index];
   torch::Tensor q = q_memory_[index];
   // PyTorch 1.13 hands _orthogonalize the 2-D matrix, which fails its own
-  // assertion (it takes batches); here it is a batch of one.
-  orthogonalize(q.unsqueeze(0), options_.orthogonalization_epsilon());
+  // assertion (it takes batches); here it is a batch of one. Its batched hook
+  // orthogonalises without orthogonalization_epsilon, and so does this one.
+  orthogonalize(q.unsqueeze(0));
   at::matmul_out(p, matrix, q);
   auto p_work = group.all_reduce(p, ReduceOp::kSum, /*async=*/true);
   ProcessGroup* reduce_group = &group;
   return std::make_unique<PendingReduction>(
       [this, reduce_group, world, index, input, total, padded, padded_copy, matrix, p, q, p_work, bucket]() mutable {
         p_work->wait();
-        orthogonalize(p.unsqueeze(0), options_.orthogonalization_epsilon());
+        orthogonalize(p.unsqueeze(0));
         at::matmul_out(q, matrix.t(), p);
         reduce_group->all_reduce(q, ReduceOp::kSum);
         q.div_(world);

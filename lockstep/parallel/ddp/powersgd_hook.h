@@ -9,7 +9,8 @@
 // feedback adds what the last approximation left out; warm start reuses Q.
 // For the first start_powerSGD_iter iterations it all-reduces plainly.
 // BatchedPowerSGDHook compresses the whole bucket as one square matrix:
-// faster, much less accurate unless the rank is 1.
+// faster, much less accurate unless the rank is 1 (and, as PyTorch's, it
+// ignores orthogonalization_epsilon).
 //
 // Same options, same arithmetic, same random initial Q (numpy's
 // RandomState(random_seed).randint(1e9) seeds torch's generator) and so the
@@ -76,6 +77,10 @@ class PowerSGDBase : public CommHook {
   explicit PowerSGDBase(PowerSGDOptions options);
   State state() const override;
   void load_state(const State& state) override;
+  // The iteration, the random generator and the warm-start P and Q are the
+  // same on every rank and come back; each rank's error feedback cannot be
+  // assigned to the new ranks and starts at zero.
+  bool load_state_from_other_world_size(const State& rank0) override;
   const PowerSGDOptions& options() const { return options_; }
   int64_t iteration() const { return iter_; }
   // (compression rate, elements before, elements after), as PowerSGDState.compression_stats().

@@ -74,5 +74,29 @@ TEST(PowerSGDTest, ConfigErrorsNameTheKey) {
   EXPECT_EQ(other.iteration(), 0);
 }
 
+// Resumed at another world size: what every rank shares comes back, the
+// per-rank error feedback starts at zero.
+TEST(PowerSGDTest, OtherWorldSizeKeepsTheSharedStateOnly) {
+  State saved;
+  saved.values["iter"] = 5;
+  saved.values["total_numel_before_compression"] = 100;
+  saved.values["total_numel_after_compression"] = 10;
+  saved.values["next_stats_report"] = 0;
+  saved.values["rng"] = LegacyNumpyRandom(3).save();
+  saved.tensors["error.0"] = torch::ones({4});
+  saved.tensors["p.0"] = torch::full({2}, 2.0);
+  saved.tensors["q.0"] = torch::full({2}, 3.0);
+  PowerSGDHook same;
+  same.load_state(saved);
+  EXPECT_EQ(same.state().tensors.count("error.0"), 1u);
+  PowerSGDHook other;
+  EXPECT_TRUE(other.load_state_from_other_world_size(saved));
+  EXPECT_EQ(other.iteration(), 5);
+  State kept = other.state();
+  EXPECT_EQ(kept.tensors.count("error.0"), 0u);
+  EXPECT_TRUE(torch::equal(kept.tensors.at("q.0"), saved.tensors.at("q.0")));
+  EXPECT_EQ(std::get<1>(other.compression_stats()), 100);
+}
+
 }  // namespace
 }  // namespace lockstep

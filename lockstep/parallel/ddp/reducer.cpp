@@ -193,6 +193,7 @@ void Reducer::prepare_for_backward(const torch::Tensor& loss, bool sync, int64_t
     bucket.reduction.reset();
   }
   check_work_.reset();
+  check_verified_ = false;
   timeline_ = ReductionTimeline();
   timeline_.bucket_launched.assign(buckets_.size(), Clock::time_point());
   if (!rebuilt_) ready_order_.clear();
@@ -317,6 +318,34 @@ void Reducer::launch_check() {
   check_work_ = group_->all_gather_into_tensor(check_, mine, /*async=*/true);
 }
 
+void Reducer::verify_check() {
+  if (!check_work_ || check_verified_) return;
+  check_work_->wait();
+  check_verified_ = true;
+  const int64_t length = check_.numel() / group_->size();
+  auto data = check_.data_ptr<int32_t>();
+  std::vector<int32_t> sequence(static_cast<size_t>(group_->size()));
+  for (int r = 0; r < group_->size(); ++r) sequence[static_cast<size_t>(r)] = data[r * length];
+  if (std::adjacent_find(sequence.begin(), sequence.end(), std::not_equal_to<>()) != sequence.end()) {
+    std::string text;
+    for (int r = 0; r < group_->size(); ++r) {
+      text += (r ? ", " : "") + std::string("rank ") + std::to_string(group_->global_rank(r)) + " at iteration " +
+              std::to_string(sequence[static_cast<size_t>(r)]);
+    }
+    end_pass();
+    LOCKSTEP_FAIL("DDP ranks are out of step: they reduced gradients of different iterations together (", text,
+                  "). A rank skipped a step's backward pass (or ran an extra one); every rank must run "
+                  "backward in the same iterations.");
+  }
+  if (exchange_used_map_) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      int32_t used = 0;
+      for (int r = 0; r < group_->size(); ++r) used |= data[r * length + 1 + static_cast<int64_t>(i)];
+      globally_used_[i] = used;
+    }
+  }
+}
+
 void Reducer::fail_unready_buckets() {
   std::vector<std::string> missing;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -345,6 +374,9 @@ void Reducer::finalize_backward() {
     for (size_t index : order) mark_variable_ready(index);
   }
   if (next_bucket_ < buckets_.size()) fail_unready_buckets();
+  // The check left before every bucket: read it first, so that ranks out of
+  // step are named even when their buckets' collectives no longer match.
+  if (!exchange_used_map_) verify_check();
   for (auto& bucket : buckets_) {
     torch::Tensor result = bucket.reduction->wait();
     if (result.defined() && !same_memory(result, bucket.flat)) bucket.flat.copy_(result);
@@ -352,29 +384,7 @@ void Reducer::finalize_backward() {
 
   const bool track_used = options_.find_unused_parameters() || options_.static_graph();
   if (check_work_) {
-    check_work_->wait();
-    const int64_t length = check_.numel() / group_->size();
-    auto data = check_.data_ptr<int32_t>();
-    std::vector<int32_t> sequence(static_cast<size_t>(group_->size()));
-    for (int r = 0; r < group_->size(); ++r) sequence[static_cast<size_t>(r)] = data[r * length];
-    if (std::adjacent_find(sequence.begin(), sequence.end(), std::not_equal_to<>()) != sequence.end()) {
-      std::string text;
-      for (int r = 0; r < group_->size(); ++r) {
-        text += (r ? ", " : "") + std::string("rank ") + std::to_string(group_->global_rank(r)) + " at iteration " +
-                std::to_string(sequence[static_cast<size_t>(r)]);
-      }
-      end_pass();
-      LOCKSTEP_FAIL("DDP ranks are out of step: they reduced gradients of different iterations together (", text,
-                    "). A rank skipped a step's backward pass (or ran an extra one); every rank must run "
-                    "backward in the same iterations.");
-    }
-    if (exchange_used_map_) {
-      for (size_t i = 0; i < params_.size(); ++i) {
-        int32_t used = 0;
-        for (int r = 0; r < group_->size(); ++r) used |= data[r * length + 1 + static_cast<int64_t>(i)];
-        globally_used_[i] = used;
-      }
-    }
+    verify_check();
   } else if (track_used) {
     globally_used_ = locally_used_;
   }

@@ -128,6 +128,9 @@ class Reducer {
   void mark_variable_ready(size_t index);
   void launch_ready_buckets();
   void launch_check();
+  // Waits for the check and fails naming the ranks if they are out of step;
+  // reads the used map when the pass exchanged one. Once per pass.
+  void verify_check();
   void finalize_backward();
   void fail_unready_buckets();
   std::vector<size_t> traverse_unused(const torch::Tensor& loss) const;
@@ -167,6 +170,7 @@ class Reducer {
   bool exchange_used_map_ = false;     // this pass gathers locally_used_ at its end
   torch::Tensor check_;                // [seq, used...] of every rank
   std::shared_ptr<Work> check_work_;
+  bool check_verified_ = false;
   int64_t iteration_ = 0;
   std::vector<int32_t> globally_used_;
   ReductionTimeline timeline_;
