@@ -3,6 +3,8 @@
 // run, alternating the two, because this kind of machine is noisy.
 #pragma once
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,6 +26,15 @@ inline double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   size_t mid = values.size() / 2;
   return values.size() % 2 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
+}
+
+// The path of the running benchmark binary (a driver starts its workers as
+// copies of itself through the launcher).
+inline std::string self_path() {
+  char buffer[4096];
+  ssize_t n = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
+  buffer[n > 0 ? n : 0] = '\0';
+  return buffer;
 }
 
 // Environment variable as integer, with a default (BENCH_ITERS=200 ...).

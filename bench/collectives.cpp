@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "lockstep/compat/c10d.h"
 #include "lockstep/dist/init.h"
 #include "lockstep/dist/ring.h"
@@ -309,8 +310,6 @@ int main(int argc, char** argv) {
   if (std::getenv("RANK") != nullptr) return run_benchmark();
   // Not under a launcher: start two copies of this program through it.
   std::vector<std::string> command(argv, argv + argc);
-  char self[4096];
-  ssize_t length = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (length > 0) command[0] = std::string(self, static_cast<size_t>(length));
+  command[0] = lockstep::bench::self_path();
   return lockstep::launch(lockstep::LaunchOptions().standalone(true).nproc_per_node(2).command(command));
 }

@@ -97,13 +97,6 @@ int worker(const std::string& mode, const std::string& model_name, int iters) {
   return 0;
 }
 
-std::string self_path() {
-  char buffer[4096];
-  ssize_t n = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
-  buffer[n > 0 ? n : 0] = '\0';
-  return buffer;
-}
-
 double parse_result(const testing::CommandResult& result, const std::string& what) {
   std::istringstream lines(result.output);
   std::string line;
@@ -124,7 +117,7 @@ double parse_result(const testing::CommandResult& result, const std::string& wha
 int driver() {
   const int rounds = static_cast<int>(bench::env_int("BENCH_ROUNDS", 5));
   const int iters = static_cast<int>(bench::env_int("BENCH_ITERS", 40));
-  const std::string self = self_path();
+  const std::string self = bench::self_path();
   const std::string source = LOCKSTEP_SOURCE_DIR;
   const std::string launcher = std::string(LOCKSTEP_BINARY_DIR) + "/bin/lockstep";
   const bool have_python = testing::run_command({"/usr/bin/python3", "-c", "import torch"}).exit_code == 0;

@@ -25,18 +25,11 @@ def make_model(name):
     raise SystemExit("unknown model " + name)
 
 
-def main():
-    name, iters, warmup, batch, view = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
-    torch.set_num_threads(1)
-    # BENCH_DEVICE=cuda: one GPU per rank over NCCL, as the C++ side.
-    cuda = os.environ.get("BENCH_DEVICE", "cpu") != "cpu"
-    device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if cuda else "gloo")
-    torch.manual_seed(0)
-    model = nn.parallel.DistributedDataParallel(make_model(name).to(device), gradient_as_bucket_view=view,
-                                                device_ids=[device.index] if cuda else None)
+def timed_steps(model, iters, warmup, batch, device=torch.device("cpu")):
+    """Median seconds per step of `model` (DDP-wrapped) under SGD momentum on
+    this rank's 8 fixed batches, after `warmup` untimed steps. Every rank
+    waits for the slowest in each step's all-reduce, so rank 0's median,
+    taken after a barrier, is the job's."""
     sgd = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     gen = torch.Generator().manual_seed(dist.get_rank())
     images = torch.randn(8, batch, 1, 28, 28, generator=gen).to(device)
@@ -51,10 +44,25 @@ def main():
         loss.item()
         if i >= warmup:
             times.append(time.perf_counter() - start)
-    # The slowest rank sets the pace: report rank 0's median after a barrier.
     dist.barrier()
+    return statistics.median(times)
+
+
+def main():
+    name, iters, warmup, batch, view = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
+    torch.set_num_threads(1)
+    # BENCH_DEVICE=cuda: one GPU per rank over NCCL, as the C++ side.
+    cuda = os.environ.get("BENCH_DEVICE", "cpu") != "cpu"
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if cuda else "gloo")
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(make_model(name).to(device), gradient_as_bucket_view=view,
+                                                device_ids=[device.index] if cuda else None)
+    median = timed_steps(model, iters, warmup, batch, device)
     if dist.get_rank() == 0:
-        print("RESULT", name, statistics.median(times), flush=True)
+        print("RESULT", name, median, flush=True)
     dist.destroy_process_group()
 
 

@@ -246,13 +246,6 @@ Result parse(const testing::CommandResult& output, const std::string& what) {
   return result;
 }
 
-std::string self_path() {
-  char buffer[4096];
-  ssize_t n = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
-  buffer[n > 0 ? n : 0] = '\0';
-  return buffer;
-}
-
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
 int driver() {
@@ -261,7 +254,7 @@ int driver() {
   const char* worlds_env = std::getenv("BENCH_WORLDS");
   const std::string worlds_text = worlds_env != nullptr && *worlds_env != '\0' ? worlds_env : "2,4";
   const std::string launcher = std::string(LOCKSTEP_BINARY_DIR) + "/bin/lockstep";
-  const std::string self = self_path();
+  const std::string self = bench::self_path();
   const bool cuda = bench::bench_device_name() != "cpu";
   std::printf("bench/fsdp: GPT 14 x 768 (vocab 96), Adam, %s, 1 torch thread per rank, 1 sequence of %lld "
               "tokens per rank; %d warm-up + %d timed steps per mode\n",

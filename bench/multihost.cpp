@@ -114,13 +114,6 @@ int worker(const std::string& modes, const std::string& model_name, int iters) {
 
 // ---- driver ----
 
-std::string self_path() {
-  char buffer[4096];
-  ssize_t n = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
-  buffer[n > 0 ? n : 0] = '\0';
-  return buffer;
-}
-
 // The namespaces go away at exit, on a failure and on a signal. The argv of
 // `multihost_hosts.sh down` is built beforehand: the signal handler only
 // forks, execs and waits.
@@ -251,7 +244,7 @@ int driver() {
     for (std::string rate; words >> rate;) rates.push_back(rate);
   }
   const std::vector<std::string> layouts{"2x1", "2x2"}, models{"cnn", "mlp"};
-  const std::string self = self_path();
+  const std::string self = bench::self_path();
   const std::string source = LOCKSTEP_SOURCE_DIR;
   const std::string launcher = std::string(LOCKSTEP_BINARY_DIR) + "/bin/lockstep";
   g_hosts_script = source + "/bench/multihost_hosts.sh";

@@ -18,18 +18,15 @@ its RESULT line when done.
             its buckets reduced one after the other (see in_bucket_order)
 """
 import os
-import statistics
 import sys
-import time
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.dont_write_bytecode = True  # no bench/__pycache__ from importing ddp_peer
-from ddp_peer import make_model  # noqa: E402  (the same models as bench/ddp)
+from ddp_peer import make_model, timed_steps  # noqa: E402  (the same models and loop as bench/ddp)
 
 
 def in_bucket_order(hook):
@@ -82,24 +79,7 @@ def train(mode, name, iters, warmup, batch):
         model.register_comm_hook(state, in_bucket_order(powerSGD_hook.powerSGD_hook))
     elif mode != "default":
         raise SystemExit("unknown mode " + mode)
-    sgd = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    gen = torch.Generator().manual_seed(dist.get_rank())
-    images = torch.randn(8, batch, 1, 28, 28, generator=gen)
-    labels = torch.randint(0, 10, (8, batch), generator=gen)
-    times = []
-    for i in range(iters + warmup):
-        start = time.perf_counter()
-        sgd.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(images[i % 8]), labels[i % 8])
-        loss.backward()
-        sgd.step()
-        loss.item()
-        if i >= warmup:
-            times.append(time.perf_counter() - start)
-    # Every rank waits for the slowest in each step's all-reduce: rank 0's
-    # median is the job's.
-    dist.barrier()
-    return statistics.median(times)
+    return timed_steps(model, iters, warmup, batch)
 
 
 def main():
