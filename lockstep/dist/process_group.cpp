@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <map>
-#include <exception>
 #include <mutex>
 #include <sstream>
 
 #include "lockstep/core/error.h"
+#include "lockstep/dist/node_hierarchy.h"
 #include "lockstep/dist/rendezvous.h"
 #include "lockstep/dist/ring.h"
 
@@ -106,86 +106,6 @@ std::string format_ranks(const std::vector<int>& ranks) {
   return out.str();
 }
 
-namespace detail {
-
-// The subgroups and threads of a hierarchical all_reduce, as one rank sees
-// them. Its three stages -- reduce within the node, all_reduce among the
-// leaders, broadcast within the node -- run on three threads, each on a
-// subgroup of its own, so that one tensor crosses the network while the next
-// is reduced within its node and the previous one is broadcast: the link
-// never waits for loopback work. Each stage takes tensors in issue order,
-// which is what keeps each subgroup's collectives in one order on every rank.
-struct NodeHierarchy {
-  std::shared_ptr<ProcessGroup> node_reduce;     // this rank's node; null when it is alone there
-  std::shared_ptr<ProcessGroup> node_broadcast;  // the same ranks, a group of its own
-  std::shared_ptr<ProcessGroup> leaders;         // the first rank of every node; null on the others
-  std::string description;
-  SerialExecutor reduce_stage;
-  SerialExecutor cross_stage;
-  SerialExecutor broadcast_stage;
-
-  // Pieces of at most this many bytes go through the stages one after the
-  // other: the loopback stages of one piece overlap the network stage of the
-  // next, so only the first piece's reduce and the last piece's broadcast
-  // add to the time on the link.
-  static constexpr int64_t kPieceBytes = int64_t{4} << 20;
-
-  std::shared_future<void> all_reduce(const at::Tensor& data, ReduceOp op) {
-    at::Tensor flat = data.view(-1);
-    const int64_t piece = std::max<int64_t>(1, kPieceBytes / static_cast<int64_t>(flat.element_size()));
-    std::vector<std::shared_future<void>> done;
-    for (int64_t offset = 0; offset < flat.numel() || offset == 0; offset += piece) {
-      at::Tensor part = flat.narrow(0, offset, std::min(piece, flat.numel() - offset));
-      auto reduced = reduce_stage.submit([this, part, op]() mutable {
-        guarded([&] {
-          if (node_reduce) node_reduce->reduce(part, 0, op);
-        });
-      });
-      auto crossed = cross_stage.submit([this, part, op, reduced]() mutable {
-        guarded([&] {
-          reduced.get();
-          if (leaders) leaders->all_reduce(part, op);
-        });
-      });
-      done.push_back(broadcast_stage.submit([this, part, crossed]() mutable {
-        guarded([&] {
-          crossed.get();
-          if (node_broadcast) node_broadcast->broadcast(part, 0);
-        });
-      }));
-      if (flat.numel() == 0) break;
-    }
-    if (done.size() == 1) return done.front();
-    // Done when every piece is; a failed piece fails the whole.
-    return broadcast_stage.submit([done]() {
-      for (const auto& piece_done : done) piece_done.get();
-    });
-  }
-
-  // Once one stage has failed, its subgroups are out of step with the other
-  // ranks' (this rank skipped a collective they issued): every later step
-  // fails at once with the first error instead of pairing with the wrong
-  // collective, or waiting out a timeout per queued piece.
-  template <typename Body>
-  void guarded(Body&& body) {
-    {
-      std::lock_guard<std::mutex> lock(failure_mutex);
-      if (failure) std::rethrow_exception(failure);
-    }
-    try {
-      body();
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(failure_mutex);
-      if (!failure) failure = std::current_exception();
-      throw;
-    }
-  }
-
-  std::mutex failure_mutex;
-  std::exception_ptr failure;
-};
-
-}  // namespace detail
 
 ProcessGroup::ProcessGroup(Parts parts) : parts_(std::move(parts)) {
   LOCKSTEP_CHECK(parts_.gloo, "ProcessGroup '", parts_.name, "': no Gloo backend");
@@ -624,33 +544,12 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks, st
   return std::make_shared<ProcessGroup>(std::move(child));
 }
 
-
 bool ProcessGroup::enable_hierarchical_all_reduce(const std::vector<int>& node_of_rank) {
   LOCKSTEP_CHECK(static_cast<int>(node_of_rank.size()) == size(), "enable_hierarchical_all_reduce on group '", name(),
                  "': ", node_of_rank.size(), " node ids for ", size(), " ranks");
   LOCKSTEP_CHECK(!hierarchy_, "group '", name(), "' already reduces hierarchically");
-  std::map<int, std::vector<int>> members;  // node id -> group ranks, ascending
-  for (int r = 0; r < size(); ++r) members[node_of_rank[static_cast<size_t>(r)]].push_back(r);
-  size_t largest = 0;
-  for (const auto& node : members) largest = std::max(largest, node.second.size());
-  if (members.size() < 2 || largest < 2) return false;
-  auto hierarchy = std::make_shared<detail::NodeHierarchy>();
-  const std::vector<int>& mine = members[node_of_rank[static_cast<size_t>(rank())]];
-  if (mine.size() > 1) {
-    hierarchy->node_reduce = new_group(mine);
-    hierarchy->node_broadcast = new_group(mine);
-  }
-  std::vector<int> leaders;
-  for (const auto& node : members) leaders.push_back(node.second.front());
-  if (mine.front() == rank()) hierarchy->leaders = new_group(leaders);
-  std::ostringstream text;
-  text << members.size() << " nodes of ";
-  size_t i = 0;
-  for (const auto& node : members) text << (i++ ? ", " : "") << node.second.size();
-  text << " ranks";
-  hierarchy->description = text.str();
-  hierarchy_ = std::move(hierarchy);
-  return true;
+  hierarchy_ = detail::NodeHierarchy::create(*this, node_of_rank);
+  return hierarchy_ != nullptr;
 }
 
 std::string ProcessGroup::hierarchy_description() const { return hierarchy_ ? hierarchy_->description : ""; }
