@@ -57,15 +57,22 @@ void FSDPStrategy::place_model(Model& model) {
   }
 }
 
-std::shared_ptr<OptimWrapperBase> FSDPStrategy::build_optim_wrapper_for(const Config& config, Model& /*model*/) {
+std::shared_ptr<OptimWrapperBase> FSDPStrategy::build_optim_wrapper_for(const Config& config, Model& model) {
   LOCKSTEP_CHECK(config.is_map() && config.has("optimizer"), config.where(),
                  ": FSDPStrategy trains with one optimizer: optim_wrapper needs an 'optimizer' key (one wrapper per "
                  "network is not supported under FSDP)");
-  LOCKSTEP_CHECK(config.child("paramwise_cfg").is_null(), config.where("paramwise_cfg"),
-                 ": paramwise_cfg is not supported with FSDPStrategy: the optimizer steps flat shards, each mixing "
-                 "the parameters of one unit, so per-parameter options cannot apply");
-  auto optimizer = build_optimizer(config.at("optimizer"), Config(), fsdp_->named_shard_parameters());
-  return wrap_optimizer(config, optimizer);
+  const Config paramwise = config.child("paramwise_cfg");
+  if (!options_.fsdp.use_orig_params()) {
+    LOCKSTEP_CHECK(paramwise.is_null(), config.where("paramwise_cfg"),
+                   ": paramwise_cfg under FSDPStrategy needs strategy.model_wrapper.use_orig_params: true (the "
+                   "optimizer then steps each original parameter's part of the shards with its own options, as "
+                   "PyTorch's use_orig_params; without it it steps one flat shard per unit)");
+    return wrap_optimizer(config, build_optimizer(config.at("optimizer"), Config(), fsdp_->named_shard_parameters()));
+  }
+  // The same groups, in the same order, as DDP builds over the model itself.
+  auto built = build_optimizer_with_groups(config.at("optimizer"), paramwise, fsdp_->named_orig_parameters(),
+                                           norm_parameter_names(model));
+  return wrap_optimizer(config, built.optimizer);
 }
 
 OptimWrapper& FSDPStrategy::single_wrapper() const {
@@ -115,7 +122,8 @@ void FSDPStrategy::save_checkpoint(const std::string& path, CheckpointContents c
     fill_checkpoint(contents, CheckpointOptions(options).save_optimizer(false));  // the model, gathered unit by unit
     if (with_optimizer) {
       State wrapper_state = single_wrapper().state();
-      State full = fsdp_->full_optimizer_state(wrapper_state.get("optimizer"), /*rank0_only=*/true);
+      State full = fsdp_->full_optimizer_state(single_wrapper().optimizer(), wrapper_state.get("optimizer"),
+                                               /*rank0_only=*/true);
       contents.optim_wrapper = optim_state_with(std::move(wrapper_state), std::move(full));
     }
     if (is_main_process()) write_checkpoint(path, contents);
@@ -153,6 +161,11 @@ CheckpointContents FSDPStrategy::load_checkpoint(const std::string& path, bool l
     if (load_optimizer && optim_wrapper_) {
       LOCKSTEP_CHECK(shard.optim_wrapper.has_value(), shard_file,
                      ": holds no optimizer state (saved with save_optimizer: false?)");
+      const bool saved_orig = contents.sharding->value("layout", nlohmann::json::object()).value("use_orig_params", false);
+      LOCKSTEP_CHECK(saved_orig == options_.fsdp.use_orig_params(), path,
+                     ": the sharded optimizer state was saved with use_orig_params: ", saved_orig ? "true" : "false",
+                     " and this run has ", saved_orig ? "false" : "true",
+                     "; resume with the same setting, or save with state_dict_type: full to change it");
       try {
         single_wrapper().load_state(*shard.optim_wrapper);
       } catch (...) {
@@ -168,7 +181,8 @@ CheckpointContents FSDPStrategy::load_checkpoint(const std::string& path, bool l
                    ": holds no optimizer state (saved with save_optimizer: false?)");
     State sharded_optimizer;
     try {
-      sharded_optimizer = fsdp_->shard_optimizer_state(contents.optim_wrapper->get("optimizer"));
+      sharded_optimizer =
+          fsdp_->shard_optimizer_state(single_wrapper().optimizer(), contents.optim_wrapper->get("optimizer"));
     } catch (...) {
       rethrow_with_context(path + ": sharding the optimizer state");
     }

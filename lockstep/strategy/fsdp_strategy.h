@@ -27,9 +27,16 @@
 //       cpu_offload: false
 //       auto_wrap_policy: {type: size_based, min_num_params: 1e6}
 //       mixed_precision: {param_dtype: bf16, reduce_dtype: fp32}
+//       use_orig_params: false             # true: paramwise_cfg works (see below)
 //
-// One optimizer per model (no OptimWrapperDict) and no paramwise_cfg: the
-// optimizer steps flat shards that mix a unit's parameters.
+// One optimizer per model (no OptimWrapperDict). By default it steps one
+// flat shard per unit, which mixes the unit's parameters, so paramwise_cfg is
+// refused. With use_orig_params: true it steps each original parameter's part
+// of the shards instead, grouped by paramwise_cfg exactly as DDPStrategy groups
+// the whole model (norm_decay_mult, bias_decay_mult, custom_keys, lr mults).
+// Full checkpoints hold the optimizer state of an unwrapped model in both
+// cases, with each position's parameter name: they move between FSDP (either
+// setting, any number of ranks), DDP and one process.
 #pragma once
 
 #include <memory>

@@ -19,7 +19,7 @@
 // another order (see kFsdpTolerance). The relative difference of a tensor is
 // max|lockstep - pytorch| / max|pytorch|; each case states its reason.
 //
-// Cost: 27 runs of `lockstep train` (about 4 s each on 2 cores) plus one
+// Cost: 31 runs of `lockstep train` (about 4 s each on 2 cores) plus one
 // Python process for the references when the cache in the build tree is cold.
 #include <gtest/gtest.h>
 
@@ -125,6 +125,7 @@ std::string lockstep_config(const json& c, const std::string& strategy, const st
   }
   if (opt.contains("betas")) yaml << ", betas: " << yaml_list(opt["betas"]);
   yaml << "}\n";
+  if (c.contains("paramwise")) yaml << "  paramwise_cfg: " << c["paramwise"].dump() << "\n";
   if (c["accumulate"] != 1) yaml << "  accumulative_counts: " << c["accumulate"] << "\n";
   if (!c["clip"].is_null()) {
     yaml << "  clip_grad: {max_norm: " << c["clip"]["max_norm"] << ", norm_type: " << c["clip"]["norm_type"] << "}\n";
@@ -223,6 +224,12 @@ const std::vector<DiffCase>& all_cases() {
     const json batched = with(base_case(2), "comm_hook",
                               {{"type", "BatchedPowerSGD"}, {"matrix_approximation_rank", 1}, {"start_powerSGD_iter", 3}});
     const json fp16 = with(base_case(2), "comm_hook", "fp16_compress");
+    // AdamW with weight decay left out of norms and biases, and biases at twice the lr (paramwise_cfg),
+    // on the BatchNorm ConvNet: under FSDP the optimizer steps each parameter's part of the shards.
+    json paramwise = with(with(batch_norm, "optimizer", adamw["optimizer"]), "paramwise",
+                          {{"norm_decay_mult", 0}, {"bias_decay_mult", 0}, {"bias_lr_mult", 2}});
+    json paramwise_4ranks = with(with(paramwise, "world", 4), "clip", {{"max_norm", 0.5}, {"norm_type", 2.0}});
+    const std::string orig_params = "    sharding_strategy: FULL_SHARD\n    use_orig_params: true\n";
     const json powersgd_4ranks = with(base_case(4), "comm_hook",
                                       {{"type", "PowerSGD"}, {"matrix_approximation_rank", 2}, {"start_powerSGD_iter", 3}});
     return std::vector<DiffCase>{
@@ -253,6 +260,13 @@ const std::vector<DiffCase>& all_cases() {
         {"FSDP_ClipGradNorm", clipping, kFullShard, kFsdpTolerance, "the norm is combined from the shards' norms"},
         {"DDP_AdamW", adamw, kDDP, 0, same_ops},
         {"FSDP_AdamW", adamw, kFullShard, kFsdpTolerance, "sharded reduction"},
+        {"DDP_AdamW_Paramwise", paramwise, kDDP, 0, same_ops + " (a param group per decay and lr multiplier)"},
+        {"FSDP_AdamW_Paramwise", paramwise, fsdp(orig_params), kFsdpTolerance,
+         "sharded reduction; each parameter's part of a shard keeps its group's options (use_orig_params)"},
+        {"FSDP_AdamW_Paramwise_4ranks_Clip", paramwise_4ranks, fsdp(orig_params), kFsdpTolerance,
+         "4-way sharded reduction and a norm combined from the shards' norms, per-parameter options"},
+        {"FSDP_AdamW_Paramwise_Bf16", with(paramwise, "amp", "bf16"), fsdp(orig_params), kFsdpTolerance,
+         "bf16 autocast, sharded reduction, per-parameter options"},
         {"DDP_LinearLR_CosineAnnealingLR", schedules, kDDP, 0,
          "mmengine's chained schedules compute torch's recursive forms in double"},
         {"DDP_BatchNorm", batch_norm, kDDP, 0, same_ops + " (rank 0's buffers broadcast before each forward)"},

@@ -25,6 +25,7 @@ CASE is JSON:
    "schedulers": [{"type": "LinearLR", "start_factor": 0.1, "total_iters": 5},
                   {"type": "CosineAnnealingLR", "T_max": 20, "eta_min": 0.001}],
    "amp": null | "bf16",
+   "paramwise": {"norm_decay_mult": 0, "bias_decay_mult": 0, "bias_lr_mult": 2} (optional),
    "comm_hook": null | "fp16_compress" | {"type": "PowerSGD", "matrix_approximation_rank": 4, ...},
    "data_root": "/usr/share/datasets/fashion-mnist"}
 
@@ -235,6 +236,30 @@ def build_optimizer(spec, params):
     fail("unknown optimizer " + kind)
 
 
+def param_groups(model, case):
+    """mmengine's paramwise_cfg rules as lockstep applies them (lockstep/optim/optimizer_builder.h):
+    parameters of norm layers get weight_decay * norm_decay_mult, other biases lr * bias_lr_mult and
+    weight_decay * bias_decay_mult. One group per parameter (elementwise optimizers do not care)."""
+    paramwise = case.get("paramwise")
+    if not paramwise:
+        return model.parameters()
+    import torch.nn as nn
+    norms = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.GroupNorm, nn.LayerNorm, nn.InstanceNorm1d,
+             nn.InstanceNorm2d, nn.InstanceNorm3d)
+    lr, decay = case["optimizer"]["lr"], case["optimizer"]["weight_decay"]
+    groups = []
+    for module in model.modules():
+        for name, param in module.named_parameters(recurse=False):
+            lr_mult, decay_mult = 1.0, 1.0
+            if isinstance(module, norms):
+                decay_mult = paramwise.get("norm_decay_mult", 1.0)
+            elif name == "bias":
+                lr_mult = paramwise.get("bias_lr_mult", 1.0)
+                decay_mult = paramwise.get("bias_decay_mult", 1.0)
+            groups.append({"params": [param], "lr": lr * lr_mult, "weight_decay": decay * decay_mult})
+    return groups
+
+
 def build_schedulers(specs, optimizer):
     import torch.optim.lr_scheduler as sched
     result = []
@@ -284,7 +309,7 @@ def train_rank(rank, case, init, out, init_method):
     model.load_state_dict(read_safetensors(init))
     ddp = DDP(model)
     register_comm_hook(ddp, case.get("comm_hook"))
-    optimizer = build_optimizer(case["optimizer"], model.parameters())
+    optimizer = build_optimizer(case["optimizer"], param_groups(model, case))
     schedulers = build_schedulers(case.get("schedulers"), optimizer)
     accumulate = case.get("accumulate", 1)
     amp = case.get("amp")

@@ -240,6 +240,12 @@ void FlatParamUnit::finish_reduce() {
   torch::Tensor result = reduce_out_;
   reduce_in_ = torch::Tensor();
   reduce_out_ = torch::Tensor();
+  adopt_orig_grads();
+  accumulate_shard_grad(std::move(result));
+  point_orig_grads();
+}
+
+void FlatParamUnit::accumulate_shard_grad(torch::Tensor result) {
   torch::Tensor& grad = shard_.mutable_grad();
   if (pinned_offload_ && !grad.defined()) {
     // To pinned host memory without blocking: the next unit's reduction goes
@@ -258,6 +264,57 @@ void FlatParamUnit::finish_reduce() {
     grad.add_(result);
   } else {
     grad = result;
+  }
+}
+
+std::pair<int64_t, int64_t> FlatParamUnit::local_range(size_t slot) const {
+  const FlatSlot& s = slots_.at(slot);
+  const int64_t first = shard_rank_ * shard_numel_;
+  const int64_t begin = std::max(s.offset, first);
+  const int64_t end = std::min(s.offset + s.numel, first + shard_numel_);
+  return begin < end ? std::make_pair(begin - first, end - begin) : std::make_pair(int64_t{0}, int64_t{0});
+}
+
+void FlatParamUnit::expose_orig_params() {
+  if (!orig_params_.empty()) return;
+  torch::Tensor memory = shard_.detach();
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    const auto [begin, length] = local_range(s);
+    torch::Tensor view = memory.narrow(0, begin, length);
+    view.requires_grad_(true);
+    orig_params_.push_back(std::move(view));
+  }
+}
+
+// Before a reduction adds into the shard's gradient: what the optimizer side
+// did to the views' gradients since the last one becomes the shard's.
+void FlatParamUnit::adopt_orig_grads() {
+  if (orig_params_.empty() || !shard_.grad().defined()) return;
+  wait_for_host_copies();
+  torch::NoGradGuard no_grad;
+  torch::Tensor& grad = shard_.mutable_grad();
+  bool any_kept = false;
+  for (size_t s = 0; s < orig_params_.size(); ++s) {
+    const torch::Tensor& view_grad = orig_params_[s].grad();
+    any_kept = any_kept || view_grad.defined();
+    const auto [begin, length] = local_range(s);
+    if (length == 0) continue;
+    torch::Tensor part = grad.narrow(0, begin, length);
+    if (!view_grad.defined()) {
+      part.zero_();
+    } else if (view_grad.data_ptr() != part.data_ptr()) {
+      part.copy_(view_grad.reshape(-1));
+    }
+  }
+  if (!any_kept) grad.reset();
+}
+
+void FlatParamUnit::point_orig_grads() {
+  if (orig_params_.empty()) return;
+  const torch::Tensor& grad = shard_.grad();
+  for (size_t s = 0; s < orig_params_.size(); ++s) {
+    const auto [begin, length] = local_range(s);
+    orig_params_[s].mutable_grad() = grad.narrow(0, begin, length);
   }
 }
 

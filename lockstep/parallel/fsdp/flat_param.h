@@ -168,12 +168,28 @@ class FlatParamUnit {
   // Sets `values` [offset, offset + numel) of the layout (only the part this rank owns).
   void load_slice(int64_t offset, const torch::Tensor& values);
 
+  // use_orig_params (PyTorch's name): each slot's part of this rank's shard
+  // becomes a leaf tensor of its own, flattened, empty where the slot lies
+  // wholly in other ranks' shards, sharing the shard's memory. After every
+  // reduction its .grad is the same part of the shard's .grad. An optimizer
+  // over these steps the shard in place, with options per original parameter.
+  // A view whose .grad was dropped (zero_grad with set_to_none) drops that
+  // part of the shard's gradient, and a .grad assigned by hand is adopted.
+  void expose_orig_params();
+  // One per slot, in slot order; empty until expose_orig_params().
+  const std::vector<torch::Tensor>& orig_params() const { return orig_params_; }
+  // Where slot `slot` lies in this rank's shard: {begin, length} (length 0: not here).
+  std::pair<int64_t, int64_t> local_range(size_t slot) const;
+
   // Autograd hooks, one per slot, kept here so they live as long as the unit.
   std::vector<std::unique_ptr<compat::PostAccumulateHook>>& hooks() { return hooks_; }
 
  private:
   void point_params_at_full();
   void point_params_at_empty();
+  void accumulate_shard_grad(torch::Tensor result);
+  void adopt_orig_grads();
+  void point_orig_grads();
 
   int index_;
   std::string path_;
@@ -204,6 +220,7 @@ class FlatParamUnit {
   torch::Tensor reduce_in_;
   torch::Tensor reduce_out_;
   std::vector<std::unique_ptr<compat::PostAccumulateHook>> hooks_;
+  std::vector<torch::Tensor> orig_params_;  // use_orig_params: views of shard_, one per slot
 };
 
 }  // namespace lockstep::fsdp

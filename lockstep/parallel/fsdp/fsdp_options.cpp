@@ -122,6 +122,7 @@ FSDPOptions parse_fsdp_options(const Config& config, const FSDPOptions& defaults
   options.accumulate_unsharded(config.get<bool>("accumulate_unsharded", defaults.accumulate_unsharded()));
   options.overlap_reductions(config.get<bool>("overlap_reductions", defaults.overlap_reductions()));
   options.sync_module_states(config.get<bool>("sync_module_states", defaults.sync_module_states()));
+  options.use_orig_params(config.get<bool>("use_orig_params", defaults.use_orig_params()));
   return options;
 }
 

@@ -20,6 +20,7 @@
 //   hierarchical_all_reduce: auto          # replica reductions within nodes, then across (auto | true | false)
 //   accumulate_unsharded: false            # see below
 //   overlap_reductions: true               # see below
+//   use_orig_params: false                 # see below
 #pragma once
 
 #include <memory>
@@ -102,6 +103,13 @@ struct FSDPOptions {
   TORCH_ARG(bool, overlap_reductions) = true;
   // Copy rank 0's parameters and buffers to every rank before sharding.
   TORCH_ARG(bool, sync_module_states) = true;
+  // The optimizer steps the original parameters' parts of each shard, one
+  // tensor per parameter (FullyShardedDataParallel::named_orig_parameters()),
+  // instead of one flat shard per unit: what per-parameter options
+  // (paramwise_cfg: weight decay and lr multipliers per parameter) need, as
+  // PyTorch's use_orig_params=True. The same memory and communication;
+  // elementwise optimizers (SGD, Adam, AdamW, RMSprop) step the same values.
+  TORCH_ARG(bool, use_orig_params) = false;
 };
 
 // Reads the keys listed at the top of this file (none is required).

@@ -132,7 +132,10 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
     if (!unit->path().empty()) fsdp::detail::register_unit(unit->module(), this, unit->index());
   }
   // From here on each rank holds its shards only (and the root).
-  for (auto& unit : units_) unit->reshard();
+  for (auto& unit : units_) {
+    unit->reshard();
+    if (options_.use_orig_params()) unit->expose_orig_params();
+  }
   reset_peak_stats();
   if (group_->rank() == 0) {
     int64_t largest = 0;

@@ -3,10 +3,12 @@
 // rank's shards as they are, with the layout that must match on loading.
 #include <set>
 #include <sstream>
+#include <unordered_map>
 
 #include "lockstep/core/error.h"
 #include "lockstep/core/load_report.h"
 #include "lockstep/core/shape_text.h"
+#include "lockstep/dist/comm.h"
 #include "lockstep/dist/process_group.h"
 #include "lockstep/parallel/fsdp/fully_sharded_data_parallel.h"
 
@@ -142,6 +144,7 @@ json FullyShardedDataParallel::layout() const {
   return {{"world_size", group_->size()},
           {"shard_world_size", shard_group_ ? shard_group_->size() : 1},
           {"sharding_strategy", to_string(options_.sharding_strategy())},
+          {"use_orig_params", options_.use_orig_params()},
           {"units", units}};
 }
 
@@ -221,7 +224,7 @@ void FullyShardedDataParallel::load_sharded_state_dict(const State& state, const
   for (auto& unit : units_) unit->refresh();
 }
 
-State FullyShardedDataParallel::full_optimizer_state(const State& sharded, bool rank0_only) {
+State FullyShardedDataParallel::full_flat_optimizer_state(const State& sharded, bool rank0_only) {
   const json& groups = sharded.values.at("groups");
   LOCKSTEP_CHECK(groups.size() == 1, "FSDP: converting optimizer state needs one parameter group, this optimizer has ",
                  groups.size());
@@ -252,10 +255,11 @@ State FullyShardedDataParallel::full_optimizer_state(const State& sharded, bool 
     }
   }
   full.values["params"] = params;
+  full.values["param_names"] = position_names(nullptr);
   return full;
 }
 
-State FullyShardedDataParallel::shard_optimizer_state(const State& full) const {
+State FullyShardedDataParallel::shard_flat_optimizer_state(const State& full) const {
   const json& groups = full.values.at("groups");
   LOCKSTEP_CHECK(groups.size() == 1, "FSDP: optimizer state with ", groups.size(),
                  " parameter groups cannot be sharded (FSDP's optimizer has one group)");
@@ -298,6 +302,144 @@ State FullyShardedDataParallel::shard_optimizer_state(const State& full) const {
   }
   sharded.values["params"] = params;
   return sharded;
+}
+
+// --- optimizer state over the original parameters (use_orig_params) --------
+
+std::map<std::string, FullyShardedDataParallel::SlotRef> FullyShardedDataParallel::orig_positions(
+    const torch::optim::Optimizer& optimizer) const {
+  std::unordered_map<const void*, SlotRef> by_tensor;
+  for (const auto& unit : units_) {
+    for (size_t s = 0; s < unit->orig_params().size(); ++s) {
+      by_tensor[unit->orig_params()[s].unsafeGetTensorImpl()] = SlotRef{unit.get(), s};
+    }
+  }
+  std::map<std::string, SlotRef> positions;
+  const auto& groups = optimizer.param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t i = 0; i < groups[g].params().size(); ++i) {
+      auto found = by_tensor.find(groups[g].params()[i].unsafeGetTensorImpl());
+      LOCKSTEP_CHECK(found != by_tensor.end(), "FSDP (use_orig_params): parameter #", i, " of the optimizer's group ",
+                     g, " is none of named_orig_parameters(); build the optimizer over those");
+      positions.emplace(std::to_string(g) + "." + std::to_string(i), found->second);
+    }
+  }
+  return positions;
+}
+
+json FullyShardedDataParallel::position_names(const std::map<std::string, SlotRef>* positions) const {
+  json names = json::object();
+  if (positions != nullptr) {
+    for (const auto& [position, ref] : *positions) names[position] = ref.unit->slots()[ref.slot].name;
+    return names;
+  }
+  for (const auto& unit : units_) {
+    for (const auto& slot : unit->slots()) names["0." + std::to_string(slot.model_index)] = slot.name;
+  }
+  return names;
+}
+
+State FullyShardedDataParallel::full_orig_optimizer_state(const torch::optim::Optimizer& optimizer,
+                                                          const State& local, bool rank0_only) {
+  const auto positions = orig_positions(optimizer);
+  const bool keep = !rank0_only || group_->rank() == 0;
+  // Every rank gathers the same buffers in the same order: the union of the
+  // buffer names each rank holds per position (all hold the same in practice).
+  json mine = json::object();
+  for (const auto& entry : local.tensors) {
+    std::string position, buffer;
+    if (split_state_key(entry.first, &position, &buffer)) mine[position].push_back(buffer);
+  }
+  std::map<std::string, std::set<std::string>> buffers;
+  for (const json& theirs : all_gather_object(mine, group_)) {
+    for (const auto& item : theirs.items()) {
+      for (const auto& buffer : item.value()) buffers[item.key()].insert(buffer.get<std::string>());
+    }
+  }
+  State full;
+  full.values = local.values;
+  full.values["param_names"] = position_names(&positions);
+  torch::NoGradGuard no_grad;
+  for (const auto& unit : units_) {
+    // This unit's buffers, each as a shard laid out like the flat parameter.
+    std::map<std::string, torch::Tensor> pieces;
+    for (const auto& [position, ref] : positions) {
+      if (ref.unit != unit.get()) continue;
+      for (const auto& buffer : buffers[position]) {
+        auto found = local.tensors.find(position + "." + buffer);
+        auto& piece = pieces[buffer];
+        if (!piece.defined()) {
+          const auto dtype = found != local.tensors.end() ? found->second.scalar_type() : unit->shard().scalar_type();
+          piece = torch::zeros({unit->shard_numel()}, unit->shard().options().dtype(dtype).requires_grad(false));
+        }
+        const auto [begin, length] = unit->local_range(ref.slot);
+        if (found != local.tensors.end() && length > 0) piece.narrow(0, begin, length).copy_(found->second.reshape(-1));
+      }
+    }
+    for (const auto& [buffer, piece] : pieces) {
+      torch::Tensor flat = gather_flat(*unit, piece);
+      if (!keep) continue;
+      for (const auto& [position, ref] : positions) {
+        if (ref.unit != unit.get() || buffers[position].count(buffer) == 0) continue;
+        const fsdp::FlatSlot& slot = unit->slots()[ref.slot];
+        full.tensors[position + "." + buffer] =
+            flat.narrow(0, slot.offset, slot.numel).view(slot.shape).to(torch::kCPU).clone();
+      }
+    }
+  }
+  if (!keep) return State();
+  return full;
+}
+
+State FullyShardedDataParallel::shard_orig_optimizer_state(const torch::optim::Optimizer& optimizer,
+                                                           const State& full) const {
+  const auto positions = orig_positions(optimizer);
+  State local;
+  local.values = full.values;
+  local.values.erase("param_names");
+  torch::NoGradGuard no_grad;
+  for (const auto& [key, value] : full.tensors) {
+    std::string position, buffer;
+    if (!split_state_key(key, &position, &buffer)) {
+      local.tensors[key] = value;
+      continue;
+    }
+    auto found = positions.find(position);
+    LOCKSTEP_CHECK(found != positions.end(), "FSDP: the optimizer state has '", key, "' but the optimizer has no "
+                   "parameter at position ", position, " (", positions.size(), " parameters in all)");
+    const fsdp::FlatParamUnit& unit = *found->second.unit;
+    const fsdp::FlatSlot& slot = unit.slots()[found->second.slot];
+    LOCKSTEP_CHECK(value.numel() == slot.numel, "FSDP: optimizer state '", key, "' of ", slot.name, " has shape ",
+                   shape_text(value.sizes()), ", the parameter has ", shape_text(slot.shape));
+    const auto [begin, length] = unit.local_range(found->second.slot);
+    const int64_t within = length > 0 ? begin + unit.shard_rank() * unit.shard_numel() - slot.offset : 0;
+    local.tensors[key] = value.reshape(-1).narrow(0, within, length).clone();
+  }
+  return local;
+}
+
+State FullyShardedDataParallel::full_optimizer_state(const torch::optim::Optimizer& optimizer, const State& local,
+                                                     bool rank0_only) {
+  return options_.use_orig_params() ? full_orig_optimizer_state(optimizer, local, rank0_only)
+                                    : full_flat_optimizer_state(local, rank0_only);
+}
+
+State FullyShardedDataParallel::shard_optimizer_state(const torch::optim::Optimizer& optimizer,
+                                                      const State& full) const {
+  // A checkpoint that names its positions must name the same parameters here.
+  if (full.values.contains("param_names")) {
+    const json mine = options_.use_orig_params() ? [&] {
+      const auto positions = orig_positions(optimizer);
+      return position_names(&positions);
+    }() : position_names(nullptr);
+    for (const auto& item : full.values.at("param_names").items()) {
+      if (!mine.contains(item.key())) continue;
+      LOCKSTEP_CHECK(mine.at(item.key()) == item.value(), "FSDP: the optimizer state's parameter at position ",
+                     item.key(), " is ", item.value().dump(), " in the checkpoint but ", mine.at(item.key()).dump(),
+                     " in this run: the optimizer's parameter groups differ (another paramwise_cfg or model?)");
+    }
+  }
+  return options_.use_orig_params() ? shard_orig_optimizer_state(optimizer, full) : shard_flat_optimizer_state(full);
 }
 
 }  // namespace lockstep

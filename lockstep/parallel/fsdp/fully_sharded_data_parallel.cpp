@@ -12,6 +12,7 @@
 //   step      after_step: re-gather the units that stay gathered (the root)
 #include "lockstep/parallel/fsdp/fully_sharded_data_parallel.h"
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
 #include <unordered_set>
@@ -327,6 +328,23 @@ std::vector<std::pair<std::string, torch::Tensor>> FullyShardedDataParallel::nam
   for (const auto& unit : units_) {
     named.emplace_back(unit->path().empty() ? "flat_param" : unit->path() + ".flat_param", unit->shard());
   }
+  return named;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> FullyShardedDataParallel::named_orig_parameters() const {
+  LOCKSTEP_CHECK(options_.use_orig_params(), "FSDP: named_orig_parameters() needs FSDPOptions().use_orig_params(true) "
+                 "(model_wrapper.use_orig_params: true)");
+  std::vector<std::pair<int64_t, std::pair<std::string, torch::Tensor>>> by_model_index;
+  for (const auto& unit : units_) {
+    for (size_t s = 0; s < unit->slots().size(); ++s) {
+      const auto& slot = unit->slots()[s];
+      by_model_index.push_back({slot.model_index, {slot.name, unit->orig_params()[s]}});
+    }
+  }
+  std::sort(by_model_index.begin(), by_model_index.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  for (auto& entry : by_model_index) named.push_back(std::move(entry.second));
   return named;
 }
 

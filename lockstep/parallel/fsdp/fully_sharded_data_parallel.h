@@ -88,6 +88,12 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
   // "<unit path>.flat_param" ("flat_param" for the root), in unit order.
   std::vector<std::pair<std::string, torch::Tensor>> named_shard_parameters() const;
   std::vector<torch::Tensor> shard_parameters() const;
+  // With use_orig_params: the leaves to step instead, one per original
+  // trainable parameter, named and ordered as the model's own parameters
+  // (the first name of a tied one): this rank's part of the parameter,
+  // flattened, empty where it lies wholly in other ranks' shards. Build the
+  // optimizer over these with paramwise_cfg as over the model under DDP.
+  std::vector<std::pair<std::string, torch::Tensor>> named_orig_parameters() const;
   // After code other than the optimizer wrote into the shards (EMAHook
   // swapping its average in): gathered copies are refreshed before use.
   // Collective when a unit keeps its parameters gathered.
@@ -129,12 +135,14 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
   // World size, strategy and every unit's parameters and offsets: what must
   // match for a sharded checkpoint to load.
   nlohmann::json layout() const;
-  // Optimizer state of an optimizer over shard_parameters() (one param group),
-  // converted to the layout of an optimizer over the model's own parameters
-  // (unique trainable ones, in model order), as SingleDeviceStrategy builds
-  // it; collective, rank0_only as above. And back (local).
-  State full_optimizer_state(const State& sharded, bool rank0_only = true);
-  State shard_optimizer_state(const State& full) const;
+  // The state of `optimizer` (over shard_parameters(), one param group; or
+  // over named_orig_parameters(), any groups), converted to the layout of an
+  // optimizer over the model's own parameters as DDP or SingleDeviceStrategy
+  // builds it: whole tensors, the model's order (paramwise_cfg's groups with
+  // use_orig_params), values["param_names"] naming each position. Collective;
+  // rank0_only as above. And back (local; the names are checked when given).
+  State full_optimizer_state(const torch::optim::Optimizer& optimizer, const State& local, bool rank0_only = true);
+  State shard_optimizer_state(const torch::optim::Optimizer& optimizer, const State& full) const;
 
   // --- introspection ------------------------------------------------------
   const std::vector<std::unique_ptr<fsdp::FlatParamUnit>>& units() const { return units_; }
@@ -157,6 +165,19 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
   void register_output(int unit, const torch::Tensor& output) override;
 
   void build_units(const std::vector<std::string>& unit_paths);
+  // Optimizer state conversions (fsdp_state_dict.cpp), for flat shards and for original parameters.
+  State full_flat_optimizer_state(const State& sharded, bool rank0_only);
+  State shard_flat_optimizer_state(const State& full) const;
+  State full_orig_optimizer_state(const torch::optim::Optimizer& optimizer, const State& local, bool rank0_only);
+  State shard_orig_optimizer_state(const torch::optim::Optimizer& optimizer, const State& full) const;
+  struct SlotRef {
+    const fsdp::FlatParamUnit* unit;
+    size_t slot;
+  };
+  // The slot each position "<group>.<index>" of `optimizer` steps (use_orig_params).
+  std::map<std::string, SlotRef> orig_positions(const torch::optim::Optimizer& optimizer) const;
+  // position -> name, for every trainable parameter in the model's order ("0.<i>") or by `positions`.
+  nlohmann::json position_names(const std::map<std::string, SlotRef>* positions) const;
   void intercept_sequential_entries();
   void restore_sequential_entries();
   void verify_same_model_on_every_rank();
