@@ -49,8 +49,11 @@ void FSDPStrategy::place_model(Model& model) {
                  "FSDPStrategy: a TorchScriptModel is sharded as one FSDP unit: its submodules run inside "
                  "TorchScript, where FSDP cannot gather their parameters one by one; drop "
                  "model_wrapper.auto_wrap_policy");
-  model.move_to(device_);
-  fsdp_ = std::make_shared<FullyShardedDataParallel>(model.shared_from_this(), world_, options_.fsdp);
+  // The model stays where it was built (the host): FSDP moves it to the
+  // device a unit at a time, so the device never holds the whole model.
+  fsdp_ = std::make_shared<FullyShardedDataParallel>(model.shared_from_this(), world_,
+                                                     FSDPOptions(options_.fsdp).device_id(device_));
+  model.move_to(device_);  // what is left: the data preprocessor (parameters and buffers are there already)
   const auto& precision = options_.fsdp.mixed_precision();
   if (precision.param_dtype() && precision.cast_root_forward_inputs()) {
     model.data_preprocessor().set_input_dtype(precision.param_dtype());

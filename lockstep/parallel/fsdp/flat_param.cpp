@@ -57,6 +57,9 @@ FlatParamUnit::FlatParamUnit(int index, std::string path, torch::nn::Module* mod
   torch::NoGradGuard no_grad;
   torch::Tensor flat = torch::zeros({padded_numel_}, first.options().requires_grad(false));
   for (const auto& slot : slots_) flat.narrow(0, slot.offset, slot.numel).copy_(slot.param.detach().reshape(-1));
+  // The model may be on the host: only this unit moves to the compute device.
+  flat = flat.to(setup_.compute_device);
+  if (setup_.sync_group) setup_.sync_group->broadcast(flat, 0);
   const auto shard_options = torch::TensorOptions().dtype(first.scalar_type()).device(setup_.shard_device);
   aliases_shard_ = shard_world_ == 1 && setup_.param_dtype == first.scalar_type() &&
                    setup_.shard_device == setup_.compute_device;

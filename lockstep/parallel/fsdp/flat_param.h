@@ -70,6 +70,9 @@ struct UnitSetup {
   double predivide = 1;
   double postdivide = 1;
   StepCheck* step_check = nullptr;                // told about every collective the unit issues
+  // Set: the flat parameter is broadcast from this group's rank 0 when the
+  // unit is built, on the compute device (sync_module_states, a unit at a time).
+  std::shared_ptr<ProcessGroup> sync_group;
 };
 
 // PyTorch's split of the world size N into (pre, post) divisors, as
@@ -82,8 +85,9 @@ class FlatParamUnit {
  public:
   enum class State { kSharded, kGathering, kGathered };
 
-  // Copies the slots' current values into the flat layout, keeps this rank's
-  // shard and leaves the unit gathered.
+  // Copies the slots' current values (wherever they are) into the flat
+  // layout on the compute device, broadcasts it with `sync_group`, keeps this
+  // rank's shard and leaves the unit gathered.
   FlatParamUnit(int index, std::string path, torch::nn::Module* module, std::vector<FlatSlot> slots, UnitSetup setup);
   ~FlatParamUnit();
   FlatParamUnit(const FlatParamUnit&) = delete;

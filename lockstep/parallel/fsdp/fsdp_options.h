@@ -110,6 +110,12 @@ struct FSDPOptions {
   // PyTorch's use_orig_params=True. The same memory and communication;
   // elementwise optimizers (SGD, Adam, AdamW, RMSprop) step the same values.
   TORCH_ARG(bool, use_orig_params) = false;
+  // The device the units compute on (PyTorch's device_id). Set, the model may
+  // stay on the host: each unit is flattened there, moved to this device,
+  // sharded and freed before the next, so the device never holds more than
+  // the shards, the root and one unit (buffers and frozen parameters move
+  // whole). Unset: the device the parameters are on. FSDPStrategy sets it.
+  TORCH_ARG(c10::optional<torch::Device>, device_id);
 };
 
 // Reads the keys listed at the top of this file (none is required).

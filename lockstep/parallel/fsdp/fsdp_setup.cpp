@@ -123,17 +123,16 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
   }
 
   verify_same_model_on_every_rank();
+  if (options_.device_id()) move_unsharded_to(*options_.device_id());
   if (options_.sync_module_states()) sync_module_states();
   std::vector<std::string> unit_paths;
   if (options_.auto_wrap_policy()) unit_paths = select_units(*module_, *options_.auto_wrap_policy());
+  // Unit by unit: flattened, moved to the device, synchronised, sharded and
+  // freed; from here on each rank holds its shards only (and the root).
   build_units(unit_paths);
   intercept_sequential_entries();
   for (const auto& unit : units_) {
     if (!unit->path().empty()) fsdp::detail::register_unit(unit->module(), this, unit->index());
-  }
-  // From here on each rank holds its shards only (and the root).
-  for (auto& unit : units_) {
-    unit->reshard();
     if (options_.use_orig_params()) unit->expose_orig_params();
   }
   reset_peak_stats();
@@ -179,6 +178,20 @@ void FullyShardedDataParallel::verify_same_model_on_every_rank() {
   }
 }
 
+// Buffers and frozen parameters are not sharded: they move whole.
+void FullyShardedDataParallel::move_unsharded_to(const torch::Device& device) {
+  torch::NoGradGuard no_grad;
+  auto move = [&](torch::Tensor tensor) {
+    if (tensor.device() != device) tensor.set_data(tensor.detach().to(device));
+  };
+  for (const auto& item : module_->named_parameters(true)) {
+    if (!item.value().requires_grad()) move(item.value());
+  }
+  for (const auto& item : module_->named_buffers(true)) move(item.value());
+}
+
+// Rank 0's buffers and frozen parameters; the trainable parameters are
+// broadcast a unit at a time as their flat parameter is built (UnitSetup::sync_group).
 void FullyShardedDataParallel::sync_module_states() {
   if (group_->size() == 1) return;
   torch::NoGradGuard no_grad;
@@ -188,7 +201,9 @@ void FullyShardedDataParallel::sync_module_states() {
     torch::Tensor data = tensor.detach();
     group_->broadcast(data, 0);
   };
-  for (const auto& item : module_->named_parameters(true)) broadcast(item.value());
+  for (const auto& item : module_->named_parameters(true)) {
+    if (!item.value().requires_grad()) broadcast(item.value());
+  }
   for (const auto& item : module_->named_buffers(true)) broadcast(item.value());
 }
 
@@ -256,15 +271,19 @@ void FullyShardedDataParallel::build_units(const std::vector<std::string>& unit_
     setup.replicate_group = replicate_group_;
     setup.param_dtype = precision.param_dtype().value_or(first.scalar_type());
     setup.reduce_dtype = precision.reduce_dtype().value_or(setup.param_dtype);
-    setup.compute_device = first.device();
-    setup.shard_device = options_.offload_params() ? torch::Device(torch::kCPU) : first.device();
+    setup.compute_device = options_.device_id().value_or(first.device());
+    setup.shard_device = options_.offload_params() ? torch::Device(torch::kCPU) : setup.compute_device;
     setup.persistent = u == 0 || options_.sharding_strategy() == ShardingStrategy::kNoShard;
     setup.predivide = predivide;
     setup.postdivide = postdivide;
     setup.step_check = step_check_.get();
+    if (options_.sync_module_states() && group_->size() > 1) setup.sync_group = group_;
     const int index = static_cast<int>(units_.size());
     units_.push_back(std::make_unique<fsdp::FlatParamUnit>(index, paths[u], modules.at(paths[u]),
                                                            std::move(slots[u]), setup));
+    // Freed before the next unit is built: the model's own storage for these
+    // parameters went when they were pointed at the flat parameter.
+    if (!units_.back()->persistent()) units_.back()->reshard();
     UnitRun run;
     run.slot_ready.assign(units_.back()->slots().size(), 0);
     run.slot_in_graph.assign(units_.back()->slots().size(), 1);

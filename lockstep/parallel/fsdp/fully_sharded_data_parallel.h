@@ -71,7 +71,9 @@ struct FSDPMemoryStats {
 
 class FullyShardedDataParallel : public GradientSync, private fsdp::detail::UnitRuntime {
  public:
-  // `group` null: the world. The model may already be on its compute device.
+  // `group` null: the world. The model may be on its compute device, or on
+  // the host with options.device_id() naming the device (then no more than
+  // one unit is ever whole on the device; see FSDPOptions::device_id).
   FullyShardedDataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<ProcessGroup> group = nullptr,
                            FSDPOptions options = FSDPOptions());
   ~FullyShardedDataParallel() override;
@@ -181,6 +183,7 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
   void intercept_sequential_entries();
   void restore_sequential_entries();
   void verify_same_model_on_every_rank();
+  void move_unsharded_to(const torch::Device& device);
   void sync_module_states();
   void install_gradient_hooks(fsdp::FlatParamUnit& unit);
 
