@@ -34,6 +34,10 @@
 //                             and the step time.
 //                             BENCH_ACTIVATION=0 skips them.
 //
+// Then, for each world, the memory of building and wrapping the model (see
+// build_worker): built whole, and unit by unit (shard_when_built), with the
+// ratio of the latter's peak to model/N + one unit + the root.
+//
 //   build/bench/bench_fsdp                       # BENCH_STEPS=3 BENCH_TOKENS=64 BENCH_WORLDS=2,4 (or none)
 //   bin/lockstep run --standalone --nproc-per-node 2 -- build/bench/bench_fsdp worker FULL_SHARD 3
 #include <torch/torch.h>
@@ -204,6 +208,83 @@ int worker(const std::string& mode, int steps, int64_t tokens) {
   return 0;
 }
 
+// Construction and wrapping alone (FULL_SHARD over the world, units = blocks):
+//   BUILD_WHOLE    the GPT built whole on the host, then wrapped;
+//   BUILD_SHARDED  built inside FSDP's ShardWhileBuilding scope: each block
+//                  is sharded as its constructor returns (shard_when_built).
+// Prints "BUILD mode rank rise model_bytes largest_unit_bytes root_bytes": the
+// rise of the resident set's high-water mark over construction and wrapping
+// (VmHWM reset first; blocks of 64 KiB and up come from mmap, so freed tensors
+// leave the resident set).
+int build_worker(const std::string& mode, int64_t n_layer, int64_t n_embd) {
+  torch::set_num_threads(1);
+  mallopt(M_MMAP_THRESHOLD, 64 * 1024);
+  init_from_env("auto", "gloo");
+  logger().set_level(spdlog::level::warn);
+  {  // libtorch's first-use allocations (thread pools, generator) before the baseline
+    torch::NoGradGuard no_grad;
+    torch::Tensor warm = torch::empty({256, 256}).normal_();
+    warm = warm.matmul(warm);
+  }
+  const FSDPOptions options = FSDPOptions().auto_wrap_policy(module_type_wrap_policy({"Block"}));
+  std::ofstream("/proc/self/clear_refs") << "5";  // VmHWM := VmRSS
+  const int64_t baseline = process_memory().rss_bytes;
+  torch::manual_seed(0);
+  std::shared_ptr<gpt::GPT> model;
+  if (mode == "BUILD_SHARDED") {
+    fsdp::ShardWhileBuilding scope(FullyShardedDataParallel::shard_plan(options, world(), torch::kCPU));
+    model = std::make_shared<gpt::GPT>(bench_model().n_layer(n_layer).n_embd(n_embd));
+  } else {
+    model = std::make_shared<gpt::GPT>(bench_model().n_layer(n_layer).n_embd(n_embd));
+  }
+  auto fsdp = std::make_shared<FullyShardedDataParallel>(model, world(), options);
+  const int64_t rise = process_memory().peak_rss_bytes - baseline;
+  int64_t model_bytes = 0, largest = 0, root = 0;
+  for (const auto& unit : fsdp->units()) {
+    const int64_t bytes = unit->numel() * static_cast<int64_t>(sizeof(float));
+    model_bytes += bytes;
+    if (unit->path().empty()) {
+      root = bytes;
+    } else {
+      largest = std::max(largest, bytes);
+    }
+  }
+  std::printf("BUILD %s %d %lld %lld %lld %lld\n", mode.c_str(), get_rank(), static_cast<long long>(rise),
+              static_cast<long long>(model_bytes), static_cast<long long>(largest), static_cast<long long>(root));
+  std::fflush(stdout);
+  fsdp.reset();
+  destroy_process_group();
+  return 0;
+}
+
+struct BuildResult {
+  int64_t rise = 0, model = 0, unit = 0, root = 0;
+};
+
+// The largest rise over the ranks.
+BuildResult parse_build(const testing::CommandResult& output, const std::string& what) {
+  BuildResult result;
+  int ranks = 0;
+  std::istringstream lines(output.output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const auto at = line.find("BUILD ");
+    if (at == std::string::npos) continue;
+    std::istringstream fields(line.substr(at + 6));
+    std::string mode;
+    int rank = 0;
+    long long rise, model, unit, root;
+    if (!(fields >> mode >> rank >> rise >> model >> unit >> root)) continue;
+    result = BuildResult{std::max<int64_t>(result.rise, rise), model, unit, root};
+    ranks += 1;
+  }
+  if (ranks == 0) {
+    std::fprintf(stderr, "%s produced no result (exit %d):\n%s\n", what.c_str(), output.exit_code, output.output.c_str());
+    std::exit(1);
+  }
+  return result;
+}
+
 struct Result {
   int64_t params = 0, grads = 0, optimizer = 0, total = 0, hwm = 0, unit1 = 0, unit2 = 0, numel = 0, activation = 0;
   double step = 0;
@@ -293,6 +374,38 @@ int driver() {
                   bound / (1 << 20), full.total / bound, full.step / ddp.step);
     }
   }
+  std::istringstream build_worlds(worlds_text);
+  while (worlds_text != "none" && std::getline(build_worlds, world_text, ',')) {
+    const int world_size = std::stoi(world_text);
+    auto build = [&](const std::string& mode, int64_t n_layer, int64_t n_embd) {
+      auto output = testing::run_command({launcher, "run", "--standalone", "--nproc-per-node", std::to_string(world_size),
+                                          "--", self, "build", mode, std::to_string(n_layer), std::to_string(n_embd)},
+                                         {}, 1800);
+      return parse_build(output, mode + " on " + std::to_string(world_size) + " ranks");
+    };
+    const BuildResult whole = build("BUILD_WHOLE", 14, 768);
+    const BuildResult sharded = build("BUILD_SHARDED", 14, 768);
+    // What wrapping costs whatever the model (process groups, Gloo's buffers):
+    // the same with a GPT of one block 96 wide, less that model's own bound.
+    const BuildResult tiny = build("BUILD_SHARDED", 1, 96);
+    auto bound_of = [world_size](const BuildResult& r) {
+      return static_cast<double>(r.model) / world_size + r.unit + r.root;
+    };
+    const double bound = bound_of(whole);
+    const double fixed = std::max(0.0, tiny.rise - bound_of(tiny));
+    std::printf("\nconstruction and wrapping, FULL_SHARD on %d ranks: peak resident rise per rank (largest over ranks); "
+                "model %.1f MiB, largest unit %.1f MiB, root %.1f MiB; bound = model/%d + unit + root = %.1f MiB; "
+                "fixed cost of wrapping %.1f MiB\n"
+                "| how the model is built | peak rise | / model | / bound | (rise - fixed) / bound |\n|---|---|---|---|---|\n",
+                world_size, mib(whole.model), mib(whole.unit), mib(whole.root), world_size, bound / (1 << 20),
+                fixed / (1 << 20));
+    for (const auto& [name, r] : {std::make_pair("whole, then wrapped", whole),
+                                  std::make_pair("unit by unit (shard_when_built)", sharded)}) {
+      std::printf("| %s | %.1f MiB | %.3f | %.3f | %.3f |\n", name, mib(r.rise), static_cast<double>(r.rise) / r.model,
+                  r.rise / bound, (r.rise - fixed) / bound);
+    }
+    std::printf("ratio construction_peak_sharded_vs_bound_world%d %.3f\n", world_size, (sharded.rise - fixed) / bound);
+  }
   if (bench::env_int("BENCH_ACTIVATION", 1) != 0) {
     const int64_t activation_tokens = bench::env_int("BENCH_ACTIVATION_TOKENS", 256);
     std::map<std::string, Result> results;
@@ -321,6 +434,7 @@ int driver() {
 int main(int argc, char** argv) {
   try {
     if (argc >= 5 && std::string(argv[1]) == "worker") return worker(argv[2], std::stoi(argv[3]), std::stoll(argv[4]));
+    if (argc >= 5 && std::string(argv[1]) == "build") return build_worker(argv[2], std::stoll(argv[3]), std::stoll(argv[4]));
     return driver();
   } catch (const std::exception& error) {
     std::fprintf(stderr, "bench_fsdp: %s\n", error.what());

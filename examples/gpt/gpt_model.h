@@ -5,6 +5,9 @@
 // Each Block opens lockstep::fsdp::unit_scope in its forward, so FSDP can
 // shard block by block (wrap policy {type: module_type, module_types: [Block]}):
 // that is all a model needs to do for FSDP. Without FSDP the scope does nothing.
+// Each Block is also initialised completely by its own constructor and passed
+// through lockstep::fsdp::shard_when_built, so under FSDPStrategy a rank never
+// holds the whole model, not even while building it.
 //
 //   auto model = std::make_shared<gpt::GPT>(gpt::GPTOptions().vocab_size(96).n_layer(4));
 //   auto losses = model->loss(lockstep::Batch{{"input", x}, {"target", y}});   // x, y: [B, T] token ids
@@ -19,6 +22,7 @@
 
 #include "lockstep/model/activation_checkpoint.h"
 #include "lockstep/model/model.h"
+#include "lockstep/parallel/fsdp/shard_while_building.h"
 #include "lockstep/parallel/fsdp/unit_scope.h"
 
 namespace gpt {
@@ -69,6 +73,23 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
 };
 TORCH_MODULE(CausalSelfAttention);
 
+// GPT-2's initialisation of `module`'s own parameters: small normal weights,
+// zero biases, residual projections scaled by depth; layer norms as built.
+inline void init_gpt2_weights(torch::nn::Module& module, int64_t n_layer) {
+  torch::NoGradGuard no_grad;
+  for (auto& item : module.named_parameters()) {
+    const std::string& name = item.key();
+    torch::Tensor p = item.value();
+    if (name.find("ln") != std::string::npos) continue;
+    if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
+      p.zero_();
+    } else {
+      const bool residual = name.find("proj.weight") != std::string::npos || name.find("mlp.2.weight") != std::string::npos;
+      p.normal_(0.0, residual ? 0.02 / std::sqrt(2.0 * static_cast<double>(n_layer)) : 0.02);
+    }
+  }
+}
+
 class BlockImpl : public torch::nn::Module {
  public:
   explicit BlockImpl(const GPTOptions& options) {
@@ -79,6 +100,8 @@ class BlockImpl : public torch::nn::Module {
     mlp = register_module("mlp", torch::nn::Sequential(torch::nn::Linear(d, 4 * d), torch::nn::GELU(),
                                                        torch::nn::Linear(4 * d, d)));
     dropout = register_module("dropout", torch::nn::Dropout(options.dropout()));
+    // Complete here, so that FSDP can shard the block as soon as it is built.
+    init_gpt2_weights(*this, options.n_layer());
   }
 
   torch::Tensor forward(torch::Tensor x) {
@@ -103,23 +126,14 @@ class GPT : public lockstep::Model {
  public:
   explicit GPT(const GPTOptions& options) : options_(options) {
     tok_emb = register_module("tok_emb", torch::nn::Embedding(options.vocab_size(), options.n_embd()));
+    init_gpt2_weights(*tok_emb, options.n_layer());
     pos_emb = register_parameter("pos_emb", torch::randn({1, options.block_size(), options.n_embd()}) * 0.02);
     blocks = register_module("blocks", torch::nn::ModuleList());
-    for (int64_t i = 0; i < options.n_layer(); ++i) blocks->push_back(Block(options));
+    // Under FSDPStrategy each block is sharded as soon as it is built, so no
+    // rank ever holds the whole model; otherwise it stays whole. The same
+    // numbers either way (parallel/fsdp/shard_while_building.h).
+    for (int64_t i = 0; i < options.n_layer(); ++i) blocks->push_back(lockstep::fsdp::shard_when_built(Block(options)));
     ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.n_embd()})));
-    // GPT-2's initialisation: small normal weights, zero biases, residual projections scaled by depth.
-    torch::NoGradGuard no_grad;
-    for (auto& item : named_parameters()) {
-      const std::string& name = item.key();
-      torch::Tensor p = item.value();
-      if (name.find("ln") != std::string::npos || name == "pos_emb") continue;
-      if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
-        p.zero_();
-      } else {
-        const bool residual = name.find("proj.weight") != std::string::npos || name.find("mlp.2.weight") != std::string::npos;
-        p.normal_(0.0, residual ? 0.02 / std::sqrt(2.0 * options.n_layer()) : 0.02);
-      }
-    }
   }
 
   // [B, T] token ids -> [B, T, vocab] logits.

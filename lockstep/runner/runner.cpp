@@ -172,7 +172,7 @@ void Runner::setup_environment() {
 
 void Runner::build_for_training() {
   SamplerContext sampler_context{strategy_->rank(), strategy_->world_size(), seed_};
-  auto model = build_model(config_.at("model"));
+  auto model = strategy_->build_model(config_.at("model"));
   const bool checkpointing = apply_activation_checkpointing_config(*model);
   train_loader_ = build_data_loader(config_.at("train_dataloader"), sampler_context);
   const int64_t iters_per_epoch = train_loader_->batches_per_epoch();
@@ -279,7 +279,9 @@ std::map<std::string, double> Runner::evaluate(const std::string& split) {
     evaluators_[split] = build_evaluator(config_.at(split + "_evaluator"));
     loader_found = eval_loaders_.find(split);
   }
-  if (!strategy_->model()) strategy_->prepare(build_model(config_.at("model")), Config(), Config(), SchedulerContext{});
+  if (!strategy_->model()) {
+    strategy_->prepare(strategy_->build_model(config_.at("model")), Config(), Config(), SchedulerContext{});
+  }
   Model& model = *strategy_->model();
   Evaluator& evaluator = *evaluators_.at(split);
   // The trainer's hooks see the pass (EMA weights swap in, early stopping reads the metrics).

@@ -40,6 +40,11 @@ FSDPStrategyOptions parse_fsdp_strategy_options(const Config& config) {
 FSDPStrategy::FSDPStrategy(FSDPStrategyOptions options)
     : DistributedStrategy(options.distributed), options_(std::move(options)) {}
 
+std::shared_ptr<Model> FSDPStrategy::build_model(const Config& config) {
+  fsdp::ShardWhileBuilding scope(FullyShardedDataParallel::shard_plan(options_.fsdp, world_, device_));
+  return Strategy::build_model(config);
+}
+
 void FSDPStrategy::place_model(Model& model) {
   // FSDP sees a submodule's forward through torch::nn::Sequential or a unit
   // scope in C++ code; a scripted module's forward runs inside TorchScript,

@@ -64,6 +64,9 @@ class FSDPStrategy : public DistributedStrategy {
   std::string name() const override { return "FSDPStrategy"; }
 
   std::shared_ptr<FullyShardedDataParallel> fsdp() const { return fsdp_; }
+  // Inside a ShardWhileBuilding scope: units built through shard_when_built()
+  // are sharded as they are made, so the whole model never exists on a rank.
+  std::shared_ptr<Model> build_model(const Config& config) override;
 
   // Rank 0 gets the full state; the other ranks an empty map (collective).
   std::map<std::string, torch::Tensor> model_state_dict() override;

@@ -174,6 +174,8 @@ void Strategy::load_sharded_weights(const std::string& path, bool /*strict*/) {
                 "); save it with state_dict_type: full to load it anywhere");
 }
 
+std::shared_ptr<Model> Strategy::build_model(const Config& config) { return lockstep::build_model(config); }
+
 SingleDeviceStrategy::SingleDeviceStrategy(torch::Device device) { device_ = device; }
 
 void SingleDeviceStrategy::place_model(Model& model) { model.move_to(device_); }

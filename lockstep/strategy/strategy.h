@@ -49,6 +49,10 @@ class Strategy {
   // `scheduler_config` (a list, or a map of lists by optim wrapper name).
   virtual void prepare(std::shared_ptr<Model> model, const Config& optim_wrapper_config,
                        const Config& scheduler_config, const SchedulerContext& context);
+  // Builds the model `config` describes (lockstep::build_model) for this
+  // strategy: FSDPStrategy shards the units that opt in while they are built
+  // (parallel/fsdp/shard_while_building.h). The runner builds through it.
+  virtual std::shared_ptr<Model> build_model(const Config& config);
 
   std::shared_ptr<Model> model() const { return model_; }
   std::shared_ptr<OptimWrapperBase> optim_wrapper() const { return optim_wrapper_; }

@@ -68,6 +68,8 @@ TEST(FsdpGptExample, TrainsAFewIterationsOnTwoRanks) {
   EXPECT_TRUE(std::isfinite(number_after(out, "held-out loss:"))) << out;
   EXPECT_NE(out.find("--- sample ---"), std::string::npos) << out;
   EXPECT_NE(out.find("FSDP FULL_SHARD: 3 unit(s) over 2 rank(s)"), std::string::npos) << out;  // 2 blocks + root
+  // The runner built the GPT through FSDPStrategy: its blocks were sharded as they were built.
+  EXPECT_NE(out.find("2 sharded while the model was built"), std::string::npos) << out;
   State checkpoint = read_checkpoint_file(dir.file("model_final.ckpt"));
   const auto& weights = checkpoint.get("model").tensors;
   ASSERT_TRUE(weights.count("tok_emb.weight")) << "a full checkpoint holds every parameter";

@@ -32,7 +32,7 @@ std::pair<double, double> gradient_divide_factors(int world_size) {
 }
 
 FlatParamUnit::FlatParamUnit(int index, std::string path, torch::nn::Module* module, std::vector<FlatSlot> slots,
-                             UnitSetup setup)
+                             UnitSetup setup, torch::Tensor prebuilt_shard)
     : index_(index), path_(std::move(path)), module_(module), slots_(std::move(slots)), setup_(std::move(setup)) {
   LOCKSTEP_CHECK(!slots_.empty(), "FSDP unit '", path_, "' has no parameters");
   const torch::Tensor& first = slots_.front().param;
@@ -55,28 +55,52 @@ FlatParamUnit::FlatParamUnit(int index, std::string path, torch::nn::Module* mod
   padded_numel_ = shard_numel_ * shard_world_;
 
   torch::NoGradGuard no_grad;
-  torch::Tensor flat = torch::zeros({padded_numel_}, first.options().requires_grad(false));
-  for (const auto& slot : slots_) flat.narrow(0, slot.offset, slot.numel).copy_(slot.param.detach().reshape(-1));
-  // The model may be on the host: only this unit moves to the compute device.
-  flat = flat.to(setup_.compute_device);
-  if (setup_.sync_group) setup_.sync_group->broadcast(flat, 0);
   const auto shard_options = torch::TensorOptions().dtype(first.scalar_type()).device(setup_.shard_device);
   aliases_shard_ = shard_world_ == 1 && setup_.param_dtype == first.scalar_type() &&
                    setup_.shard_device == setup_.compute_device;
-  if (aliases_shard_) {
-    shard_ = flat;
-    full_ = flat.detach();
+  pinned_offload_ = !aliases_shard_ && setup_.shard_device.is_cpu() && setup_.compute_device.is_cuda() &&
+                    compat::can_pin_memory();
+  const bool prebuilt = prebuilt_shard.defined();
+  if (prebuilt) {
+    // Cut while the model was built (shard_while_building.h): the parameters
+    // are placeholders already, and the whole unit never exists again here.
+    LOCKSTEP_CHECK(prebuilt_shard.numel() == shard_numel_, "FSDP unit '", path_, "': the shard cut while building holds ",
+                   prebuilt_shard.numel(), " elements, this layout needs ", shard_numel_);
+    shard_ = prebuilt_shard.reshape(-1).to(shard_options, /*non_blocking=*/false, /*copy=*/true);
+    full_ = aliases_shard_ ? shard_.detach()
+                           : torch::empty({padded_numel_}, torch::TensorOptions()
+                                                               .dtype(setup_.param_dtype)
+                                                               .device(setup_.compute_device));
   } else {
-    shard_ = flat.narrow(0, shard_rank_ * shard_numel_, shard_numel_).to(shard_options, /*non_blocking=*/false,
-                                                                         /*copy=*/true);
-    full_ = flat.to(torch::TensorOptions().dtype(setup_.param_dtype).device(setup_.compute_device));
-    pinned_offload_ = setup_.shard_device.is_cpu() && setup_.compute_device.is_cuda() && compat::can_pin_memory();
-    if (pinned_offload_) shard_ = shard_.pin_memory();
+    torch::Tensor flat = torch::zeros({padded_numel_}, first.options().requires_grad(false));
+    for (const auto& slot : slots_) flat.narrow(0, slot.offset, slot.numel).copy_(slot.param.detach().reshape(-1));
+    // The model may be on the host: only this unit moves to the compute device.
+    flat = flat.to(setup_.compute_device);
+    if (setup_.sync_group) setup_.sync_group->broadcast(flat, 0);
+    if (aliases_shard_) {
+      shard_ = flat;
+      full_ = flat.detach();
+    } else {
+      shard_ = flat.narrow(0, shard_rank_ * shard_numel_, shard_numel_).to(shard_options, /*non_blocking=*/false,
+                                                                           /*copy=*/true);
+      full_ = flat.to(torch::TensorOptions().dtype(setup_.param_dtype).device(setup_.compute_device));
+    }
   }
+  if (pinned_offload_) shard_ = shard_.pin_memory();
   shard_.requires_grad_(true);
   empty_ = torch::empty({0}, full_.options());
   nan_ = torch::full({1}, std::numeric_limits<double>::quiet_NaN(), full_.options());
   gathered_version_ = static_cast<int64_t>(shard_._version());
+  if (prebuilt && !aliases_shard_) {
+    state_ = State::kSharded;
+    compat::free_storage(full_);
+    point_params_at_empty();
+    if (setup_.persistent) {
+      start_gather();
+      finish_gather();
+    }
+    return;
+  }
   point_params_at_full();
 }
 

@@ -87,8 +87,11 @@ class FlatParamUnit {
 
   // Copies the slots' current values (wherever they are) into the flat
   // layout on the compute device, broadcasts it with `sync_group`, keeps this
-  // rank's shard and leaves the unit gathered.
-  FlatParamUnit(int index, std::string path, torch::nn::Module* module, std::vector<FlatSlot> slots, UnitSetup setup);
+  // rank's shard and leaves the unit gathered. With `prebuilt_shard` (cut
+  // while building, shard_while_building.h) the slots' values are not read:
+  // that is the shard, and the unit starts sharded (persistent ones gathered).
+  FlatParamUnit(int index, std::string path, torch::nn::Module* module, std::vector<FlatSlot> slots, UnitSetup setup,
+                torch::Tensor prebuilt_shard = torch::Tensor());
   ~FlatParamUnit();
   FlatParamUnit(const FlatParamUnit&) = delete;
   FlatParamUnit& operator=(const FlatParamUnit&) = delete;

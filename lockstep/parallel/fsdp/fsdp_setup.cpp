@@ -2,6 +2,7 @@
 // teardown. The per-iteration runtime is in fully_sharded_data_parallel.cpp.
 #include <atomic>
 #include <map>
+#include <set>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
@@ -10,6 +11,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
+#include "lockstep/core/shape_text.h"
 #include "lockstep/dist/comm.h"
 #include "lockstep/dist/init.h"
 #include "lockstep/dist/hierarchy.h"
@@ -62,6 +64,65 @@ class UnitEntryImpl : public torch::nn::Module {
 
 }  // namespace
 
+int FullyShardedDataParallel::hybrid_shard_group_size(const FSDPOptions& options, const ProcessGroup& group) {
+  int size = options.hybrid_shard_size();
+  if (size == 0) {
+    auto node = local_group();
+    size = node->size();
+    const int first = node->global_ranks().front();
+    bool consecutive = group.size() == get_world_size();
+    for (int i = 0; i < node->size(); ++i) consecutive = consecutive && node->global_ranks()[i] == first + i;
+    LOCKSTEP_CHECK(consecutive && first % size == 0, "HYBRID_SHARD: the ranks of this node (",
+                   str_cat(node->global_ranks().size()), " of them, starting at ", first,
+                   ") are not one block of consecutive ranks of the world; set hybrid_shard_size");
+  }
+  LOCKSTEP_CHECK(size >= 1 && group.size() % size == 0, "HYBRID_SHARD: hybrid_shard_size ", size,
+                 " does not divide the world size ", group.size());
+  return size;
+}
+
+fsdp::ShardPlan FullyShardedDataParallel::shard_plan(const FSDPOptions& options, std::shared_ptr<ProcessGroup> group,
+                                                     torch::Device compute_device) {
+  fsdp::ShardPlan plan;
+  switch (options.sharding_strategy()) {
+    case ShardingStrategy::kFullShard:
+    case ShardingStrategy::kShardGradOp:
+      plan.shard_rank = group->rank();
+      plan.shard_world = group->size();
+      break;
+    case ShardingStrategy::kNoShard:
+      break;
+    case ShardingStrategy::kHybridShard:
+      plan.shard_world = hybrid_shard_group_size(options, *group);
+      plan.shard_rank = group->rank() % plan.shard_world;
+      break;
+  }
+  plan.compute_device = compute_device;
+  plan.shard_device = options.offload_params() ? torch::Device(torch::kCPU) : compute_device;
+  if (options.sync_module_states() && group->size() > 1) plan.sync_group = std::move(group);
+  return plan;
+}
+
+// Modules sharded while the model was built are units whatever the wrap
+// policy says; units are listed in module order.
+void FullyShardedDataParallel::add_prebuilt_units(std::vector<std::string>& unit_paths) const {
+  const std::set<std::string> chosen(unit_paths.begin(), unit_paths.end());
+  std::vector<std::string> prebuilt;
+  unit_paths.clear();
+  for (const auto& item : module_->named_modules("", /*include_self=*/false)) {
+    const bool cut = fsdp::has_prebuilt_shard(item.value().get());
+    if (cut) prebuilt.push_back(item.key());
+    if (cut || chosen.count(item.key()) > 0) unit_paths.push_back(item.key());
+  }
+  for (const auto& outer : prebuilt) {
+    for (const auto& path : unit_paths) {
+      LOCKSTEP_CHECK(path.rfind(outer + ".", 0) != 0, "FSDP: the wrap policy picked '", path, "' inside '", outer,
+                     "', which was sharded while building (shard_when_built) as one unit; change the policy so it "
+                     "picks nothing inside it");
+    }
+  }
+}
+
 struct FullyShardedDataParallel::SequentialEntry {
   torch::nn::SequentialImpl* sequential;
   size_t index;
@@ -92,19 +153,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
       replicate_group_ = group_;
       break;
     case ShardingStrategy::kHybridShard: {
-      int size = options_.hybrid_shard_size();
-      if (size == 0) {
-        auto node = local_group();
-        size = node->size();
-        const int first = node->global_ranks().front();
-        bool consecutive = group->size() == get_world_size();
-        for (int i = 0; i < node->size(); ++i) consecutive = consecutive && node->global_ranks()[i] == first + i;
-        LOCKSTEP_CHECK(consecutive && first % size == 0, "HYBRID_SHARD: the ranks of this node (",
-                       str_cat(node->global_ranks().size()), " of them, starting at ", first,
-                       ") are not one block of consecutive ranks of the world; set hybrid_shard_size");
-      }
-      LOCKSTEP_CHECK(size >= 1 && world_size % size == 0, "HYBRID_SHARD: hybrid_shard_size ", size,
-                     " does not divide the world size ", world_size);
+      const int size = hybrid_shard_group_size(options_, *group);
       const int rank = group_->rank();
       const int block = rank / size;
       std::vector<int> shard_ranks, replica_ranks;
@@ -127,6 +176,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
   if (options_.sync_module_states()) sync_module_states();
   std::vector<std::string> unit_paths;
   if (options_.auto_wrap_policy()) unit_paths = select_units(*module_, *options_.auto_wrap_policy());
+  add_prebuilt_units(unit_paths);
   // Unit by unit: flattened, moved to the device, synchronised, sharded and
   // freed; from here on each rank holds its shards only (and the root).
   build_units(unit_paths);
@@ -139,10 +189,11 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
   if (group_->rank() == 0) {
     int64_t largest = 0;
     for (const auto& unit : units_) largest = std::max(largest, unit->numel());
-    logger().info("FSDP {}: {} unit(s) over {} rank(s) (shard group of {}), largest {} parameters, policy {}",
+    logger().info("FSDP {}: {} unit(s) over {} rank(s) (shard group of {}), largest {} parameters, policy {}{}",
                   to_string(options_.sharding_strategy()), units_.size(), world_size,
                   shard_group_ ? shard_group_->size() : 1, largest,
-                  options_.auto_wrap_policy() ? options_.auto_wrap_policy()->describe() : "none");
+                  options_.auto_wrap_policy() ? options_.auto_wrap_policy()->describe() : "none",
+                  prebuilt_units_ > 0 ? str_cat("; ", prebuilt_units_, " sharded while the model was built") : "");
   }
 }
 
@@ -279,8 +330,13 @@ void FullyShardedDataParallel::build_units(const std::vector<std::string>& unit_
     setup.step_check = step_check_.get();
     if (options_.sync_module_states() && group_->size() > 1) setup.sync_group = group_;
     const int index = static_cast<int>(units_.size());
+    torch::Tensor prebuilt;
+    if (auto cut = fsdp::take_prebuilt_shard(modules.at(paths[u]))) {
+      prebuilt = checked_prebuilt_shard(paths[u], slots[u], *cut);
+      prebuilt_units_ += 1;
+    }
     units_.push_back(std::make_unique<fsdp::FlatParamUnit>(index, paths[u], modules.at(paths[u]),
-                                                           std::move(slots[u]), setup));
+                                                           std::move(slots[u]), setup, prebuilt));
     // Freed before the next unit is built: the model's own storage for these
     // parameters went when they were pointed at the flat parameter.
     if (!units_.back()->persistent()) units_.back()->reshard();
@@ -290,6 +346,26 @@ void FullyShardedDataParallel::build_units(const std::vector<std::string>& unit_
     runs_.push_back(std::move(run));
     install_gradient_hooks(*units_.back());
   }
+}
+
+// The shard cut while building, if it was cut for this FSDP's layout of the unit.
+torch::Tensor FullyShardedDataParallel::checked_prebuilt_shard(const std::string& path,
+                                                               const std::vector<fsdp::FlatSlot>& slots,
+                                                               const fsdp::PrebuiltShard& cut) const {
+  const int shard_rank = shard_group_ ? shard_group_->rank() : 0;
+  const int shard_world = shard_group_ ? shard_group_->size() : 1;
+  LOCKSTEP_CHECK(cut.plan.shard_rank == shard_rank && cut.plan.shard_world == shard_world, "FSDP unit '", path,
+                 "' was sharded while building as shard ", cut.plan.shard_rank, " of ", cut.plan.shard_world,
+                 ", but this FSDP holds shard ", shard_rank, " of ", shard_world,
+                 " (build it under FullyShardedDataParallel::shard_plan() of the same options and group)");
+  std::string built, here;
+  for (const auto& [name, shape] : cut.params) built += " " + path + "." + name + shape_text(shape);
+  for (const auto& slot : slots) here += " " + slot.name + shape_text(slot.param.sizes());
+  LOCKSTEP_CHECK(built == here, "FSDP unit '", path, "' was sharded while building with the parameters", built,
+                 " but FSDP's unit holds", here.empty() ? " none" : here,
+                 ": a unit built by shard_when_built must own all its trainable parameters (none tied to the rest "
+                 "of the model)");
+  return cut.shard;
 }
 
 void FullyShardedDataParallel::install_gradient_hooks(fsdp::FlatParamUnit& unit) {

@@ -51,6 +51,7 @@
 #include "lockstep/optim/gradient_sync.h"
 #include "lockstep/parallel/fsdp/flat_param.h"
 #include "lockstep/parallel/fsdp/fsdp_options.h"
+#include "lockstep/parallel/fsdp/shard_while_building.h"
 #include "lockstep/parallel/fsdp/unit_scope.h"
 
 namespace lockstep {
@@ -77,6 +78,13 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
   FullyShardedDataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<ProcessGroup> group = nullptr,
                            FSDPOptions options = FSDPOptions());
   ~FullyShardedDataParallel() override;
+
+  // How an FSDP with these options over `group` will shard each unit: what a
+  // ShardWhileBuilding scope needs to cut units while the model is built
+  // (shard_while_building.h). FSDPStrategy opens one around the model's
+  // construction.
+  static fsdp::ShardPlan shard_plan(const FSDPOptions& options, std::shared_ptr<ProcessGroup> group,
+                                    torch::Device compute_device);
 
   // --- GradientSync -------------------------------------------------------
   void begin_forward(bool sync) override;
@@ -166,6 +174,10 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
   void leave_unit(int unit) noexcept override;
   void register_output(int unit, const torch::Tensor& output) override;
 
+  static int hybrid_shard_group_size(const FSDPOptions& options, const ProcessGroup& group);
+  void add_prebuilt_units(std::vector<std::string>& unit_paths) const;
+  torch::Tensor checked_prebuilt_shard(const std::string& path, const std::vector<fsdp::FlatSlot>& slots,
+                                       const fsdp::PrebuiltShard& cut) const;
   void build_units(const std::vector<std::string>& unit_paths);
   // Optimizer state conversions (fsdp_state_dict.cpp), for flat shards and for original parameters.
   State full_flat_optimizer_state(const State& sharded, bool rank0_only);
@@ -227,6 +239,7 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
   std::vector<std::pair<std::string, torch::Tensor>> buffers_;
   std::map<std::string, torch::Dtype> buffer_dtypes_;  // before buffer_dtype cast them; state dicts use these
   int64_t trainable_count_ = 0;                     // unique trainable parameters of the model
+  int prebuilt_units_ = 0;                          // units cut while the model was built
   struct SequentialEntry;
   std::vector<std::unique_ptr<SequentialEntry>> sequential_entries_;
   std::shared_ptr<torch::optim::Optimizer> optimizer_;

@@ -1,0 +1,101 @@
+#include "lockstep/parallel/fsdp/shard_while_building.h"
+
+#include <algorithm>
+#include <limits>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "lockstep/core/error.h"
+#include "lockstep/dist/process_group.h"
+
+namespace lockstep::fsdp {
+namespace {
+
+thread_local const ShardPlan* active_plan = nullptr;
+
+std::mutex& prebuilt_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+std::unordered_map<const torch::nn::Module*, PrebuiltShard>& prebuilt() {
+  static std::unordered_map<const torch::nn::Module*, PrebuiltShard> shards;
+  return shards;
+}
+
+}  // namespace
+
+ShardWhileBuilding::ShardWhileBuilding(ShardPlan plan) {
+  LOCKSTEP_CHECK(active_plan == nullptr, "ShardWhileBuilding: a scope is already open on this thread");
+  LOCKSTEP_CHECK(plan.shard_world >= 1 && plan.shard_rank >= 0 && plan.shard_rank < plan.shard_world,
+                 "ShardWhileBuilding: shard rank ", plan.shard_rank, " of ", plan.shard_world);
+  active_plan = new ShardPlan(std::move(plan));
+}
+
+ShardWhileBuilding::~ShardWhileBuilding() {
+  delete active_plan;
+  active_plan = nullptr;
+}
+
+void detail::shard_now(torch::nn::Module& unit) {
+  if (active_plan == nullptr) return;
+  const ShardPlan& plan = *active_plan;
+  torch::NoGradGuard no_grad;
+  PrebuiltShard result;
+  result.plan = plan;
+  std::vector<torch::Tensor> params;
+  std::unordered_set<const void*> seen;
+  int64_t numel = 0;
+  for (const auto& item : unit.named_parameters(/*recurse=*/true)) {
+    const torch::Tensor& param = item.value();
+    if (!param.requires_grad() || !seen.insert(param.unsafeGetTensorImpl()).second) continue;
+    LOCKSTEP_CHECK(params.empty() || (param.scalar_type() == params.front().scalar_type() &&
+                                      param.device() == params.front().device()),
+                   "shard_when_built(", unit.name(), "): the trainable parameters of a unit must have one dtype and "
+                   "device; ", item.key(), " is ", param.scalar_type(), " on ", param.device(), " but ",
+                   result.params.front().first, " is ", params.front().scalar_type(), " on ", params.front().device());
+    params.push_back(param);
+    result.params.emplace_back(item.key(), param.sizes().vec());
+    numel += param.numel();
+  }
+  if (params.empty()) return;
+  const int64_t shard_numel = (numel + plan.shard_world - 1) / plan.shard_world;
+  // Parameter by parameter: broadcast from rank 0 (on the compute device),
+  // the part that falls in this rank's shard copied out, then released. The
+  // flat parameter is never assembled: the unit exists once, as its
+  // constructor made it, and shrinks to the shard.
+  const int64_t first = plan.shard_rank * shard_numel;
+  result.shard = torch::zeros({shard_numel}, params.front().options().device(plan.shard_device).requires_grad(false));
+  int64_t offset = 0;
+  for (auto& param : params) {
+    const int64_t count = param.numel();
+    // In place where the parameter already is on the compute device: it is released next.
+    torch::Tensor values = param.detach().reshape(-1).to(plan.compute_device).contiguous();
+    if (plan.sync_group && plan.sync_group->size() > 1) plan.sync_group->broadcast(values, 0);
+    const int64_t begin = std::max(offset, first);
+    const int64_t end = std::min(offset + count, first + shard_numel);
+    if (begin < end) result.shard.narrow(0, begin - first, end - begin).copy_(values.narrow(0, begin - offset, end - begin));
+    values = torch::Tensor();
+    param.set_data(torch::full({1}, std::numeric_limits<double>::quiet_NaN(), param.options()).expand(param.sizes()));
+    offset += count;
+  }
+  std::lock_guard<std::mutex> lock(prebuilt_mutex());
+  prebuilt()[&unit] = std::move(result);
+}
+
+bool has_prebuilt_shard(const torch::nn::Module* module) {
+  std::lock_guard<std::mutex> lock(prebuilt_mutex());
+  return prebuilt().count(module) > 0;
+}
+
+std::optional<PrebuiltShard> take_prebuilt_shard(const torch::nn::Module* module) {
+  std::lock_guard<std::mutex> lock(prebuilt_mutex());
+  auto found = prebuilt().find(module);
+  if (found == prebuilt().end()) return std::nullopt;
+  PrebuiltShard shard = std::move(found->second);
+  prebuilt().erase(found);
+  return shard;
+}
+
+}  // namespace lockstep::fsdp
