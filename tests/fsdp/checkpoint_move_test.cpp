@@ -75,21 +75,18 @@ TEST_P(CheckpointMove, FsdpToDdpAndBackContinuesAsDdpAlone) {
   ASSERT_EQ(alone.exit_code, 0) << alone.output;
   const std::string reference = dir.file("ddp_alone/model_final.ckpt");
 
-  // FSDP for 10 iterations, then DDP resumes its full checkpoint.
-  auto first = train(dir, "fsdp10", config(10, fsdp_strategy, paramwise), dir.file("fsdp_then_ddp"), false);
-  ASSERT_EQ(first.exit_code, 0) << first.output;
-  auto second = train(dir, "ddp20_resumed", config(20, kDDP, paramwise), dir.file("fsdp_then_ddp"), true);
-  ASSERT_EQ(second.exit_code, 0) << second.output;
-  EXPECT_NE(second.output.find("Resuming from"), std::string::npos) << second.output;
-  expect_same_weights(reference, dir.file("fsdp_then_ddp/model_final.ckpt"), "FSDP for 10, then DDP");
-
-  // And back: DDP for 10 iterations, then FSDP resumes (its optimizer state sharded on load).
-  auto third = train(dir, "ddp10", config(10, kDDP, paramwise), dir.file("ddp_then_fsdp"), false);
-  ASSERT_EQ(third.exit_code, 0) << third.output;
-  auto fourth = train(dir, "fsdp20_resumed", config(20, fsdp_strategy, paramwise), dir.file("ddp_then_fsdp"), true);
-  ASSERT_EQ(fourth.exit_code, 0) << fourth.output;
-  EXPECT_NE(fourth.output.find("Resuming from"), std::string::npos) << fourth.output;
-  expect_same_weights(reference, dir.file("ddp_then_fsdp/model_final.ckpt"), "DDP for 10, then FSDP");
+  // Ten iterations under `before`, then `after` resumes the full checkpoint and runs ten more.
+  auto move = [&](const std::string& name, const std::string& before, const std::string& after) {
+    SCOPED_TRACE(name);
+    auto first = train(dir, name + "_first", config(10, before, paramwise), dir.file(name), false);
+    ASSERT_EQ(first.exit_code, 0) << first.output;
+    auto second = train(dir, name + "_resumed", config(20, after, paramwise), dir.file(name), true);
+    ASSERT_EQ(second.exit_code, 0) << second.output;
+    EXPECT_NE(second.output.find("Resuming from"), std::string::npos) << second.output;
+    expect_same_weights(reference, dir.file(name + "/model_final.ckpt"), name);
+  };
+  move("fsdp_then_ddp", fsdp_strategy, kDDP);
+  move("ddp_then_fsdp", kDDP, fsdp_strategy);  // the optimizer state is sharded on load
 }
 
 // Per-parameter options over flat shards cannot be honoured: refused, naming
