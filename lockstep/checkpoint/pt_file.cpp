@@ -1,6 +1,8 @@
 #include "lockstep/checkpoint/pt_file.h"
 
-#include <torch/csrc/jit/serialization/pickle.h>
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 
 #include <cstring>
 #include <fstream>
@@ -68,7 +70,27 @@ std::map<std::string, torch::Tensor> read_pt_state_dict_from_bytes(const std::st
 void write_pt_state_dict(const std::map<std::string, torch::Tensor>& weights, const std::string& path) {
   c10::Dict<std::string, at::Tensor> dict;
   for (const auto& [name, tensor] : weights) dict.insert(name, tensor.detach().to(torch::kCPU).contiguous());
-  const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
+  // torch::jit::pickle_save, except that the dict is not tagged with its
+  // TorchScript type: the tag is a call to torch.jit._pickle.restore_type_tag,
+  // which torch.load refuses by default since PyTorch 2.6 (weights_only=True).
+  // Untagged, the file holds only what weights_only allows: a dict of tensors.
+  std::vector<char> pickled;
+  torch::jit::Pickler pickler([&pickled](const char* data, size_t size) { pickled.insert(pickled.end(), data, data + size); },
+                              /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+                              /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(c10::IValue(dict));
+  pickler.stop();
+  std::vector<char> bytes;
+  {
+    caffe2::serialize::PyTorchStreamWriter archive([&bytes](const void* data, size_t size) {
+      const char* begin = static_cast<const char*>(data);
+      bytes.insert(bytes.end(), begin, begin + size);
+      return size;
+    });
+    torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(), pickler.tensorData(), archive);
+    archive.writeEndOfFile();
+  }
   AtomicFileWriter out(path);
   out.write(bytes.data(), bytes.size());
   out.commit();

@@ -125,7 +125,7 @@ TEST(PtFile, WhatLockstepWritesTorchLoadReads) {
   write_pt_state_dict(expected(), dir.file("ours.pt"));
   expect_equal(read_pt_state_dict(dir.file("ours.pt")));
   const std::string output = python(dir, std::string(kPythonExpected) + R"PY(
-got = torch.load('ours.pt')
+got = torch.load('ours.pt', weights_only=True)  # the default since PyTorch 2.6
 want = expected()
 assert sorted(got) == sorted(want), (sorted(got), sorted(want))
 for k in want:
@@ -149,7 +149,7 @@ TEST(PtFile, ExportWritesACheckpointsModelWeightsAsAStateDict) {
   EXPECT_EQ(export_weights(dir.file("run.ckpt"), dir.file("model.pt"), ExportOptions().format(ExportFormat::kPt)), 2u);
   auto weights = read_pt_state_dict(dir.file("model.pt"));
   EXPECT_TRUE(torch::equal(weights.at("fc.weight"), state.tensors.at("model/fc.weight")));
-  const std::string output = python(dir, "sd = torch.load('model.pt')\nprint(sorted(sd), sd['bn.num_batches_tracked'].item())\n");
+  const std::string output = python(dir, "sd = torch.load('model.pt', weights_only=True)\nprint(sorted(sd), sd['bn.num_batches_tracked'].item())\n");
   EXPECT_THAT(output, HasSubstr("['bn.num_batches_tracked', 'fc.weight'] 5"));
 }
 

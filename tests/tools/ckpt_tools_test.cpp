@@ -330,7 +330,7 @@ weights = {name: torch.randn(*shape) + 0.5 for name, shape in shapes.items()}
   auto exported = lockstep_cli({"ckpt", "export", dir.file("run/model_final.ckpt"), "--format", "pt", "-o",
                                 dir.file("out.pt")});
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
-  testing::write_file(dir.file("check.py"), weights + "out = torch.load('" + dir.file("out.pt") + "')\n"
+  testing::write_file(dir.file("check.py"), weights + "out = torch.load('" + dir.file("out.pt") + "', weights_only=True)\n"
                       "assert sorted(out) == sorted(weights), sorted(out)\n"
                       "assert all(torch.equal(out[k], weights[k]) for k in weights)\n"
                       "print('round trip: equal')\n");

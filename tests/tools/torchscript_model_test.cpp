@@ -149,7 +149,7 @@ TEST_F(TorchScriptModelTest, WhatItSavesTorchJitLoadReadsWithTheTrainedWeights) 
   model.save_torchscript(dir_.file("trained.pt"));
   write_pt_state_dict({{"x", io_.at("x")}, {"logits", ours}}, dir_.file("ours.pt"));
   testing::write_file(dir_.file("check.py"), "import sys, torch\nm = torch.jit.load(sys.argv[1] + '/trained.pt')\n"
-                      "m.eval()\nd = torch.load(sys.argv[1] + '/ours.pt')\n"
+                      "m.eval()\nd = torch.load(sys.argv[1] + '/ours.pt', weights_only=True)\n"
                       "print('equal' if torch.equal(m(d['x']), d['logits']) else 'different')\n");
   auto result = testing::run_command({"/usr/bin/python3", dir_.file("check.py"), dir_.path()}, {}, 120);
   EXPECT_EQ(result.exit_code, 0) << result.output;
@@ -186,7 +186,7 @@ TEST_F(TorchScriptModelTest, TrainsWithDdpOnTwoRanksThroughLockstepTrain) {
   }
   testing::write_file(dir_.file("compare.py"),
                       "import sys, torch\nm = torch.jit.load(sys.argv[1] + '/trained.pt')\n"
-                      "sd = torch.load(sys.argv[1] + '/state.pt')\n"
+                      "sd = torch.load(sys.argv[1] + '/state.pt', weights_only=True)\n"
                       "assert sorted(m.state_dict()) == sorted(sd), (sorted(m.state_dict()), sorted(sd))\n"
                       "assert all(torch.equal(v, sd[k]) for k, v in m.state_dict().items())\n"
                       "print('exported module: trained weights')\n");
