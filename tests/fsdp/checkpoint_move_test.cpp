@@ -3,7 +3,8 @@
 // carries on to 20 under the other (model, AdamW state with per-parameter
 // groups, trainer state), and the result equals 20 iterations under DDP
 // alone. Both directions, with paramwise_cfg (FSDP's use_orig_params) and with
-// FSDP's default flat shards.
+// FSDP's default flat shards. And a sharded checkpoint with use_orig_params
+// resumes bitwise.
 //
 // Two-rank FSDP trains the same bits as DDP (the differential suite's
 // FSDP_AdamW_Paramwise is bitwise), so the comparison allows only 1e-6: an
@@ -87,6 +88,27 @@ TEST_P(CheckpointMove, FsdpToDdpAndBackContinuesAsDdpAlone) {
   };
   move("fsdp_then_ddp", fsdp_strategy, kDDP);
   move("ddp_then_fsdp", kDDP, fsdp_strategy);  // the optimizer state is sharded on load
+}
+
+// With use_orig_params a sharded checkpoint (each rank's shards and the
+// optimizer state of its parts of the parameters) resumes bitwise.
+TEST(CheckpointMoveSharded, OrigParamsResumeBitwiseFromAShardedCheckpoint) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  if (!std::filesystem::is_directory(kFashionMnist)) GTEST_SKIP() << kFashionMnist << " is missing";
+  testing::TempDir dir;
+  std::string strategy = fsdp(/*use_orig_params=*/true);
+  strategy.replace(strategy.find("state_dict_type: full"), 21, "state_dict_type: sharded");
+  auto alone = train(dir, "alone", config(20, strategy, true), dir.file("alone"), false);
+  ASSERT_EQ(alone.exit_code, 0) << alone.output;
+  auto first = train(dir, "first", config(10, strategy, true), dir.file("resumed"), false);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  auto second = train(dir, "second", config(20, strategy, true), dir.file("resumed"), true);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("Resuming from"), std::string::npos) << second.output;
+  auto diff = testing::run_command({testing::lockstep_binary(), "ckpt", "diff", dir.file("alone/model_final.ckpt"),
+                                    dir.file("resumed/model_final.ckpt")});
+  EXPECT_EQ(diff.exit_code, 0) << diff.output;
+  EXPECT_NE(diff.output.find("bitwise equal"), std::string::npos) << diff.output;
 }
 
 // Per-parameter options over flat shards cannot be honoured: refused, naming
