@@ -2,7 +2,8 @@
 # Builds (once) a Debian trixie root with libtorch 2.x and runs a command inside
 # it with the lockstep checkout bind-mounted at /src. Two flavours:
 #
-#   default  libtorch-dev 2.6 (CPU, Gloo): the libtorch 2.x leg of CI.
+#   default  libtorch-dev 2.6 (CPU, Gloo) and python3-torch 2.6: the libtorch
+#            2.x leg of CI.
 #   --cuda   libtorch-cuda-dev 2.6, nvidia-cuda-dev 12.4, libnccl-dev 2.22,
 #            libgloo-cuda-dev and nvidia-cuda-toolkit (nvcc: libtorch's CMake
 #            config enables the CUDA language): a CUDA build of libtorch to
@@ -45,7 +46,10 @@ if [[ $cuda == 1 ]]; then
   need=("${common[@]}" libtorch-cuda-dev nvidia-cuda-dev nvidia-cuda-toolkit libnccl-dev libgloo-cuda-dev)
   components=main,contrib,non-free
 else
-  need=("${common[@]}" libtorch-dev libgloo-dev)
+  # python3-torch: PyTorch 2.6 itself, for the tests that check lockstep
+  # against it (torch.load of lockstep's files, torchrun) and bench/fsdp's
+  # comparison with its FSDP.
+  need=("${common[@]}" libtorch-dev libgloo-dev python3-torch)
   components=main
 fi
 
