@@ -39,6 +39,7 @@
 // ratio of the latter's peak to model/N + one unit + the root.
 //
 //   build/bench/bench_fsdp                       # BENCH_STEPS=3 BENCH_TOKENS=64 BENCH_WORLDS=2,4 (or none)
+//   BENCH_PARTS=build build/bench/bench_fsdp     # only some parts: steps, build, activation
 //   bin/lockstep run --standalone --nproc-per-node 2 -- build/bench/bench_fsdp worker FULL_SHARD 3
 #include <torch/torch.h>
 #include <malloc.h>
@@ -342,7 +343,11 @@ int driver() {
               cuda ? "NCCL, one GPU each" : "Gloo, CPU", static_cast<long long>(tokens), kWarmup, steps);
   std::istringstream worlds(worlds_text);
   std::string world_text;
-  while (worlds_text != "none" && std::getline(worlds, world_text, ',')) {
+  // BENCH_PARTS: any of steps, build, activation (default all three).
+  const char* parts_env = std::getenv("BENCH_PARTS");
+  const std::string parts = parts_env != nullptr && *parts_env != '\0' ? parts_env : "steps,build,activation";
+  auto part = [&parts](const std::string& name) { return parts.find(name) != std::string::npos; };
+  while (part("steps") && worlds_text != "none" && std::getline(worlds, world_text, ',')) {
     const int world_size = std::stoi(world_text);
     std::vector<std::string> modes{"DDP", "FULL_SHARD", "FULL_SHARD_LEAN", "SHARD_GRAD_OP", "NO_SHARD"};
     if (world_size % 2 == 0 && world_size > 2) modes.push_back("HYBRID_SHARD");
@@ -375,7 +380,7 @@ int driver() {
     }
   }
   std::istringstream build_worlds(worlds_text);
-  while (worlds_text != "none" && std::getline(build_worlds, world_text, ',')) {
+  while (part("build") && worlds_text != "none" && std::getline(build_worlds, world_text, ',')) {
     const int world_size = std::stoi(world_text);
     auto build = [&](const std::string& mode, int64_t n_layer, int64_t n_embd) {
       auto output = testing::run_command({launcher, "run", "--standalone", "--nproc-per-node", std::to_string(world_size),
@@ -406,7 +411,7 @@ int driver() {
     }
     std::printf("ratio construction_peak_sharded_vs_bound_world%d %.3f\n", world_size, (sharded.rise - fixed) / bound);
   }
-  if (bench::env_int("BENCH_ACTIVATION", 1) != 0) {
+  if (part("activation") && bench::env_int("BENCH_ACTIVATION", 1) != 0) {
     const int64_t activation_tokens = bench::env_int("BENCH_ACTIVATION_TOKENS", 256);
     std::map<std::string, Result> results;
     for (const std::string mode : {"DDP_ACT", "DDP_ACT_CKPT"}) {
