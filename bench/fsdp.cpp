@@ -23,6 +23,10 @@
 //   step                    - median step time after a warm-up step
 // and the targets for FULL_SHARD (and its lean form): total <= DDP's / N
 // + the two largest gathered units, and step <= 1.5 x DDP's at world 2.
+// Where /usr/bin/python3 has torch 2.x (Debian trixie's root,
+// scripts/trixie-root.sh), PyTorch's own FSDP runs the same model too
+// (bench/fsdp_peer.py, started by lockstep's launcher), and the ratios of
+// lockstep's FULL_SHARD to it (step time, VmHWM, optimizer state) are printed.
 // Then, at world 2, activation checkpointing (examples/gpt's blocks, DDP):
 //   DDP_ACT, DDP_ACT_CKPT   - DDP without and with `activation_checkpointing:
 //                             {module_types: [Block]}`, on BENCH_ACTIVATION_TOKENS
@@ -347,6 +351,15 @@ int driver() {
   const char* parts_env = std::getenv("BENCH_PARTS");
   const std::string parts = parts_env != nullptr && *parts_env != '\0' ? parts_env : "steps,build,activation";
   auto part = [&parts](const std::string& name) { return parts.find(name) != std::string::npos; };
+  // PyTorch's FSDP runs where the machine's Python has torch 2.x (1.13's does not import on Python 3.11).
+  const bool pytorch_fsdp =
+      !cuda && testing::run_command({"/usr/bin/python3", "-c",
+                                     "import sys, torch, torch.distributed.fsdp; "
+                                     "sys.exit(int(torch.__version__.split('.')[0]) < 2)"},
+                                    {}, 120)
+                       .exit_code == 0;
+  std::printf("PyTorch's FSDP: %s\n", pytorch_fsdp ? "compared (bench/fsdp_peer.py)"
+                                                    : "not compared (no torch 2.x for /usr/bin/python3, or CUDA)");
   while (part("steps") && worlds_text != "none" && std::getline(worlds, world_text, ',')) {
     const int world_size = std::stoi(world_text);
     std::vector<std::string> modes{"DDP", "FULL_SHARD", "FULL_SHARD_LEAN", "SHARD_GRAD_OP", "NO_SHARD"};
@@ -358,6 +371,15 @@ int driver() {
                                          {}, 1800);
       results[mode] = parse(output, mode + " on " + std::to_string(world_size) + " ranks");
     }
+    if (pytorch_fsdp) {
+      // PyTorch's own FSDP on the same model, started by the same launcher (bench/fsdp_peer.py).
+      auto output = testing::run_command({launcher, "run", "--standalone", "--nproc-per-node", std::to_string(world_size),
+                                          "--", "/usr/bin/python3", std::string(LOCKSTEP_SOURCE_DIR) + "/bench/fsdp_peer.py",
+                                          std::to_string(steps), std::to_string(tokens)},
+                                         {}, 1800);
+      results["PYTORCH_FSDP"] = parse(output, "PyTorch's FSDP on " + std::to_string(world_size) + " ranks");
+      modes.push_back("PYTORCH_FSDP");
+    }
     const Result& ddp = results["DDP"];
     std::printf("\nworld %d, %lld parameters (MiB; largest over ranks)\n", world_size,
                 static_cast<long long>(ddp.numel));
@@ -366,9 +388,22 @@ int driver() {
                 cuda ? "CUDA peak" : "VmHWM");
     for (const auto& mode : modes) {
       const Result& r = results[mode];
+      if (mode == "PYTORCH_FSDP") {  // PyTorch tracks no parameter or gradient bytes
+        std::printf("| PyTorch FSDP FULL_SHARD | - | - | %.1f | - | - | %.1f | %.3f s | %.2f |\n", mib(r.optimizer),
+                    mib(r.hwm), r.step, r.step / ddp.step);
+        continue;
+      }
       std::printf("| %s | %.1f | %.1f | %.1f | %.1f | %.3f | %.1f | %.3f s | %.2f |\n", mode.c_str(), mib(r.params),
                   mib(r.grads), mib(r.optimizer), mib(r.total), static_cast<double>(r.total) / ddp.total, mib(r.hwm),
                   r.step, r.step / ddp.step);
+    }
+    if (pytorch_fsdp) {
+      const Result& ours = results["FULL_SHARD"];
+      const Result& theirs = results["PYTORCH_FSDP"];
+      std::printf("ratio fsdp_step_vs_pytorch_fsdp_world%d %.3f\nratio fsdp_peak_rss_vs_pytorch_fsdp_world%d %.3f\n"
+                  "ratio fsdp_optimizer_vs_pytorch_fsdp_world%d %.3f\n",
+                  world_size, ours.step / theirs.step, world_size, static_cast<double>(ours.hwm) / theirs.hwm,
+                  world_size, static_cast<double>(ours.optimizer) / theirs.optimizer);
     }
     for (const char* name : {"FULL_SHARD", "FULL_SHARD_LEAN"}) {
       const Result& full = results[name];

@@ -1,0 +1,208 @@
+"""PyTorch's own FullyShardedDataParallel on bench/fsdp's GPT, for comparison with lockstep's FSDP.
+
+    python3 -m torch.distributed.run --standalone --nproc-per-node N bench/fsdp_peer.py STEPS TOKENS
+    lockstep run --standalone --nproc-per-node N -- python3 bench/fsdp_peer.py STEPS TOKENS
+
+The model is examples/gpt/gpt_model.h's GPT with bench/fsdp's options (vocab
+96, block_size 64, 14 blocks 768 wide, 12 heads, no dropout, the output layer
+tied to the token embedding), with the same parameter names and GPT-2
+initialisation. Like bench/fsdp's FULL_SHARD worker: Gloo on CPU, one torch
+thread, FSDP FULL_SHARD with one unit per Block (the rest in the root unit),
+backward_prefetch BACKWARD_PRE, Adam (lr 1e-4), one sequence of TOKENS tokens
+per rank (more than 64 come as several sequences of 64), two fixed batches
+drawn per rank and used in turn, one warm-up step and then STEPS timed steps,
+each after a barrier. Prints one line per rank, in rank order, in bench/fsdp's
+format:
+
+    RESULT PYTORCH_FSDP rank params grads optimizer total hwm step unit1 unit2 numel activation
+
+params, grads and total are -1 (PyTorch's FSDP keeps no such account); optimizer is
+the bytes of this rank's Adam state at the end (constant after the first
+step, so also its peak); hwm is the process's VmHWM in bytes; step the median
+seconds of the timed steps; unit1 and unit2 the float32 bytes of the two
+largest blocks' parameters; numel the model's parameter count; activation 0.
+
+BENCH_SMALL=1 shrinks the model to 2 blocks 64 wide (4 heads), for a smoke test.
+
+Any torchrun-style launcher will do: the script reads RANK, WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT and TORCHELASTIC_USE_AGENT_STORE. Debian's torch 2.6
+is built without libuv, and its env:// rendezvous asks for a libuv TCPStore
+whatever USE_LIBUV says (rendezvous.py reads the variable, _create_c10d_store
+drops it), so the script makes its store itself, without libuv. That torch's
+own torchrun fails the same way in its agent (its rendezvous stores ignore
+USE_LIBUV too) before any worker starts.
+"""
+import math
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.fsdp import BackwardPrefetch, ShardingStrategy
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+VOCAB = 96
+BLOCK_SIZE = 64
+WARMUP = 1
+
+
+def init_gpt2_weights(module, n_layer):
+    """gpt_model.h's init_gpt2_weights: small normal weights, zero biases,
+    residual projections scaled by depth; layer norms as built."""
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if "ln" in name:
+                continue
+            if name.endswith("bias"):
+                p.zero_()
+            else:
+                residual = "proj.weight" in name or "mlp.2.weight" in name
+                p.normal_(0.0, 0.02 / math.sqrt(2.0 * n_layer) if residual else 0.02)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, d, n_head):
+        super().__init__()
+        self.n_head = n_head
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.q_bias = nn.Parameter(torch.zeros(d))  # no key bias, as gpt_model.h
+        self.v_bias = nn.Parameter(torch.zeros(d))
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        batch, steps, channels = x.shape
+        head_size = channels // self.n_head
+
+        def heads(t):
+            return t.view(batch, steps, self.n_head, head_size).transpose(1, 2)
+
+        q, k, v = self.qkv(x).split(channels, dim=2)
+        q, k, v = heads(q + self.q_bias), heads(k), heads(v + self.v_bias)
+        scores = q.matmul(k.transpose(-2, -1)) / math.sqrt(head_size)
+        future = torch.ones(steps, steps, dtype=torch.bool, device=x.device).triu(1)
+        attention = torch.softmax(scores.masked_fill(future, float("-inf")), -1)
+        return self.proj(attention.matmul(v).transpose(1, 2).contiguous().view(batch, steps, channels))
+
+
+class Block(nn.Module):
+    def __init__(self, d, n_head, n_layer):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.attn = CausalSelfAttention(d, n_head)
+        self.ln2 = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        init_gpt2_weights(self, n_layer)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, n_layer, n_head, d):
+        super().__init__()
+        self.tok_emb = nn.Embedding(VOCAB, d)
+        init_gpt2_weights(self.tok_emb, n_layer)
+        self.pos_emb = nn.Parameter(torch.randn(1, BLOCK_SIZE, d) * 0.02)
+        self.blocks = nn.ModuleList(Block(d, n_head, n_layer) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(d)
+
+    def forward(self, tokens, targets):
+        x = self.tok_emb(tokens) + self.pos_emb[:, : tokens.shape[1]]
+        for block in self.blocks:
+            x = block(x)
+        logits = self.ln_f(x).matmul(self.tok_emb.weight.t())  # tied output layer
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def build_model():
+    """bench/fsdp's GPT (14 x 768, 12 heads), or 2 x 64 with BENCH_SMALL=1."""
+    if os.environ.get("BENCH_SMALL", "0") == "1":
+        return GPT(n_layer=2, n_head=4, d=64)
+    return GPT(n_layer=14, n_head=12, d=768)
+
+
+def largest_two_blocks_bytes(model):
+    """The float32 bytes of the two largest blocks' parameters."""
+    sizes = sorted((sum(p.numel() for p in block.parameters()) * 4 for block in model.blocks), reverse=True)
+    return (sizes + [0, 0])[:2]
+
+
+def batches(tokens):
+    """Two fixed batches of this rank's random token ids, [2][sequences, length + 1]."""
+    length = min(tokens, BLOCK_SIZE)
+    sequences = max(1, tokens // length)
+    generator = torch.Generator().manual_seed(dist.get_rank() + 1)
+    return torch.randint(0, VOCAB, (2, sequences, length + 1), generator=generator)
+
+
+def timed_steps(model, adam, data, steps):
+    """Seconds of each step after the warm-up (forward, backward, Adam, zero_grad), each after a barrier."""
+    times = []
+    for i in range(steps + WARMUP):
+        sequence = data[i % 2]
+        dist.barrier()
+        start = time.perf_counter()
+        loss = model(sequence[:, :-1], sequence[:, 1:])
+        loss.backward()
+        adam.step()
+        adam.zero_grad(set_to_none=True)
+        loss.item()
+        if i >= WARMUP:
+            times.append(time.perf_counter() - start)
+    return times
+
+
+def optimizer_bytes(adam):
+    """The bytes of the optimizer's state tensors on this rank (Adam's moments of the local shards, its step counts)."""
+    return sum(t.numel() * t.element_size() for state in adam.state.values() for t in state.values()
+               if torch.is_tensor(t))
+
+
+def vm_hwm_bytes():
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return -1
+
+
+def init_gloo():
+    """Gloo over the launcher's store (torchrun's agent store, TORCHELASTIC_USE_AGENT_STORE=True)
+    or, without one, a store hosted by rank 0: as env:// does, but without libuv."""
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
+                          is_master=rank == 0 and not agent_store, use_libuv=False)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
+
+
+def main():
+    steps, tokens = int(sys.argv[1]), int(sys.argv[2])
+    torch.set_num_threads(1)
+    init_gloo()
+    torch.manual_seed(0)
+    model = build_model()
+    numel = sum(p.numel() for p in model.parameters())
+    unit1, unit2 = largest_two_blocks_bytes(model)
+    model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}), sharding_strategy=ShardingStrategy.FULL_SHARD,
+                 backward_prefetch=BackwardPrefetch.BACKWARD_PRE, device_id=torch.device("cpu"),
+                 sync_module_states=False, use_orig_params=False, limit_all_gathers=True)
+    adam = torch.optim.Adam(model.parameters(), lr=1e-4)
+    step = statistics.median(timed_steps(model, adam, batches(tokens), steps))
+    rank = dist.get_rank()
+    for r in range(dist.get_world_size()):
+        if r == rank:
+            print(f"RESULT PYTORCH_FSDP {rank} -1 -1 {optimizer_bytes(adam)} -1 {vm_hwm_bytes()} {step:.6f} "
+                  f"{unit1} {unit2} {numel} 0", flush=True)
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
