@@ -145,7 +145,10 @@ void OptimWrapper::clip_gradients() {
   if (clip.kind == ClipGradOptions::Kind::kNone) return;
   std::vector<torch::Tensor> grads;
   for (auto& p : parameters()) {
-    if (p.grad().defined()) grads.push_back(p.grad());
+    // Empty ones hold nothing to clip (FSDP's use_orig_params gives a
+    // parameter held wholly by other ranks an empty part here), and the
+    // infinity norm of an empty tensor is an error.
+    if (p.grad().defined() && p.grad().numel() > 0) grads.push_back(p.grad());
   }
   if (clip.kind == ClipGradOptions::Kind::kValue) {
     for (auto& g : grads) g.clamp_(-clip.clip_value, clip.clip_value);

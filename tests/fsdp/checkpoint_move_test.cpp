@@ -7,7 +7,7 @@
 // resumes bitwise.
 //
 // Two-rank FSDP trains the same bits as DDP (the differential suite's
-// FSDP_AdamW_Paramwise is bitwise), so the comparison allows only 1e-6: an
+// FSDP_AdamW_Paramwise came out bitwise), so the comparison allows only 1e-6: an
 // optimizer state lost or misplaced on the way moves weights by about the
 // learning rate (2e-3) in the first step after the move.
 #include <gtest/gtest.h>
@@ -24,7 +24,7 @@ namespace {
 
 const std::string kFashionMnist = "/usr/share/datasets/fashion-mnist";
 
-std::string config(int max_iters, const std::string& strategy, bool paramwise) {
+std::string config(int max_iters, const std::string& strategy, bool paramwise, const std::string& clip = "") {
   std::string yaml =
       "randomness: {seed: 3}\n"
       "env: {num_threads: 1}\n"
@@ -35,6 +35,7 @@ std::string config(int max_iters, const std::string& strategy, bool paramwise) {
       "train_cfg: {max_iters: " + std::to_string(max_iters) + "}\n"
       "optim_wrapper:\n  optimizer: {type: AdamW, lr: 0.002, betas: [0.9, 0.99], weight_decay: 0.05}\n";
   if (paramwise) yaml += "  paramwise_cfg: {norm_decay_mult: 0, bias_decay_mult: 0, bias_lr_mult: 2}\n";
+  if (!clip.empty()) yaml += "  clip_grad: " + clip + "\n";
   yaml += "default_hooks:\n  logger: {interval: 5}\n  checkpoint: {interval: 10, by_epoch: false}\n";
   return yaml + strategy;
 }
@@ -109,6 +110,21 @@ TEST(CheckpointMoveSharded, OrigParamsResumeBitwiseFromAShardedCheckpoint) {
                                     dir.file("resumed/model_final.ckpt")});
   EXPECT_EQ(diff.exit_code, 0) << diff.output;
   EXPECT_NE(diff.output.find("bitwise equal"), std::string::npos) << diff.output;
+}
+
+// Clipping by the infinity norm over use_orig_params' parts of the shards,
+// some of them empty on a rank (a parameter held wholly by the other rank),
+// trains as DDP does.
+TEST(CheckpointMoveClip, InfinityNormOverOrigParamsAsDdp) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  if (!std::filesystem::is_directory(kFashionMnist)) GTEST_SKIP() << kFashionMnist << " is missing";
+  testing::TempDir dir;
+  const std::string clip = "{max_norm: 0.05, norm_type: .inf}";
+  auto ddp = train(dir, "ddp", config(10, kDDP, true, clip), dir.file("ddp"), false);
+  ASSERT_EQ(ddp.exit_code, 0) << ddp.output;
+  auto fsdp_run = train(dir, "fsdp", config(10, fsdp(/*use_orig_params=*/true), true, clip), dir.file("fsdp"), false);
+  ASSERT_EQ(fsdp_run.exit_code, 0) << fsdp_run.output;
+  expect_same_weights(dir.file("ddp/model_final.ckpt"), dir.file("fsdp/model_final.ckpt"), "clip_grad inf norm");
 }
 
 // Per-parameter options over flat shards cannot be honoured: refused, naming

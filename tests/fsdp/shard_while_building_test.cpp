@@ -116,8 +116,6 @@ LOCKSTEP_WORKER_TEST(FsdpWorker, ShardCutForAnotherLayoutIsRefused) {
                                                    std::to_string(get_rank()) + " of " +
                                                    std::to_string(get_world_size())));
   }
-  // Left untaken by the refusal; nothing else reads them.
-  for (const auto& block : *model->blocks) fsdp::take_prebuilt_shard(block.get());
 }
 
 }  // namespace

@@ -54,54 +54,72 @@ FlatParamUnit::FlatParamUnit(int index, std::string path, torch::nn::Module* mod
   shard_numel_ = (numel_ + shard_world_ - 1) / shard_world_;
   padded_numel_ = shard_numel_ * shard_world_;
 
-  torch::NoGradGuard no_grad;
-  const auto shard_options = torch::TensorOptions().dtype(first.scalar_type()).device(setup_.shard_device);
   aliases_shard_ = shard_world_ == 1 && setup_.param_dtype == first.scalar_type() &&
                    setup_.shard_device == setup_.compute_device;
   pinned_offload_ = !aliases_shard_ && setup_.shard_device.is_cpu() && setup_.compute_device.is_cuda() &&
                     compat::can_pin_memory();
-  const bool prebuilt = prebuilt_shard.defined();
-  if (prebuilt) {
-    // Cut while the model was built (shard_while_building.h): the parameters
-    // are placeholders already, and the whole unit never exists again here.
-    LOCKSTEP_CHECK(prebuilt_shard.numel() == shard_numel_, "FSDP unit '", path_, "': the shard cut while building holds ",
-                   prebuilt_shard.numel(), " elements, this layout needs ", shard_numel_);
-    shard_ = prebuilt_shard.reshape(-1).to(shard_options, /*non_blocking=*/false, /*copy=*/true);
-    full_ = aliases_shard_ ? shard_.detach()
-                           : torch::empty({padded_numel_}, torch::TensorOptions()
-                                                               .dtype(setup_.param_dtype)
-                                                               .device(setup_.compute_device));
+  torch::NoGradGuard no_grad;
+  if (prebuilt_shard.defined()) {
+    adopt_prebuilt_shard(prebuilt_shard);
   } else {
-    torch::Tensor flat = torch::zeros({padded_numel_}, first.options().requires_grad(false));
-    for (const auto& slot : slots_) flat.narrow(0, slot.offset, slot.numel).copy_(slot.param.detach().reshape(-1));
-    // The model may be on the host: only this unit moves to the compute device.
-    flat = flat.to(setup_.compute_device);
-    if (setup_.sync_group) setup_.sync_group->broadcast(flat, 0);
-    if (aliases_shard_) {
-      shard_ = flat;
-      full_ = flat.detach();
-    } else {
-      shard_ = flat.narrow(0, shard_rank_ * shard_numel_, shard_numel_).to(shard_options, /*non_blocking=*/false,
-                                                                           /*copy=*/true);
-      full_ = flat.to(torch::TensorOptions().dtype(setup_.param_dtype).device(setup_.compute_device));
-    }
+    shard_from_slots();
   }
+}
+
+void FlatParamUnit::shard_from_slots() {
+  const torch::Tensor& first = slots_.front().param;
+  torch::Tensor flat = torch::zeros({padded_numel_}, first.options().requires_grad(false));
+  for (const auto& slot : slots_) flat.narrow(0, slot.offset, slot.numel).copy_(slot.param.detach().reshape(-1));
+  // The model may be on the host: only this unit moves to the compute device.
+  flat = flat.to(setup_.compute_device);
+  if (setup_.sync_group) setup_.sync_group->broadcast(flat, 0);
+  if (aliases_shard_) {
+    shard_ = flat;
+    full_ = flat.detach();
+  } else {
+    shard_ = flat.narrow(0, shard_rank_ * shard_numel_, shard_numel_)
+                 .to(shard_options(), /*non_blocking=*/false, /*copy=*/true);
+    full_ = flat.to(torch::TensorOptions().dtype(setup_.param_dtype).device(setup_.compute_device));
+  }
+  finish_shard_setup();
+  point_params_at_full();
+}
+
+// Cut while the model was built (shard_while_building.h): the parameters are
+// placeholders already, and the whole unit never exists again here.
+void FlatParamUnit::adopt_prebuilt_shard(const torch::Tensor& prebuilt) {
+  LOCKSTEP_CHECK(prebuilt.numel() == shard_numel_, "FSDP unit '", path_, "': the shard cut while building holds ",
+                 prebuilt.numel(), " elements, this layout needs ", shard_numel_);
+  shard_ = prebuilt.reshape(-1).to(shard_options());
+  if (aliases_shard_) {
+    full_ = shard_.detach();
+    finish_shard_setup();
+    point_params_at_full();
+    return;
+  }
+  full_ = torch::empty({padded_numel_}, torch::TensorOptions().dtype(setup_.param_dtype).device(setup_.compute_device));
+  compat::free_storage(full_);
+  finish_shard_setup();
+  state_ = State::kSharded;
+  point_params_at_empty();
+  if (setup_.persistent) {
+    start_gather();
+    finish_gather();
+  }
+}
+
+torch::TensorOptions FlatParamUnit::shard_options() const {
+  return torch::TensorOptions().dtype(slots_.front().param.scalar_type()).device(setup_.shard_device);
+}
+
+// What every way of making the shard ends with: its own leaf (pinned under
+// offload) and the placeholders parameters point at while sharded.
+void FlatParamUnit::finish_shard_setup() {
   if (pinned_offload_) shard_ = shard_.pin_memory();
   shard_.requires_grad_(true);
   empty_ = torch::empty({0}, full_.options());
   nan_ = torch::full({1}, std::numeric_limits<double>::quiet_NaN(), full_.options());
   gathered_version_ = static_cast<int64_t>(shard_._version());
-  if (prebuilt && !aliases_shard_) {
-    state_ = State::kSharded;
-    compat::free_storage(full_);
-    point_params_at_empty();
-    if (setup_.persistent) {
-      start_gather();
-      finish_gather();
-    }
-    return;
-  }
-  point_params_at_full();
 }
 
 FlatParamUnit::~FlatParamUnit() {
@@ -267,7 +285,7 @@ void FlatParamUnit::finish_reduce() {
   torch::Tensor result = reduce_out_;
   reduce_in_ = torch::Tensor();
   reduce_out_ = torch::Tensor();
-  adopt_orig_grads();
+  collect_orig_grads();
   accumulate_shard_grad(std::move(result));
   point_orig_grads();
 }
@@ -313,17 +331,22 @@ void FlatParamUnit::expose_orig_params() {
   }
 }
 
-// Before a reduction adds into the shard's gradient: what the optimizer side
-// did to the views' gradients since the last one becomes the shard's.
-void FlatParamUnit::adopt_orig_grads() {
-  if (orig_params_.empty() || !shard_.grad().defined()) return;
-  wait_for_host_copies();
-  torch::NoGradGuard no_grad;
-  torch::Tensor& grad = shard_.mutable_grad();
+void FlatParamUnit::collect_orig_grads() {
+  if (orig_params_.empty()) return;
   bool any_kept = false;
   for (size_t s = 0; s < orig_params_.size(); ++s) {
+    any_kept = any_kept || (local_range(s).second > 0 && orig_params_[s].grad().defined());
+  }
+  torch::Tensor& grad = shard_.mutable_grad();
+  if (!any_kept) {
+    grad.reset();  // zero_grad dropped them all (or there were none)
+    return;
+  }
+  wait_for_host_copies();
+  torch::NoGradGuard no_grad;
+  if (!grad.defined()) grad = torch::zeros(shard_.sizes(), shard_.options().requires_grad(false));
+  for (size_t s = 0; s < orig_params_.size(); ++s) {
     const torch::Tensor& view_grad = orig_params_[s].grad();
-    any_kept = any_kept || view_grad.defined();
     const auto [begin, length] = local_range(s);
     if (length == 0) continue;
     torch::Tensor part = grad.narrow(0, begin, length);
@@ -333,7 +356,6 @@ void FlatParamUnit::adopt_orig_grads() {
       part.copy_(view_grad.reshape(-1));
     }
   }
-  if (!any_kept) grad.reset();
 }
 
 void FlatParamUnit::point_orig_grads() {

@@ -185,6 +185,12 @@ class FlatParamUnit {
   void expose_orig_params();
   // One per slot, in slot order; empty until expose_orig_params().
   const std::vector<torch::Tensor>& orig_params() const { return orig_params_; }
+  // Makes what the optimizer side did to the views' gradients the shard's:
+  // none kept (zero_grad) frees the shard's gradient; a view's dropped or
+  // replaced gradient clears or fills its part. Called before each reduction
+  // adds into the shard's gradient, and by FSDP before each forward (so a
+  // gradient zero_grad dropped does not outlive the step).
+  void collect_orig_grads();
   // Where slot `slot` lies in this rank's shard: {begin, length} (length 0: not here).
   std::pair<int64_t, int64_t> local_range(size_t slot) const;
 
@@ -194,8 +200,11 @@ class FlatParamUnit {
  private:
   void point_params_at_full();
   void point_params_at_empty();
+  void shard_from_slots();
+  void adopt_prebuilt_shard(const torch::Tensor& prebuilt);
+  torch::TensorOptions shard_options() const;
+  void finish_shard_setup();
   void accumulate_shard_grad(torch::Tensor result);
-  void adopt_orig_grads();
   void point_orig_grads();
 
   int index_;

@@ -83,6 +83,8 @@ int FullyShardedDataParallel::hybrid_shard_group_size(const FSDPOptions& options
 
 fsdp::ShardPlan FullyShardedDataParallel::shard_plan(const FSDPOptions& options, std::shared_ptr<ProcessGroup> group,
                                                      torch::Device compute_device) {
+  if (!group) group = world();
+  LOCKSTEP_CHECK(group != nullptr, "FSDP shard_plan needs an initialised process group");
   fsdp::ShardPlan plan;
   switch (options.sharding_strategy()) {
     case ShardingStrategy::kFullShard:
@@ -211,6 +213,10 @@ void FullyShardedDataParallel::verify_same_model_on_every_rank() {
   for (const auto& item : module_->named_buffers(true)) {
     mine.push_back({"buffer " + item.key(), c10::toString(item.value().scalar_type()), item.value().sizes().vec(),
                     false});
+  }
+  // Whether a unit was sharded while building decides which collectives build it.
+  for (const auto& item : module_->named_modules("", /*include_self=*/false)) {
+    if (fsdp::has_prebuilt_shard(item.value().get())) mine.push_back({"unit sharded while building " + item.key()});
   }
   const auto all = all_gather_object(mine, group_);
   for (int r = 1; r < group_->size(); ++r) {

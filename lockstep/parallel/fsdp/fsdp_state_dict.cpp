@@ -255,7 +255,8 @@ State FullyShardedDataParallel::full_flat_optimizer_state(const State& sharded, 
     }
   }
   full.values["params"] = params;
-  full.values["param_names"] = position_names(nullptr);
+  if (!keep) return State();
+  full.values["param_names"] = flat_position_names();
   return full;
 }
 
@@ -327,15 +328,17 @@ std::map<std::string, FullyShardedDataParallel::SlotRef> FullyShardedDataParalle
   return positions;
 }
 
-json FullyShardedDataParallel::position_names(const std::map<std::string, SlotRef>* positions) const {
+json FullyShardedDataParallel::flat_position_names() const {
   json names = json::object();
-  if (positions != nullptr) {
-    for (const auto& [position, ref] : *positions) names[position] = ref.unit->slots()[ref.slot].name;
-    return names;
-  }
   for (const auto& unit : units_) {
     for (const auto& slot : unit->slots()) names["0." + std::to_string(slot.model_index)] = slot.name;
   }
+  return names;
+}
+
+json FullyShardedDataParallel::orig_position_names(const std::map<std::string, SlotRef>& positions) {
+  json names = json::object();
+  for (const auto& [position, ref] : positions) names[position] = ref.unit->slots()[ref.slot].name;
   return names;
 }
 
@@ -345,20 +348,27 @@ State FullyShardedDataParallel::full_orig_optimizer_state(const torch::optim::Op
   const bool keep = !rank0_only || group_->rank() == 0;
   // Every rank gathers the same buffers in the same order: the union of the
   // buffer names each rank holds per position (all hold the same in practice).
+  // (position -> [buffer, dtype]), so that every rank gathers each buffer in the same dtype.
   json mine = json::object();
   for (const auto& entry : local.tensors) {
     std::string position, buffer;
-    if (split_state_key(entry.first, &position, &buffer)) mine[position].push_back(buffer);
+    if (split_state_key(entry.first, &position, &buffer)) {
+      mine[position].push_back({buffer, static_cast<int>(entry.second.scalar_type())});
+    }
   }
   std::map<std::string, std::set<std::string>> buffers;
+  std::map<std::string, torch::ScalarType> dtypes;  // by buffer name
   for (const json& theirs : all_gather_object(mine, group_)) {
     for (const auto& item : theirs.items()) {
-      for (const auto& buffer : item.value()) buffers[item.key()].insert(buffer.get<std::string>());
+      for (const auto& entry : item.value()) {
+        buffers[item.key()].insert(entry[0].get<std::string>());
+        dtypes.emplace(entry[0].get<std::string>(), static_cast<torch::ScalarType>(entry[1].get<int>()));
+      }
     }
   }
   State full;
   full.values = local.values;
-  full.values["param_names"] = position_names(&positions);
+  full.values["param_names"] = orig_position_names(positions);
   torch::NoGradGuard no_grad;
   for (const auto& unit : units_) {
     // This unit's buffers, each as a shard laid out like the flat parameter.
@@ -369,8 +379,7 @@ State FullyShardedDataParallel::full_orig_optimizer_state(const torch::optim::Op
         auto found = local.tensors.find(position + "." + buffer);
         auto& piece = pieces[buffer];
         if (!piece.defined()) {
-          const auto dtype = found != local.tensors.end() ? found->second.scalar_type() : unit->shard().scalar_type();
-          piece = torch::zeros({unit->shard_numel()}, unit->shard().options().dtype(dtype).requires_grad(false));
+          piece = torch::zeros({unit->shard_numel()}, unit->shard().options().dtype(dtypes.at(buffer)).requires_grad(false));
         }
         const auto [begin, length] = unit->local_range(ref.slot);
         if (found != local.tensors.end() && length > 0) piece.narrow(0, begin, length).copy_(found->second.reshape(-1));
@@ -428,10 +437,8 @@ State FullyShardedDataParallel::shard_optimizer_state(const torch::optim::Optimi
                                                       const State& full) const {
   // A checkpoint that names its positions must name the same parameters here.
   if (full.values.contains("param_names")) {
-    const json mine = options_.use_orig_params() ? [&] {
-      const auto positions = orig_positions(optimizer);
-      return position_names(&positions);
-    }() : position_names(nullptr);
+    const json mine =
+        options_.use_orig_params() ? orig_position_names(orig_positions(optimizer)) : flat_position_names();
     for (const auto& item : full.values.at("param_names").items()) {
       if (!mine.contains(item.key())) continue;
       LOCKSTEP_CHECK(mine.at(item.key()) == item.value(), "FSDP: the optimizer state's parameter at position ",

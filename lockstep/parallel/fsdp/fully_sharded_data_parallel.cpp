@@ -149,6 +149,8 @@ void FullyShardedDataParallel::begin_forward(bool sync) {
   step_check_->verify();
   sync_ = sync;
   refresh_persistent_units();
+  // use_orig_params: a gradient zero_grad dropped from every view is freed now, not at the next reduction.
+  for (auto& unit : units_) unit->collect_orig_grads();
 }
 
 void FullyShardedDataParallel::begin_backward(const torch::Tensor& loss, bool sync, int64_t iteration) {

@@ -190,8 +190,9 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
   };
   // The slot each position "<group>.<index>" of `optimizer` steps (use_orig_params).
   std::map<std::string, SlotRef> orig_positions(const torch::optim::Optimizer& optimizer) const;
-  // position -> name, for every trainable parameter in the model's order ("0.<i>") or by `positions`.
-  nlohmann::json position_names(const std::map<std::string, SlotRef>* positions) const;
+  // position -> parameter name: of the unwrapped model's one group ("0.<i>", model order), or of `positions`.
+  nlohmann::json flat_position_names() const;
+  static nlohmann::json orig_position_names(const std::map<std::string, SlotRef>& positions);
   void intercept_sequential_entries();
   void restore_sequential_entries();
   void verify_same_model_on_every_rank();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <iterator>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -19,9 +20,26 @@ std::mutex& prebuilt_mutex() {
   return mutex;
 }
 
-std::unordered_map<const torch::nn::Module*, PrebuiltShard>& prebuilt() {
-  static std::unordered_map<const torch::nn::Module*, PrebuiltShard> shards;
+// A shard waits here for FSDP. The weak reference tells a module that is
+// gone (never wrapped) from a new one at the same address.
+struct Waiting {
+  std::weak_ptr<torch::nn::Module> module;
+  PrebuiltShard shard;
+};
+
+std::unordered_map<const torch::nn::Module*, Waiting>& prebuilt() {
+  static std::unordered_map<const torch::nn::Module*, Waiting> shards;
   return shards;
+}
+
+// The entry for `module` if it is still that module's; callers hold the mutex.
+std::unordered_map<const torch::nn::Module*, Waiting>::iterator find_waiting(const torch::nn::Module* module) {
+  auto found = prebuilt().find(module);
+  if (found != prebuilt().end() && found->second.module.lock().get() != module) {
+    prebuilt().erase(found);
+    return prebuilt().end();
+  }
+  return found;
 }
 
 }  // namespace
@@ -38,8 +56,9 @@ ShardWhileBuilding::~ShardWhileBuilding() {
   active_plan = nullptr;
 }
 
-void detail::shard_now(torch::nn::Module& unit) {
+void detail::shard_now(const std::shared_ptr<torch::nn::Module>& module) {
   if (active_plan == nullptr) return;
+  torch::nn::Module& unit = *module;
   const ShardPlan& plan = *active_plan;
   torch::NoGradGuard no_grad;
   PrebuiltShard result;
@@ -81,19 +100,22 @@ void detail::shard_now(torch::nn::Module& unit) {
     offset += count;
   }
   std::lock_guard<std::mutex> lock(prebuilt_mutex());
-  prebuilt()[&unit] = std::move(result);
+  for (auto it = prebuilt().begin(); it != prebuilt().end();) {  // shards of modules that are gone
+    it = it->second.module.expired() ? prebuilt().erase(it) : std::next(it);
+  }
+  prebuilt()[module.get()] = Waiting{module, std::move(result)};
 }
 
 bool has_prebuilt_shard(const torch::nn::Module* module) {
   std::lock_guard<std::mutex> lock(prebuilt_mutex());
-  return prebuilt().count(module) > 0;
+  return find_waiting(module) != prebuilt().end();
 }
 
 std::optional<PrebuiltShard> take_prebuilt_shard(const torch::nn::Module* module) {
   std::lock_guard<std::mutex> lock(prebuilt_mutex());
-  auto found = prebuilt().find(module);
+  auto found = find_waiting(module);
   if (found == prebuilt().end()) return std::nullopt;
-  PrebuiltShard shard = std::move(found->second);
+  PrebuiltShard shard = std::move(found->second.shard);
   prebuilt().erase(found);
   return shard;
 }

@@ -76,21 +76,22 @@ struct PrebuiltShard {
 };
 
 namespace detail {
-void shard_now(torch::nn::Module& unit);
+void shard_now(const std::shared_ptr<torch::nn::Module>& unit);
 }  // namespace detail
 
 // Shards `unit` if a ShardWhileBuilding scope is open; returns it either way.
 template <typename ModuleHolder>
 ModuleHolder shard_when_built(ModuleHolder unit) {
-  detail::shard_now(*unit.ptr());
+  detail::shard_now(unit.ptr());
   return unit;
 }
 inline std::shared_ptr<torch::nn::Module> shard_when_built(std::shared_ptr<torch::nn::Module> unit) {
-  detail::shard_now(*unit);
+  detail::shard_now(unit);
   return unit;
 }
 
-// Whether `module` was sharded while building and not yet taken.
+// Whether `module` was sharded while building and not yet taken (a shard
+// whose module is gone is forgotten).
 bool has_prebuilt_shard(const torch::nn::Module* module);
 // Hands the shard over to FSDP (and forgets it).
 std::optional<PrebuiltShard> take_prebuilt_shard(const torch::nn::Module* module);
