@@ -54,6 +54,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include "bench/bench_util.h"
 #include "examples/gpt/gpt_model.h"
@@ -262,6 +263,29 @@ int build_worker(const std::string& mode, int64_t n_layer, int64_t n_embd) {
   return 0;
 }
 
+// The fields after `tag` (and the mode and rank) of each rank's result line,
+// e.g. "RESULT FULL_SHARD 1 ..." -> the stream after "1"; exits naming `what`
+// and showing the output when no rank printed one.
+std::vector<std::istringstream> rank_lines(const testing::CommandResult& output, const std::string& tag,
+                                           const std::string& what) {
+  std::vector<std::istringstream> found;
+  std::istringstream lines(output.output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const auto at = line.find(tag + " ");
+    if (at == std::string::npos) continue;
+    std::istringstream fields(line.substr(at + tag.size() + 1));
+    std::string mode;
+    int rank = 0;
+    if (fields >> mode >> rank) found.push_back(std::move(fields));
+  }
+  if (found.empty()) {
+    std::fprintf(stderr, "%s produced no result (exit %d):\n%s\n", what.c_str(), output.exit_code, output.output.c_str());
+    std::exit(1);
+  }
+  return found;
+}
+
 struct BuildResult {
   int64_t rise = 0, model = 0, unit = 0, root = 0;
 };
@@ -269,23 +293,10 @@ struct BuildResult {
 // The largest rise over the ranks.
 BuildResult parse_build(const testing::CommandResult& output, const std::string& what) {
   BuildResult result;
-  int ranks = 0;
-  std::istringstream lines(output.output);
-  std::string line;
-  while (std::getline(lines, line)) {
-    const auto at = line.find("BUILD ");
-    if (at == std::string::npos) continue;
-    std::istringstream fields(line.substr(at + 6));
-    std::string mode;
-    int rank = 0;
-    long long rise, model, unit, root;
-    if (!(fields >> mode >> rank >> rise >> model >> unit >> root)) continue;
+  for (auto& fields : rank_lines(output, "BUILD", what)) {
+    long long rise = 0, model = 0, unit = 0, root = 0;
+    fields >> rise >> model >> unit >> root;
     result = BuildResult{std::max<int64_t>(result.rise, rise), model, unit, root};
-    ranks += 1;
-  }
-  if (ranks == 0) {
-    std::fprintf(stderr, "%s produced no result (exit %d):\n%s\n", what.c_str(), output.exit_code, output.output.c_str());
-    std::exit(1);
   }
   return result;
 }
@@ -293,26 +304,15 @@ BuildResult parse_build(const testing::CommandResult& output, const std::string&
 struct Result {
   int64_t params = 0, grads = 0, optimizer = 0, total = 0, hwm = 0, unit1 = 0, unit2 = 0, numel = 0, activation = 0;
   double step = 0;
-  int ranks = 0;
 };
 
 // The largest value of each column over the ranks.
 Result parse(const testing::CommandResult& output, const std::string& what) {
   Result result;
-  std::istringstream lines(output.output);
-  std::string line;
-  while (std::getline(lines, line)) {
-    const auto at = line.find("RESULT ");
-    if (at == std::string::npos) continue;
-    std::istringstream fields(line.substr(at + 7));
-    std::string mode;
-    int rank = 0;
-    long long params, grads, optimizer, total, hwm, unit1, unit2, numel, activation;
+  for (auto& fields : rank_lines(output, "RESULT", what)) {
+    long long params = 0, grads = 0, optimizer = 0, total = 0, hwm = 0, unit1 = 0, unit2 = 0, numel = 0, activation = 0;
     double step = 0;
-    if (!(fields >> mode >> rank >> params >> grads >> optimizer >> total >> hwm >> step >> unit1 >> unit2 >> numel >>
-          activation)) {
-      continue;
-    }
+    fields >> params >> grads >> optimizer >> total >> hwm >> step >> unit1 >> unit2 >> numel >> activation;
     result.activation = std::max<int64_t>(result.activation, activation);
     result.params = std::max<int64_t>(result.params, params);
     result.grads = std::max<int64_t>(result.grads, grads);
@@ -323,11 +323,6 @@ Result parse(const testing::CommandResult& output, const std::string& what) {
     result.unit1 = unit1;
     result.unit2 = unit2;
     result.numel = numel;
-    result.ranks += 1;
-  }
-  if (result.ranks == 0) {
-    std::fprintf(stderr, "%s produced no result (exit %d):\n%s\n", what.c_str(), output.exit_code, output.output.c_str());
-    std::exit(1);
   }
   return result;
 }

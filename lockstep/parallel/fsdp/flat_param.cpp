@@ -25,6 +25,14 @@ void wait_for_unit(Work& work, const std::string& path, const char* what) {
 
 }  // namespace
 
+ShardOverlap shard_overlap(int64_t offset, int64_t numel, int shard_rank, int64_t shard_numel) {
+  const int64_t first = shard_rank * shard_numel;
+  const int64_t begin = std::max(offset, first);
+  const int64_t end = std::min(offset + numel, first + shard_numel);
+  if (begin >= end) return ShardOverlap{};
+  return ShardOverlap{begin - first, begin - offset, end - begin};
+}
+
 std::pair<double, double> gradient_divide_factors(int world_size) {
   int factor = 1;
   while (world_size % factor == 0 && world_size / factor > factor) factor *= 2;
@@ -312,20 +320,16 @@ void FlatParamUnit::accumulate_shard_grad(torch::Tensor result) {
   }
 }
 
-std::pair<int64_t, int64_t> FlatParamUnit::local_range(size_t slot) const {
-  const FlatSlot& s = slots_.at(slot);
-  const int64_t first = shard_rank_ * shard_numel_;
-  const int64_t begin = std::max(s.offset, first);
-  const int64_t end = std::min(s.offset + s.numel, first + shard_numel_);
-  return begin < end ? std::make_pair(begin - first, end - begin) : std::make_pair(int64_t{0}, int64_t{0});
+ShardOverlap FlatParamUnit::shard_part(size_t slot) const {
+  return shard_overlap(slots_.at(slot).offset, slots_.at(slot).numel, shard_rank_, shard_numel_);
 }
 
 void FlatParamUnit::expose_orig_params() {
   if (!orig_params_.empty()) return;
   torch::Tensor memory = shard_.detach();
   for (size_t s = 0; s < slots_.size(); ++s) {
-    const auto [begin, length] = local_range(s);
-    torch::Tensor view = memory.narrow(0, begin, length);
+    const ShardOverlap part = shard_part(s);
+    torch::Tensor view = memory.narrow(0, part.in_shard, part.length);
     view.requires_grad_(true);
     orig_params_.push_back(std::move(view));
   }
@@ -335,7 +339,7 @@ void FlatParamUnit::collect_orig_grads() {
   if (orig_params_.empty()) return;
   bool any_kept = false;
   for (size_t s = 0; s < orig_params_.size(); ++s) {
-    any_kept = any_kept || (local_range(s).second > 0 && orig_params_[s].grad().defined());
+    any_kept = any_kept || (shard_part(s).length > 0 && orig_params_[s].grad().defined());
   }
   torch::Tensor& grad = shard_.mutable_grad();
   if (!any_kept) {
@@ -347,13 +351,13 @@ void FlatParamUnit::collect_orig_grads() {
   if (!grad.defined()) grad = torch::zeros(shard_.sizes(), shard_.options().requires_grad(false));
   for (size_t s = 0; s < orig_params_.size(); ++s) {
     const torch::Tensor& view_grad = orig_params_[s].grad();
-    const auto [begin, length] = local_range(s);
-    if (length == 0) continue;
-    torch::Tensor part = grad.narrow(0, begin, length);
+    const ShardOverlap part = shard_part(s);
+    if (part.length == 0) continue;
+    torch::Tensor target = grad.narrow(0, part.in_shard, part.length);
     if (!view_grad.defined()) {
-      part.zero_();
-    } else if (view_grad.data_ptr() != part.data_ptr()) {
-      part.copy_(view_grad.reshape(-1));
+      target.zero_();
+    } else if (view_grad.data_ptr() != target.data_ptr()) {
+      target.copy_(view_grad.reshape(-1));
     }
   }
 }
@@ -362,8 +366,8 @@ void FlatParamUnit::point_orig_grads() {
   if (orig_params_.empty()) return;
   const torch::Tensor& grad = shard_.grad();
   for (size_t s = 0; s < orig_params_.size(); ++s) {
-    const auto [begin, length] = local_range(s);
-    orig_params_[s].mutable_grad() = grad.narrow(0, begin, length);
+    const ShardOverlap part = shard_part(s);
+    orig_params_[s].mutable_grad() = grad.narrow(0, part.in_shard, part.length);
   }
 }
 
@@ -394,12 +398,10 @@ void FlatParamUnit::load_flat(const torch::Tensor& flat) {
 }
 
 void FlatParamUnit::load_slice(int64_t offset, const torch::Tensor& values) {
-  const int64_t begin = std::max(offset, shard_rank_ * shard_numel_);
-  const int64_t end = std::min(offset + values.numel(), (shard_rank_ + 1) * shard_numel_);
-  if (begin >= end) return;
+  const ShardOverlap part = shard_overlap(offset, values.numel(), shard_rank_, shard_numel_);
+  if (part.length == 0) return;
   torch::NoGradGuard no_grad;
-  shard_.narrow(0, begin - shard_rank_ * shard_numel_, end - begin)
-      .copy_(values.reshape(-1).narrow(0, begin - offset, end - begin));
+  shard_.narrow(0, part.in_shard, part.length).copy_(values.reshape(-1).narrow(0, part.in_range, part.length));
   shard_updated_ = true;
 }
 

@@ -75,6 +75,16 @@ struct UnitSetup {
   std::shared_ptr<ProcessGroup> sync_group;
 };
 
+// The part of a flat layout's [offset, offset + numel) that shard
+// `shard_rank` holds (shards of shard_numel elements, back to back): where it
+// starts in the shard and in the range, and its length (0: none of it).
+struct ShardOverlap {
+  int64_t in_shard = 0;
+  int64_t in_range = 0;
+  int64_t length = 0;
+};
+ShardOverlap shard_overlap(int64_t offset, int64_t numel, int shard_rank, int64_t shard_numel);
+
 // PyTorch's split of the world size N into (pre, post) divisors, as
 // DefaultState._get_gradient_predivide_factor computes it: pre doubles from 1
 // while it divides N and N / pre > pre (N=2: 2, 1; N=4: 2, 2; N=8: 4, 2;
@@ -191,8 +201,8 @@ class FlatParamUnit {
   // adds into the shard's gradient, and by FSDP before each forward (so a
   // gradient zero_grad dropped does not outlive the step).
   void collect_orig_grads();
-  // Where slot `slot` lies in this rank's shard: {begin, length} (length 0: not here).
-  std::pair<int64_t, int64_t> local_range(size_t slot) const;
+  // The part of slot `slot` this rank's shard holds.
+  ShardOverlap shard_part(size_t slot) const;
 
   // Autograd hooks, one per slot, kept here so they live as long as the unit.
   std::vector<std::unique_ptr<compat::PostAccumulateHook>>& hooks() { return hooks_; }

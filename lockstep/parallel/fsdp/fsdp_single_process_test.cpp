@@ -35,6 +35,19 @@ std::shared_ptr<OptimWrapper> adam_over(std::vector<torch::Tensor> params, Optim
       std::make_shared<torch::optim::Adam>(std::move(params), torch::optim::AdamOptions(1e-2)), options);
 }
 
+// Which part of a parameter's range a shard holds: shards of 4 elements, a
+// parameter at [3, 10) of the layout.
+TEST(ShardOverlap, EachShardHoldsItsPartOfARange) {
+  auto part = [](int rank) {
+    const fsdp::ShardOverlap o = fsdp::shard_overlap(/*offset=*/3, /*numel=*/7, rank, /*shard_numel=*/4);
+    return std::vector<int64_t>{o.in_shard, o.in_range, o.length};
+  };
+  EXPECT_EQ(part(0), (std::vector<int64_t>{3, 0, 1}));  // element 3
+  EXPECT_EQ(part(1), (std::vector<int64_t>{0, 1, 4}));  // elements 4..7
+  EXPECT_EQ(part(2), (std::vector<int64_t>{0, 5, 2}));  // elements 8, 9
+  EXPECT_EQ(part(3), (std::vector<int64_t>{0, 0, 0}));  // none
+}
+
 TEST(FsdpSingleProcess, StorageIsFreedAndReallocatedInPlace) {
   torch::Tensor full = torch::arange(8, torch::kFloat);
   torch::Tensor view = full.narrow(0, 2, 3);

@@ -346,9 +346,9 @@ State FullyShardedDataParallel::full_orig_optimizer_state(const torch::optim::Op
                                                           const State& local, bool rank0_only) {
   const auto positions = orig_positions(optimizer);
   const bool keep = !rank0_only || group_->rank() == 0;
-  // Every rank gathers the same buffers in the same order: the union of the
-  // buffer names each rank holds per position (all hold the same in practice).
-  // (position -> [buffer, dtype]), so that every rank gathers each buffer in the same dtype.
+  // Every rank gathers the same buffers, in the same order and dtype: the
+  // union of what each rank holds per position (position -> [[buffer, dtype]];
+  // all ranks hold the same in practice).
   json mine = json::object();
   for (const auto& entry : local.tensors) {
     std::string position, buffer;
@@ -381,8 +381,10 @@ State FullyShardedDataParallel::full_orig_optimizer_state(const torch::optim::Op
         if (!piece.defined()) {
           piece = torch::zeros({unit->shard_numel()}, unit->shard().options().dtype(dtypes.at(buffer)).requires_grad(false));
         }
-        const auto [begin, length] = unit->local_range(ref.slot);
-        if (found != local.tensors.end() && length > 0) piece.narrow(0, begin, length).copy_(found->second.reshape(-1));
+        const fsdp::ShardOverlap part = unit->shard_part(ref.slot);
+        if (found != local.tensors.end() && part.length > 0) {
+          piece.narrow(0, part.in_shard, part.length).copy_(found->second.reshape(-1));
+        }
       }
     }
     for (const auto& [buffer, piece] : pieces) {
@@ -420,9 +422,8 @@ State FullyShardedDataParallel::shard_orig_optimizer_state(const torch::optim::O
     const fsdp::FlatSlot& slot = unit.slots()[found->second.slot];
     LOCKSTEP_CHECK(value.numel() == slot.numel, "FSDP: optimizer state '", key, "' of ", slot.name, " has shape ",
                    shape_text(value.sizes()), ", the parameter has ", shape_text(slot.shape));
-    const auto [begin, length] = unit.local_range(found->second.slot);
-    const int64_t within = length > 0 ? begin + unit.shard_rank() * unit.shard_numel() - slot.offset : 0;
-    local.tensors[key] = value.reshape(-1).narrow(0, within, length).clone();
+    const fsdp::ShardOverlap part = unit.shard_part(found->second.slot);
+    local.tensors[key] = value.reshape(-1).narrow(0, part.in_range, part.length).clone();
   }
   return local;
 }

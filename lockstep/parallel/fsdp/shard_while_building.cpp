@@ -1,6 +1,5 @@
 #include "lockstep/parallel/fsdp/shard_while_building.h"
 
-#include <algorithm>
 #include <limits>
 #include <iterator>
 #include <mutex>
@@ -9,11 +8,12 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/dist/process_group.h"
+#include "lockstep/parallel/fsdp/flat_param.h"
 
 namespace lockstep::fsdp {
 namespace {
 
-thread_local const ShardPlan* active_plan = nullptr;
+thread_local std::optional<ShardPlan> active_plan;
 
 std::mutex& prebuilt_mutex() {
   static std::mutex mutex;
@@ -45,19 +45,16 @@ std::unordered_map<const torch::nn::Module*, Waiting>::iterator find_waiting(con
 }  // namespace
 
 ShardWhileBuilding::ShardWhileBuilding(ShardPlan plan) {
-  LOCKSTEP_CHECK(active_plan == nullptr, "ShardWhileBuilding: a scope is already open on this thread");
+  LOCKSTEP_CHECK(!active_plan, "ShardWhileBuilding: a scope is already open on this thread");
   LOCKSTEP_CHECK(plan.shard_world >= 1 && plan.shard_rank >= 0 && plan.shard_rank < plan.shard_world,
                  "ShardWhileBuilding: shard rank ", plan.shard_rank, " of ", plan.shard_world);
-  active_plan = new ShardPlan(std::move(plan));
+  active_plan = std::move(plan);
 }
 
-ShardWhileBuilding::~ShardWhileBuilding() {
-  delete active_plan;
-  active_plan = nullptr;
-}
+ShardWhileBuilding::~ShardWhileBuilding() { active_plan.reset(); }
 
 void detail::shard_now(const std::shared_ptr<torch::nn::Module>& module) {
-  if (active_plan == nullptr) return;
+  if (!active_plan) return;
   torch::nn::Module& unit = *module;
   const ShardPlan& plan = *active_plan;
   torch::NoGradGuard no_grad;
@@ -84,7 +81,6 @@ void detail::shard_now(const std::shared_ptr<torch::nn::Module>& module) {
   // the part that falls in this rank's shard copied out, then released. The
   // flat parameter is never assembled: the unit exists once, as its
   // constructor made it, and shrinks to the shard.
-  const int64_t first = plan.shard_rank * shard_numel;
   result.shard = torch::zeros({shard_numel}, params.front().options().device(plan.shard_device).requires_grad(false));
   int64_t offset = 0;
   for (auto& param : params) {
@@ -92,9 +88,10 @@ void detail::shard_now(const std::shared_ptr<torch::nn::Module>& module) {
     // In place where the parameter already is on the compute device: it is released next.
     torch::Tensor values = param.detach().reshape(-1).to(plan.compute_device).contiguous();
     if (plan.sync_group && plan.sync_group->size() > 1) plan.sync_group->broadcast(values, 0);
-    const int64_t begin = std::max(offset, first);
-    const int64_t end = std::min(offset + count, first + shard_numel);
-    if (begin < end) result.shard.narrow(0, begin - first, end - begin).copy_(values.narrow(0, begin - offset, end - begin));
+    const ShardOverlap part = shard_overlap(offset, count, plan.shard_rank, shard_numel);
+    if (part.length > 0) {
+      result.shard.narrow(0, part.in_shard, part.length).copy_(values.narrow(0, part.in_range, part.length));
+    }
     values = torch::Tensor();
     param.set_data(torch::full({1}, std::numeric_limits<double>::quiet_NaN(), param.options()).expand(param.sizes()));
     offset += count;
