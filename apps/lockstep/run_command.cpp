@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "lockstep/core/error.h"
+#include "lockstep/launch/rendezvous_args.h"
 
 namespace lockstep {
 
@@ -24,8 +25,8 @@ CLI::App* add_run_command(CLI::App& app) {
                                         "(lockstep run --nproc-per-node N [options] -- CMD ARGS...)");
   run->add_option_function<int>("--nproc-per-node,--nproc_per_node", [options](int n) { options->nproc_per_node(n); },
                                 "Workers on this machine")->default_str("1");
-  run->add_option_function<int>("--nnodes", [options](int n) { options->nnodes(n); }, "Machines in the job")
-      ->default_str("1");
+  run->add_option_function<std::string>("--nnodes", [options](const std::string& n) { apply_nnodes(n, *options); },
+                                        "Machines in the job: N, or MIN:MAX for an elastic job")->default_str("1");
   run->add_option_function<int>("--node-rank,--node_rank", [options](int n) { options->node_rank(n); },
                                 "This machine's index")->default_str("0");
   run->add_option_function<std::string>("--master-addr,--master_addr",
@@ -42,7 +43,26 @@ CLI::App* add_run_command(CLI::App& app) {
   run->add_option_function<double>("--monitor-interval,--monitor_interval",
                                    [options](double s) { options->monitor_interval(s); },
                                    "Seconds between worker state checks")->default_str("0.1");
-  run->add_option_function<std::string>("--run-id,--run_id", [options](const std::string& id) { options->run_id(id); },
+  run->add_option_function<double>("--last-call-timeout,--last_call_timeout",
+                                   [options](double s) { options->last_call_timeout(s); },
+                                   "Elastic jobs: seconds a rendezvous round waits for more nodes once MIN "
+                                   "have joined")->default_str("30");
+  run->add_option_function<std::string>("--rdzv-endpoint,--rdzv_endpoint",
+                                        [options](const std::string& e) { apply_rdzv_endpoint(e, *options); },
+                                        "torchrun's HOST[:PORT] of the rendezvous (same as --master-addr/--master-port)");
+  run->add_option_function<std::string>("--rdzv-conf,--rdzv_conf",
+                                        [options](const std::string& c) { apply_rdzv_conf(c, *options); },
+                                        "torchrun's rendezvous settings: last_call_timeout=S,join_timeout=S");
+  run->add_option_function<std::string>("--rdzv-backend,--rdzv_backend",
+                                        [](const std::string& backend) {
+                                          if (backend != "c10d" && backend != "static") {
+                                            throw CLI::ValidationError("--rdzv-backend",
+                                                                       "lockstep run's rendezvous is c10d's (got '" +
+                                                                           backend + "')");
+                                          }
+                                        },
+                                        "torchrun's rendezvous backend: c10d (the launcher's store) or static");
+  run->add_option_function<std::string>("--run-id,--run_id,--rdzv-id,--rdzv_id", [options](const std::string& id) { options->run_id(id); },
                                         "TORCHELASTIC_RUN_ID for the workers (default: random)");
   run->add_option_function<std::string>(
       "--job-token,--job_token", [options](const std::string& token) { options->job_token(token); },

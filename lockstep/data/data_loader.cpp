@@ -1,6 +1,8 @@
 #include "lockstep/data/data_loader.h"
 
+#include <fstream>
 #include <map>
+#include <mutex>
 
 #include "lockstep/compat/cuda.h"
 #include "lockstep/core/logging.h"
@@ -14,11 +16,16 @@ namespace {
 // of the whole dataset, far too much to repeat per batch. Keeps the two most
 // recent, which is all a stream needs (a batch straddles at most two epochs
 // when batch_size <= num_samples, and walks forward otherwise).
+// An epoch whose rest was re-sharded (DataLoader::load_state) is given as
+// `replaced`: its entries before the rest are placeholders no batch reads.
 class EpochCache {
  public:
-  explicit EpochCache(std::shared_ptr<const Sampler> sampler) : sampler_(std::move(sampler)) {}
+  explicit EpochCache(std::shared_ptr<const Sampler> sampler,
+                      std::optional<std::pair<int64_t, std::vector<int64_t>>> replaced = std::nullopt)
+      : sampler_(std::move(sampler)), replaced_(std::move(replaced)) {}
 
   const std::vector<int64_t>& get(int64_t epoch) {
+    if (replaced_ && replaced_->first == epoch) return replaced_->second;
     auto found = epochs_.find(epoch);
     if (found != epochs_.end()) return found->second;
     std::vector<int64_t> indices = sampler_->epoch_indices(epoch);
@@ -31,10 +38,20 @@ class EpochCache {
 
  private:
   std::shared_ptr<const Sampler> sampler_;
+  std::optional<std::pair<int64_t, std::vector<int64_t>>> replaced_;
   std::map<int64_t, std::vector<int64_t>> epochs_;
 };
 
+
+
 }  // namespace
+
+// The indices of the batches built ahead, by stream position, until next()
+// hands them out and logs them (DataLoaderOptions::index_log only).
+struct DataLoader::PendingIndices {
+  std::mutex mutex;
+  std::map<int64_t, std::vector<int64_t>> by_position;
+};
 
 uint64_t batch_seed(uint64_t seed, int64_t epoch, int64_t batch_in_epoch) {
   return splitmix64(splitmix64(splitmix64(seed) ^ static_cast<uint64_t>(epoch)) ^
@@ -94,7 +111,15 @@ Batch DataLoader::next() {
     LOCKSTEP_CHECK(batches_per_epoch_ > 0, "data loader: no batches to give: the sampler gives this rank ", samples,
                    " samples per epoch",
                    samples > 0 ? str_cat(", fewer than batch_size ", options_.batch_size(), " with drop_last") : "");
-    auto cache = std::make_shared<EpochCache>(sampler_);
+    std::optional<std::pair<int64_t, std::vector<int64_t>>> replaced;
+    if (rest_) {
+      std::vector<int64_t> entries(static_cast<size_t>(rest_->first_batch * options_.batch_size()), -1);
+      entries.insert(entries.end(), rest_->indices.begin(), rest_->indices.end());
+      replaced.emplace(rest_->epoch, std::move(entries));
+    }
+    auto cache = std::make_shared<EpochCache>(sampler_, std::move(replaced));
+    if (!options_.index_log().empty()) pending_ = std::make_shared<PendingIndices>();
+    auto pending = pending_;
     detail::BatchPipeline::TaskSource source;
     const int64_t start = position_, per_epoch = batches_per_epoch_, batch = options_.batch_size();
     const uint64_t seed = options_.seed();
@@ -109,6 +134,10 @@ Batch DataLoader::next() {
         const int64_t begin = task.batch_in_epoch * batch;
         const int64_t end = std::min<int64_t>(begin + batch, static_cast<int64_t>(indices.size()));
         task.indices.assign(indices.begin() + begin, indices.begin() + end);
+        if (pending) {
+          std::lock_guard<std::mutex> lock(pending->mutex);
+          pending->by_position[global] = task.indices;
+        }
         return true;
       };
     } else {
@@ -124,6 +153,10 @@ Batch DataLoader::next() {
           const int64_t entry = global * batch + i;
           task.indices[i] = cache->get(entry / samples)[entry % samples];
         }
+        if (pending) {
+          std::lock_guard<std::mutex> lock(pending->mutex);
+          pending->by_position[global] = task.indices;
+        }
         return true;
       };
     }
@@ -132,11 +165,26 @@ Batch DataLoader::next() {
         options_.prefetch() * std::max(1, options_.num_workers()), options_.pin_memory());
   }
   const int64_t epoch = this->epoch(), batch_in_epoch = this->batch_in_epoch();
-  ++position_;  // also past a batch that fails: the stream goes on after it
+  const int64_t position = position_++;  // also past a batch that fails: the stream goes on after it
   std::optional<Batch> batch = pipeline_->next();
   LOCKSTEP_CHECK(batch.has_value(), "data loader: the stream ended unexpectedly");
+  if (pending_) {
+    std::vector<int64_t> indices;
+    {
+      std::lock_guard<std::mutex> lock(pending_->mutex);
+      indices = std::move(pending_->by_position[position]);
+      pending_->by_position.erase(position);
+    }
+    std::string line = str_cat("epoch ", epoch, " batch ", batch_in_epoch, " done ",
+                               done_after(epoch, batch_in_epoch + 1), ":");
+    for (size_t i = 0; i < indices.size(); ++i) line += str_cat(i == 0 ? " " : ",", indices[i]);
+    log_indices(line);
+  }
   // The rows a batch should have, to count what the dataset skipped.
-  const int64_t samples = sampler_->num_samples(), size = options_.batch_size();
+  const int64_t size = options_.batch_size();
+  const int64_t samples = rest_ && rest_->epoch == epoch
+                              ? rest_->first_batch * size + static_cast<int64_t>(rest_->indices.size())
+                              : sampler_->num_samples();
   const int64_t expected =
       sampler_->infinite() ? size : std::min(size, samples - batch_in_epoch * size);
   if (batch->size() < expected) {
@@ -156,8 +204,25 @@ void DataLoader::seek(int64_t epoch, int64_t batch_in_epoch) {
                  "data loader: cannot seek to batch ", batch_in_epoch, " of epoch ", epoch, "; an epoch has ",
                  batches_per_epoch_, " batches (0..", batches_per_epoch_ - 1, ")");
   pipeline_.reset();
+  pending_.reset();
+  rest_.reset();
   position_ = epoch * batches_per_epoch_ + batch_in_epoch;
   skipped_in_epoch_ = 0;
+}
+
+int64_t DataLoader::done_after(int64_t epoch, int64_t batch_in_epoch) const {
+  const int64_t per_batch = options_.batch_size() * sampler_->world_size();
+  if (rest_ && rest_->epoch == epoch) {
+    return std::min(rest_->done + std::max<int64_t>(0, batch_in_epoch - rest_->first_batch) * per_batch,
+                    sampler_->epoch_length());
+  }
+  return std::min(batch_in_epoch * per_batch, sampler_->epoch_length());
+}
+
+void DataLoader::log_indices(const std::string& line) const {
+  std::ofstream out(options_.index_log(), std::ios::app);
+  out << line << '\n';
+  LOCKSTEP_CHECK(out.good(), "data loader: cannot append to index_log ", options_.index_log());
 }
 
 void DataLoader::for_each_batch(int64_t epoch, const std::function<void(const Batch&)>& visit) const {
@@ -192,6 +257,10 @@ State DataLoader::state() const {
   state.values["epoch"] = epoch();
   state.values["batch_in_epoch"] = batch_in_epoch();
   state.values["batches_per_epoch"] = batches_per_epoch_;
+  state.values["world_size"] = sampler_->world_size();
+  state.values["batch_size"] = options_.batch_size();
+  state.values["done"] = done_after(epoch(), batch_in_epoch());
+  if (rest_ && rest_->epoch == epoch()) state.values["resharded_at"] = rest_->done;
   return state;
 }
 
@@ -201,14 +270,63 @@ void DataLoader::load_state(const State& state) {
     LOCKSTEP_CHECK(values.is_object() && values.contains(key) && values[key].is_number_integer(),
                    "data loader state: missing integer '", key, "' (got ", values.dump(), ")");
   }
-  if (values.contains("batches_per_epoch")) {
+  const int64_t epoch = values["epoch"].get<int64_t>(), batch_in_epoch = values["batch_in_epoch"].get<int64_t>();
+  const int world = sampler_->world_size();
+  const int64_t batch = options_.batch_size();
+  // States written before these keys existed were saved by the same shape.
+  const int saved_world = values.value("world_size", world);
+  const int64_t saved_batch = values.value("batch_size", batch);
+  const bool same_shape = saved_world == world && saved_batch == batch;
+  if (same_shape && values.contains("batches_per_epoch")) {
     const auto saved = values["batches_per_epoch"].get<int64_t>();
     LOCKSTEP_CHECK(saved == batches_per_epoch_, "data loader state: saved with ", saved,
                    " batches per epoch, but this loader has ", batches_per_epoch_,
-                   " (batch_size, dataset, sampler or world size changed), so the saved position would name "
-                   "different data");
+                   " (the dataset or the sampler changed), so the saved position would name different data");
   }
-  seek(values["epoch"].get<int64_t>(), values["batch_in_epoch"].get<int64_t>());
+  const bool resharded_before = values.contains("resharded_at");
+  int64_t rest_from = 0;
+  if (same_shape) {
+    rest_from = resharded_before ? values["resharded_at"].get<int64_t>() : 0;
+  } else {
+    LOCKSTEP_CHECK(values.contains("done"), "data loader state: saved by ", saved_world, " rank(s) with batch_size ",
+                   saved_batch, " without the position in the epoch ('done'), so it cannot resume at ", world,
+                   " rank(s) with batch_size ", batch);
+    rest_from = values["done"].get<int64_t>();
+  }
+  seek(epoch, same_shape ? batch_in_epoch : 0);
+  if (rest_from > 0) {
+    std::optional<std::vector<int64_t>> rest = sampler_->rest_of_epoch(epoch, rest_from);
+    LOCKSTEP_CHECK(rest.has_value(), "data loader state: saved by ", saved_world, " rank(s) with batch_size ",
+                   saved_batch, ", but this loader has ", world, " rank(s) with batch_size ", batch,
+                   ", and its sampler cannot share the rest of an interrupted epoch among other ranks (DefaultSampler "
+                   "can; an InfiniteSampler's batches straddle epochs): resume with ", saved_world,
+                   " rank(s) and batch_size ", saved_batch);
+    const int64_t entries = static_cast<int64_t>(rest->size());
+    const int64_t rest_batches = options_.drop_last() ? entries / batch : (entries + batch - 1) / batch;
+    LOCKSTEP_CHECK(rest_batches <= batches_per_epoch_, "data loader: the rest of epoch ", epoch, " has ",
+                   rest_batches, " batches, more than a whole epoch's ", batches_per_epoch_);
+    const int64_t first = batches_per_epoch_ - rest_batches;
+    if (rest_batches == 0) {
+      seek(epoch + 1, 0);
+    } else {
+      LOCKSTEP_CHECK(!same_shape || batch_in_epoch >= first, "data loader state: batch ", batch_in_epoch,
+                     " of epoch ", epoch, " lies before its re-sharded rest (batches ", first, " on)");
+      seek(epoch, same_shape ? batch_in_epoch : first);
+      rest_ = RestOfEpoch{epoch, first, rest_from, std::move(*rest)};
+    }
+    if (!same_shape) {
+      const int64_t remaining = std::max<int64_t>(0, sampler_->epoch_length() - rest_from);
+      logger().info("data loader: resuming epoch {} after {} of its {} samples, saved by {} rank(s) with batch_size "
+                    "{}, now {} with batch_size {}: the remaining {} samples are re-sharded, {} per rank ({} of them "
+                    "padding), in batches {}..{} of the epoch",
+                    epoch, rest_from, sampler_->epoch_length(), saved_world, saved_batch, world, batch, remaining,
+                    entries, std::max<int64_t>(0, entries * world - remaining), first, batches_per_epoch_ - 1);
+    }
+  }
+  if (!options_.index_log().empty()) {
+    log_indices(str_cat("resume epoch ", this->epoch(), " done ", done_after(this->epoch(), this->batch_in_epoch()),
+                        " of ", sampler_->epoch_length(), ", world ", world));
+  }
 }
 
 std::unique_ptr<DataLoader> build_data_loader(const Config& cfg, const SamplerContext& ctx) {
@@ -226,6 +344,11 @@ std::unique_ptr<DataLoader> build_data_loader(const Config& cfg, const SamplerCo
                  options.prefetch());
   options.drop_last(cfg.get<bool>("drop_last", false));
   options.pin_memory(cfg.get<bool>("pin_memory", false));
+  std::string index_log = cfg.get<std::string>("index_log", "");
+  for (auto at = index_log.find("{rank}"); at != std::string::npos; at = index_log.find("{rank}")) {
+    index_log.replace(at, 6, std::to_string(ctx.rank));
+  }
+  options.index_log(index_log);
   // Mixing in the rank keeps ranks from applying the same random draws to
   // their (different) examples.
   options.seed(batch_seed(ctx.seed, ctx.rank, -1));

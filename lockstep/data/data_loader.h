@@ -37,6 +37,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include <torch/arg.h>
 
@@ -66,6 +69,12 @@ struct DataLoaderOptions {
   // them, so the copy to the GPU (DataPreprocessor: non_blocking) overlaps
   // compute. Ignored, with a warning, where no GPU is visible (as torch's).
   TORCH_ARG(bool, pin_memory) = false;
+  // A file this loader appends one line to per batch next() hands out:
+  // "epoch E batch B done D: i,i,..." (D: entries of the epoch's order done
+  // once every rank has this batch, see Sampler::rest_of_epoch), and one line
+  // "resume epoch E done D of N, world W" per load_state(). For checking data
+  // order across restarts; empty: none.
+  TORCH_ARG(std::string, index_log) = "";
 };
 
 // The seed the dataset receives for batch (epoch, batch_in_epoch): a splitmix64
@@ -94,6 +103,7 @@ class DataLoader {
   int64_t batch_in_epoch() const;
 
   // The stream continues from (epoch, batch_in_epoch); 0 <= batch_in_epoch < batches_per_epoch().
+  // Forgets a re-sharded epoch (below).
   void seek(int64_t epoch, int64_t batch_in_epoch);
   // Back to (0, 0), like detectron2's reset_data_loader.
   void reset() { seek(0, 0); }
@@ -104,11 +114,21 @@ class DataLoader {
   // epoch `epoch`. An exception from `visit` stops the pass and propagates.
   void for_each_batch(int64_t epoch, const std::function<void(const Batch&)>& visit) const;
 
-  // {epoch, batch_in_epoch, batches_per_epoch}; load_state() refuses a state
-  // saved with a different batches_per_epoch, since the same position would
-  // then name different data.
+  // {epoch, batch_in_epoch, batches_per_epoch, world_size, batch_size, done}
+  // (done: entries of the epoch's order all ranks are past). Loaded by a loader
+  // of the same world size and batch size, the stream continues exactly.
+  // Loaded by another world size or batch size, the rest of the interrupted
+  // epoch -- the order's entries from `done` on -- is shared among this
+  // loader's ranks (Sampler::rest_of_epoch) and fills the epoch's last
+  // batches, so that no sample of the epoch is skipped or taken twice (but for
+  // padding to a multiple of the world size, as any epoch); the next epochs
+  // are whole. It is logged how many samples were re-sharded. A sampler that
+  // cannot re-shard, or a state saved with another batches_per_epoch by the
+  // same world size and batch size (the dataset or sampler changed), is refused.
   State state() const;
   void load_state(const State& state);
+  // The epoch whose rest was re-sharded by load_state(), or -1.
+  int64_t resharded_epoch() const { return rest_ ? rest_->epoch : -1; }
 
   // Examples the dataset skipped as unreadable (on_bad_sample: skip) in the
   // batches next() returned so far. Each epoch's count is logged when its
@@ -126,11 +146,26 @@ class DataLoader {
   int64_t batches_per_epoch_ = 0;
   int64_t position_ = 0;  // global number of the batch next() returns: epoch * batches_per_epoch + batch
   int64_t skipped_total_ = 0, skipped_in_epoch_ = 0;
+  // The rest of an epoch re-sharded by load_state(): its batches are the
+  // epoch's last ones, from first_batch on.
+  struct RestOfEpoch {
+    int64_t epoch = 0;
+    int64_t first_batch = 0;
+    int64_t done = 0;  // entries of the epoch's order done before it
+    std::vector<int64_t> indices;
+  };
+  std::optional<RestOfEpoch> rest_;
+  struct PendingIndices;
+  std::shared_ptr<PendingIndices> pending_;  // with index_log: indices of batches built ahead
+  // Entries of the epoch's order all ranks are past once batch_in_epoch batches are.
+  int64_t done_after(int64_t epoch, int64_t batch_in_epoch) const;
+  void log_indices(const std::string& line) const;
   std::unique_ptr<detail::BatchPipeline> pipeline_;  // started by next() at position_; dropped by seek()
 };
 
 // Builds a loader from an mmengine-style section: batch_size (required, > 0),
-// num_workers (0), prefetch_factor (2), drop_last (false), sampler and dataset
+// num_workers (0), prefetch_factor (2), drop_last (false), index_log (none;
+// "{rank}" in it becomes the rank), sampler and dataset
 // ({type: ...} maps). The per-batch augmentation seeds derive from ctx.seed and
 // ctx.rank, so ranks do not draw identical augmentations.
 std::unique_ptr<DataLoader> build_data_loader(const Config& cfg, const SamplerContext& ctx);

@@ -3,6 +3,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <atomic>
 #include <chrono>
+#include <fstream>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -225,9 +227,121 @@ TEST(DataLoader, StateRoundTripResumesTheStream) {
   resumed.load_state(saved);
   for (int k = 7; k < 12; ++k) EXPECT_TRUE(same(resumed.next(), expected[k])) << "batch " << k;
 
+  DataLoader other_dataset(arange_dataset(30), std::make_shared<InfiniteSampler>(30, true, 4), options);
+  EXPECT_THAT(error_of([&] { other_dataset.load_state(saved); }),
+              HasSubstr("saved with 5 batches per epoch, but this loader has 7 (the dataset or the sampler changed)"));
+  // An infinite stream is not cut at epochs: it cannot be re-shared among other ranks.
   DataLoader other_batch(dataset, sampler, DataLoaderOptions().batch_size(5));
-  EXPECT_THAT(error_of([&] { other_batch.load_state(saved); }), HasSubstr("saved with 5 batches per epoch"));
+  EXPECT_THAT(error_of([&] { other_batch.load_state(saved); }),
+              HasSubstr("saved by 1 rank(s) with batch_size 4, but this loader has 1 rank(s) with batch_size 5, and "
+                        "its sampler cannot share the rest of an interrupted epoch"));
   EXPECT_THAT(error_of([&] { resumed.load_state(State()); }), HasSubstr("missing integer 'epoch'"));
+}
+
+// The ranks of one world, each with its loader over the same dataset.
+std::vector<std::unique_ptr<DataLoader>> world_of(int world, int64_t size, int64_t batch, bool drop_last = false) {
+  std::vector<std::unique_ptr<DataLoader>> loaders;
+  for (int rank = 0; rank < world; ++rank) {
+    loaders.push_back(std::make_unique<DataLoader>(arange_dataset(size),
+                                                   std::make_shared<DefaultSampler>(size, true, 5, rank, world),
+                                                   DataLoaderOptions().batch_size(batch).drop_last(drop_last)));
+  }
+  return loaders;
+}
+
+// Every rank takes `steps` batches (all of them: to the end of the epoch);
+// the indices go into `seen`.
+void step_all(std::vector<std::unique_ptr<DataLoader>>& loaders, int64_t steps, std::vector<int64_t>& seen) {
+  const int64_t epoch = loaders[0]->epoch();
+  for (int64_t k = 0; k < steps && loaders[0]->epoch() == epoch; ++k) {
+    for (auto& loader : loaders) {
+      ASSERT_EQ(loader->epoch(), epoch);
+      const Indices indices = to_indices(loader->next().at("x"));
+      seen.insert(seen.end(), indices.begin(), indices.end());
+    }
+  }
+}
+
+TEST(DataLoader, ResumingAtAnotherWorldSizeTakesEachSampleOfTheEpochOnce) {
+  struct Case {
+    int from_world, to_world;
+    int64_t from_batch, to_batch, steps, padding;
+  };
+  // 60 samples: 3 -> 2 ranks, 2 -> 4, 4 -> 3 (one sample of padding), and a new batch size.
+  for (const Case c : {Case{3, 2, 4, 4, 2, 0}, Case{2, 4, 4, 4, 3, 0}, Case{4, 3, 4, 4, 1, 1}, Case{2, 2, 4, 6, 3, 0},
+                       Case{3, 2, 4, 4, 0, 0}}) {
+    SCOPED_TRACE(::testing::Message() << c.from_world << " ranks, batch " << c.from_batch << " -> " << c.to_world
+                                      << " ranks, batch " << c.to_batch << " after " << c.steps << " steps");
+    auto before = world_of(c.from_world, 60, c.from_batch);
+    std::vector<int64_t> seen;
+    step_all(before, c.steps, seen);
+    const State saved = before[1 % c.from_world]->state();
+    EXPECT_EQ(saved.values["done"], c.steps * c.from_batch * c.from_world);
+    auto after = world_of(c.to_world, 60, c.to_batch);
+    for (auto& loader : after) loader->load_state(saved);
+    EXPECT_EQ(after[0]->epoch(), 0);
+    const int64_t rest_batches = after[0]->batches_per_epoch() - after[0]->batch_in_epoch();
+    step_all(after, after[0]->batches_per_epoch(), seen);
+    EXPECT_EQ(after[0]->epoch(), 1) << "the rest took " << rest_batches << " batches";
+    std::map<int64_t, int> count;
+    for (int64_t index : seen) ++count[index];
+    EXPECT_EQ(count.size(), 60u);
+    int repeated = 0;
+    for (const auto& [index, n] : count) repeated += n - 1;
+    EXPECT_EQ(repeated, c.padding);
+    // The next epoch is whole, as a fresh loader of the new world has it.
+    auto fresh = world_of(c.to_world, 60, c.to_batch);
+    for (int rank = 0; rank < c.to_world; ++rank) {
+      fresh[rank]->seek(1, 0);
+      EXPECT_TRUE(same(after[rank]->next(), fresh[rank]->next())) << "rank " << rank;
+    }
+  }
+}
+
+TEST(DataLoader, ResumingInsideAReshardedEpochAtTheSameWorldIsExact) {
+  auto before = world_of(3, 60, 4);
+  std::vector<int64_t> seen;
+  step_all(before, 2, seen);
+  auto after = world_of(2, 60, 4);
+  for (auto& loader : after) loader->load_state(before[0]->state());
+  step_all(after, 1, seen);
+  const State saved = after[1]->state();
+  EXPECT_EQ(saved.values["resharded_at"], 24);
+  EXPECT_EQ(saved.values["done"], 32);
+  auto again = world_of(2, 60, 4);
+  for (auto& loader : again) loader->load_state(saved);
+  for (int k = 0; k < 8; ++k) {
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_TRUE(same(after[rank]->next(), again[rank]->next())) << "rank " << rank << ", batch " << k;
+    }
+  }
+  // And from there at a third world size, still each sample once.
+  auto third = world_of(3, 60, 4);
+  for (auto& loader : third) loader->load_state(saved);
+  step_all(third, 20, seen);
+  std::set<int64_t> distinct(seen.begin(), seen.end());
+  EXPECT_EQ(distinct.size(), 60u);
+  EXPECT_EQ(seen.size(), 62u);  // the last 28 samples over 3 ranks: 2 of padding
+}
+
+TEST(DataLoader, IndexLogNamesEachBatchAndResume) {
+  testing::TempDir dir;
+  const std::string path = dir.file("log.txt");
+  auto options = DataLoaderOptions().batch_size(4).index_log(path);
+  auto sampler = std::make_shared<DefaultSampler>(10, false, 0, /*rank=*/1, /*world=*/2);
+  DataLoader loader(arange_dataset(10), sampler, options);
+  loader.next();
+  loader.next();
+  DataLoader resumed(arange_dataset(10), std::make_shared<DefaultSampler>(10, false, 0, 0, 1), options);
+  resumed.load_state(loader.state());
+  resumed.next();
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text,
+            "epoch 0 batch 0 done 8: 1,3,5,7\n"
+            "epoch 0 batch 1 done 10: 9\n"
+            "resume epoch 1 done 0 of 10, world 1\n"
+            "epoch 1 batch 0 done 4: 0,1,2,3\n");
 }
 
 TEST(DataLoader, ForEachBatchIsOneEpochAndLeavesNextAlone) {

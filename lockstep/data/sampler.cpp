@@ -69,6 +69,16 @@ std::vector<int64_t> DefaultSampler::epoch_indices(int64_t epoch) const {
   return indices;
 }
 
+std::optional<std::vector<int64_t>> DefaultSampler::rest_of_epoch(int64_t epoch, int64_t done) const {
+  LOCKSTEP_CHECK(done >= 0, "DefaultSampler: ", done, " entries of an epoch cannot be done");
+  const std::vector<int64_t> order = permutation(epoch);
+  const int64_t rest = std::max<int64_t>(0, size_ - done);
+  const int64_t total = round_up_ ? (rest + world_ - 1) / world_ * world_ : rest;
+  std::vector<int64_t> indices;
+  for (int64_t p = rank_; p < total; p += world_) indices.push_back(order[done + p % rest]);
+  return indices;
+}
+
 Registry<Sampler, int64_t, const SamplerContext&>& sampler_registry() {
   static Registry<Sampler, int64_t, const SamplerContext&> registry("sampler");
   return registry;

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "lockstep/config/registry.h"
@@ -35,6 +36,22 @@ class Sampler {
   // True when epochs are only a way to number an endless stream: loader
   // batches then straddle epoch boundaries instead of ending short.
   virtual bool infinite() const { return false; }
+
+  // Resuming at another world size (DataLoader::load_state). An epoch has a
+  // global order that the ranks walk together: after each rank has taken k
+  // entries of its share, the first k * world entries of the order are done.
+  // The ranks this sampler shares an epoch among.
+  virtual int world_size() const { return 1; }
+  // Entries of one epoch's order that are distinct samples (before padding).
+  virtual int64_t epoch_length() const { return num_samples(); }
+  // This rank's share of `epoch`'s order from entry `done` on, shared among
+  // world_size() ranks as a whole epoch is; nullopt when the sampler cannot
+  // (the loader then refuses to resume at another world size).
+  virtual std::optional<std::vector<int64_t>> rest_of_epoch(int64_t epoch, int64_t done) const {
+    (void)epoch;
+    (void)done;
+    return std::nullopt;
+  }
 };
 
 // What a sampler factory learns from the run rather than from its config.
@@ -73,6 +90,13 @@ class DefaultSampler : public Sampler {
   // The whole epoch's order before padding and sharding, identical on all ranks.
   std::vector<int64_t> permutation(int64_t epoch) const;
 
+  int world_size() const override { return world_; }
+  int64_t epoch_length() const override { return size_; }
+  // permutation(epoch)[done:], padded (with round_up) by repeating it from its
+  // start until its length divides by world, then rank r takes entries r,
+  // r + world, ...: what the epoch would be if it had been this short.
+  std::optional<std::vector<int64_t>> rest_of_epoch(int64_t epoch, int64_t done) const override;
+
  private:
   int64_t size_;
   bool shuffle_;
@@ -89,6 +113,8 @@ class InfiniteSampler : public DefaultSampler {
   InfiniteSampler(int64_t size, bool shuffle, uint64_t seed, int rank = 0, int world = 1)
       : DefaultSampler(size, shuffle, seed, rank, world, /*round_up=*/true) {}
   bool infinite() const override { return true; }
+  // Batches straddle epochs: a stream is not cut at an epoch's end.
+  std::optional<std::vector<int64_t>> rest_of_epoch(int64_t, int64_t) const override { return std::nullopt; }
 };
 
 }  // namespace lockstep

@@ -98,6 +98,7 @@ DistEnv from_pytorch(const Environment& env) {
   out.use_agent_store = truthy(find(env, "TORCHELASTIC_USE_AGENT_STORE"));
   out.restart_count = out.use_agent_store ? required_int(env, "TORCHELASTIC_RESTART_COUNT", out.launcher)
                                           : optional_int(env, "TORCHELASTIC_RESTART_COUNT", out.launcher, 0);
+  out.attempt = job_attempt(env);
   return out;
 }
 
@@ -265,6 +266,11 @@ int restart_count(const Environment& env) {
   const int count = optional_int(env, "TORCHELASTIC_RESTART_COUNT", "pytorch", 0);
   LOCKSTEP_CHECK(count >= 0, "TORCHELASTIC_RESTART_COUNT=", count, " is negative");
   return count;
+}
+
+int job_attempt(const Environment& env) {
+  const int round = optional_int(env, "LOCKSTEP_RDZV_ROUND", "pytorch", -1);
+  return round >= 0 ? round : restart_count(env);
 }
 
 std::vector<std::string> gloo_socket_interfaces(const Environment& env) {

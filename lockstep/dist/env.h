@@ -26,9 +26,11 @@ struct DistEnv {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   // torchrun's agent hosts the store: connect as a client under
-  // "/worker/attempt_<restart_count>".
+  // "/worker/attempt_<attempt>".
   bool use_agent_store = false;
   int restart_count = 0;
+  // job_attempt() below: the restart, or an elastic job's rendezvous round.
+  int attempt = 0;
   // The launcher the config named, when it left no variable at all behind
   // (the process was started by hand): the job runs as one process.
   std::string absent_launcher;
@@ -50,6 +52,11 @@ DistEnv detect_dist_env(const std::string& launcher, const Environment& env);
 // (torchrun, `lockstep run`), 0 for the first attempt or without a launcher.
 // A value that is not a non-negative number is an error naming it.
 int restart_count(const Environment& env = current_environment());
+
+// Which start of the workers this is: an elastic job's rendezvous round
+// (LOCKSTEP_RDZV_ROUND, from `lockstep run --nnodes MIN:MAX`: a new round
+// also when a node joins), else restart_count(). 0 only for the first.
+int job_attempt(const Environment& env = current_environment());
 
 // The network interfaces GLOO_SOCKET_IFNAME names (comma separated; empty
 // when unset), for dist/network.h.

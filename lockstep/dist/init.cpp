@@ -194,7 +194,7 @@ std::shared_ptr<ProcessGroup> init_from_env(const std::string& launcher, const s
                                    spec.port, " (TORCHELASTIC_USE_AGENT_STORE=True)"));
     }
     auto job = job_view(agent, /*host=*/false, env.rank, str_cat(spec.host, ":", spec.port), timeout);
-    options.store(compat::make_prefix_store(str_cat("/worker/attempt_", env.restart_count), job));
+    options.store(compat::make_prefix_store(str_cat("/worker/attempt_", env.attempt), job));
   }
   return init_with_env(options, env);
 }

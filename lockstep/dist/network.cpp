@@ -49,6 +49,41 @@ std::string local_address_towards(const std::string& host, int port) {
   return address;
 }
 
+bool is_local_host(const std::string& host) {
+  if (is_loopback_host(host)) return true;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), "9", &hints, &found) != 0) return false;
+  bool local = false;
+  for (addrinfo* entry = found; entry != nullptr && !local; entry = entry->ai_next) {
+    char text[NI_MAXHOST] = {0};
+    if (::getnameinfo(entry->ai_addr, entry->ai_addrlen, text, sizeof(text), nullptr, 0, NI_NUMERICHOST) != 0) continue;
+    // The kernel answers a route to one of this machine's own addresses with that address.
+    local = source_address(*entry) == text;
+  }
+  ::freeaddrinfo(found);
+  return local;
+}
+
+bool accepts_connections(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return false;
+  bool accepted = false;
+  for (addrinfo* entry = found; entry != nullptr && !accepted; entry = entry->ai_next) {
+    const int fd = ::socket(entry->ai_family, entry->ai_socktype | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    accepted = ::connect(fd, entry->ai_addr, entry->ai_addrlen) == 0;
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return accepted;
+}
+
 compat::GlooDeviceSpec gloo_device_for(const std::vector<std::string>& interfaces, const std::string& master_addr,
                                        int master_port, int world_size) {
   compat::GlooDeviceSpec device;

@@ -25,6 +25,14 @@ namespace lockstep {
 // "localhost", 127.x.x.x or ::1.
 bool is_loopback_host(const std::string& host);
 
+// Whether `host` names this machine: loopback, or an address of one of its
+// interfaces (the launcher that hosts an elastic job's store is the one at
+// --master-addr).
+bool is_local_host(const std::string& host);
+
+// Whether something listens at host:port (a plain TCP connect, closed at once).
+bool accepts_connections(const std::string& host, int port);
+
 // The local address of the interface this host uses to reach host:port,
 // found by connecting a UDP socket (no packet is sent). Empty when the host
 // does not resolve or no route leads to it.

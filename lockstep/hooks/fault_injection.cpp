@@ -23,7 +23,7 @@ void FaultInjectionHook::before_step() {
   if (step_delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms_));
   if (trainer().iter() != kill_at_iter_) return;
   const int rank = is_initialized() ? world()->rank() : 0;
-  const int attempt = restart_count();
+  const int attempt = job_attempt();
   if (rank != rank_ || (attempt_ >= 0 && attempt != attempt_)) return;
   die_by_fault_injection(str_cat("rank ", rank, " killed at iteration ", kill_at_iter_, " (attempt ", attempt, ")"));
 }

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 
 #include "lockstep/compat/c10d.h"
@@ -21,6 +22,7 @@
 #include "lockstep/dist/init.h"
 #include "lockstep/dist/job_identity.h"
 #include "lockstep/dist/network.h"
+#include "lockstep/launch/elastic_rendezvous.h"
 #include "lockstep/launch/line_prefixer.h"
 #include "lockstep/launch/restart_rounds.h"
 
@@ -115,10 +117,22 @@ struct Worker {
 
 class Supervisor {
  public:
-  Supervisor(const LaunchOptions& options, int master_port, std::string run_id, const std::string& job_token)
+  Supervisor(const LaunchOptions& options, int master_port, std::string run_id, const std::string& job_token,
+             bool hosts_store)
       : options_(options), master_port_(master_port), run_id_(std::move(run_id)), base_env_(current_environment()) {
     if (!job_token.empty()) base_env_["LOCKSTEP_JOB_TOKEN"] = job_token;
-    if (!options_.standalone() && options_.nnodes() > 1 && options_.max_restarts() > 0) {
+    if (options_.elastic()) {
+      ElasticRendezvous::Options rdzv;
+      rdzv.host = options_.master_addr();
+      rdzv.port = master_port_;
+      rdzv.min_nodes = options_.min_nodes();
+      rdzv.max_nodes = options_.nnodes();
+      rdzv.nproc_per_node = options_.nproc_per_node();
+      rdzv.node_name = this_node_name();
+      rdzv.join_timeout = std::chrono::milliseconds(static_cast<long long>(options_.join_timeout() * 1000));
+      rdzv.last_call_timeout = std::chrono::milliseconds(static_cast<long long>(options_.last_call_timeout() * 1000));
+      elastic_ = std::make_unique<ElasticRendezvous>(rdzv, hosts_store);
+    } else if (!options_.standalone() && options_.nnodes() > 1 && options_.max_restarts() > 0) {
       rounds_ = std::make_unique<RestartRounds>(
           options_.master_addr(), master_port_, options_.nnodes(), options_.node_rank(),
           std::chrono::milliseconds(static_cast<long long>(options_.join_timeout() * 1000)));
@@ -130,10 +144,11 @@ class Supervisor {
     if (nproc > 1 && (base_env_.count("OMP_NUM_THREADS") == 0 || base_env_["OMP_NUM_THREADS"].empty())) {
       say("setting OMP_NUM_THREADS=1 for each worker (set it yourself to tune)");
     }
+    if (elastic_) return run_elastic();
     int restart = 0;
     while (true) {
       if (rounds_) rounds_->watch(restart);
-      start_workers(restart);
+      start_workers(NodePlacement::fixed(options_, restart));
       int code = supervise();
       if (signal_ != 0) return 128 + signal_;
       if (code == 0) return 0;
@@ -151,15 +166,84 @@ class Supervisor {
   }
 
  private:
-  void start_workers(int restart) {
+  static std::string this_node_name() {
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    return str_cat(host, ":", getpid());
+  }
+
+  // An elastic job: round after round until the workers succeed, the
+  // restarts run out, or a signal arrives.
+  int run_elastic() {
+    const auto interrupted = [this] { return this->interrupted(); };
+    say(str_cat("elastic job of ", options_.min_nodes(), " to ", options_.nnodes(), " nodes: joining the rendezvous at ",
+                options_.master_addr(), ":", master_port_));
+    std::optional<ElasticRendezvous::Round> round = elastic_->join(-1, /*failed=*/false, interrupted);
+    while (true) {
+      if (!round) {
+        if (signal_ != 0) return 128 + signal_;
+        say("the job finished while this node waited to join it");
+        return 0;
+      }
+      NodePlacement placement;
+      placement.node_rank = round->group_rank;
+      placement.nnodes = round->nnodes;
+      placement.restart_count = round->restarts;
+      placement.round = round->round;
+      const int nproc = options_.nproc_per_node();
+      say(str_cat("rendezvous round ", round->round, ": node ", round->group_rank, " of ", round->nnodes, " (ranks ",
+                  round->group_rank * nproc, "..", (round->group_rank + 1) * nproc - 1, " of ", round->nnodes * nproc,
+                  "; nodes ", names(round->node_names), "), restarts used ", round->restarts, " of ",
+                  options_.max_restarts()));
+      elastic_->watch(*round);
+      stopped_for_next_round_ = false;
+      start_workers(placement);
+      const int code = supervise();
+      if (signal_ != 0) return 128 + signal_;
+      if (code == 0 && !stopped_for_next_round_) {
+        elastic_->mark_finished();
+        return 0;
+      }
+      const bool failed = !stopped_for_next_round_;
+      if (failed && round->restarts >= options_.max_restarts()) {
+        say(str_cat("no restarts left (", options_.max_restarts(), " used)"));
+        elastic_->abort(str_cat("node ", elastic_name(*round), " ran out of restarts (--max-restarts ",
+                                options_.max_restarts(), ")"));
+        return code;
+      }
+      say(str_cat("joining rendezvous round ", round->round + 1));
+      round = elastic_->join(round->round, failed, interrupted);
+    }
+  }
+
+  static std::string names(const std::vector<std::string>& list) {
+    std::string text;
+    for (const auto& name : list) text += (text.empty() ? "" : ", ") + name;
+    return text;
+  }
+
+  static std::string elastic_name(const ElasticRendezvous::Round& round) {
+    return round.node_names.at(static_cast<size_t>(round.group_rank));
+  }
+
+  // Why this node's healthy workers must stop for a restart elsewhere ("" if they need not).
+  std::string restart_requested() const {
+    if (rounds_ && rounds_->node_waiting() >= 0) return str_cat("node ", rounds_->node_waiting(), " is restarting the job");
+    if (elastic_) {
+      const std::string reason = elastic_->restart_reason();
+      if (!reason.empty()) return str_cat("a new rendezvous round is starting (", reason, ")");
+    }
+    return "";
+  }
+
+  void start_workers(const NodePlacement& placement) {
     workers_.clear();
     workers_.resize(static_cast<size_t>(options_.nproc_per_node()));
-    const int node_rank = options_.standalone() ? 0 : options_.node_rank();
     for (int local = 0; local < options_.nproc_per_node(); ++local) {
       Worker& w = workers_[static_cast<size_t>(local)];
       w.local_rank = local;
-      w.rank = node_rank * options_.nproc_per_node() + local;
-      auto env = build_worker_env(options_, local, restart, master_port_, run_id_, base_env_);
+      w.rank = placement.node_rank * options_.nproc_per_node() + local;
+      auto env = build_worker_env(options_, placement, local, master_port_, run_id_, base_env_);
       spawn(w, env);
     }
   }
@@ -252,9 +336,11 @@ class Supervisor {
       poll(fds.data(), fds.size(), static_cast<int>(std::max<long long>(interval.count(), 1)));
       handle_signals(stopping, kill_at);
       drain_output();
-      if (rounds_ && !stopping && rounds_->node_waiting() >= 0) {
-        // Another node's workers failed and it waits for this node in the next round.
-        say(str_cat("node ", rounds_->node_waiting(), " is restarting the job; stopping this node's workers"));
+      const std::string restart = stopping ? "" : restart_requested();
+      if (!restart.empty()) {
+        // Another node waits for this one in the next round.
+        say(restart + "; stopping this node's workers");
+        stopped_for_next_round_ = true;
         failure_code = 1;
         stopping = true;
         kill_at = Clock::now() + grace();
@@ -381,7 +467,9 @@ class Supervisor {
   Environment base_env_;
   std::vector<Worker> workers_;
   int signal_ = 0;
-  std::unique_ptr<RestartRounds> rounds_;  // multi-node jobs with restarts only
+  std::unique_ptr<RestartRounds> rounds_;  // fixed multi-node jobs with restarts only
+  std::unique_ptr<ElasticRendezvous> elastic_;  // elastic jobs only
+  bool stopped_for_next_round_ = false;
 };
 
 }  // namespace
@@ -393,7 +481,7 @@ int launch(const LaunchOptions& options) {
     const char* from_env = std::getenv("LOCKSTEP_JOB_TOKEN");
     token = from_env != nullptr ? from_env : "";
   }
-  const bool one_launcher = options.standalone() || options.nnodes() == 1;
+  const bool one_launcher = options.standalone() || (options.nnodes() == 1 && !options.elastic());
   // Several launchers meeting on 127.0.0.1 are one machine (a test topology):
   // nodes elsewhere could not reach that address.
   const bool one_machine = one_launcher || is_loopback_host(options.master_addr());
@@ -403,12 +491,18 @@ int launch(const LaunchOptions& options) {
                    "to the same secret on every node (e.g. the output of `openssl rand -hex 16`)");
     if (one_launcher) {
       token = random_job_token();
-    } else if (options.node_rank() == 0) {
+    } else if (options.node_rank() == 0 || options.elastic()) {
       say("no job token: any process on this machine can join the job; set LOCKSTEP_JOB_TOKEN on every launcher "
           "to prevent that");
     }
   }
-  const bool hosts_store = options.standalone() || options.node_rank() == 0;
+  // An elastic job's store is hosted by the launcher on the machine at
+  // master_addr (the first one there to bind the port), as torchrun's c10d
+  // rendezvous does; a fixed job's by node 0.
+  bool hosts_store = options.standalone() ||
+                     (options.elastic() ? is_local_host(options.master_addr()) &&
+                                              !accepts_connections(options.master_addr(), options.master_port())
+                                        : options.node_rank() == 0);
   std::string host = options.standalone() ? "127.0.0.1" : options.master_addr();
   int port = options.standalone() ? 0 : options.master_port();
   // Node 0 hosts the job's store for the whole run (restarts included), as
@@ -425,8 +519,12 @@ int launch(const LaunchOptions& options) {
       store = server;
       port = bound;
     } catch (const std::exception& error) {
-      LOCKSTEP_FAIL("lockstep run: cannot host the rendezvous store on port ", port, ": ", short_torch_message(error),
-                    " (is another job using it? choose another --master-port)");
+      // Another launcher of the elastic job on this machine hosts it.
+      if (!options.elastic()) {
+        LOCKSTEP_FAIL("lockstep run: cannot host the rendezvous store on port ", port, ": ",
+                      short_torch_message(error), " (is another job using it? choose another --master-port)");
+      }
+      hosts_store = false;
     }
   }
   std::string run_id = options.run_id();
@@ -454,7 +552,7 @@ int launch(const LaunchOptions& options) {
     }
   }
   SignalScope signals;
-  Supervisor supervisor(options, port, run_id, token);
+  Supervisor supervisor(options, port, run_id, token, hosts_store);
   return supervisor.run();
 }
 

@@ -28,7 +28,18 @@
 //     next round on node 0's store, the others stop their workers, and all
 //     wait for each other before starting the new attempt (--join-timeout);
 //   - each worker runs in its own process group, which is killed when the
-//     worker ends, so nothing it spawned is left behind.
+//     worker ends, so nothing it spawned is left behind;
+//   - elastic jobs (min_nodes > 0, `--nnodes MIN:MAX`): the nodes meet in
+//     rendezvous rounds (lockstep/launch/elastic_rendezvous.h) hosted by the
+//     launcher at master_addr. Each round admits the nodes that arrive within
+//     the last call once there are MIN, numbers them, and starts their
+//     workers; a node that fails or a new node (while fewer than MAX run)
+//     starts the next round. Workers get LOCKSTEP_RDZV_ROUND, and
+//     TORCHELASTIC_RESTART_COUNT counts the rounds that followed a failure.
+//
+//   // One of up to 3 machines; the job runs while 2 are left:
+//   lockstep::launch(lockstep::LaunchOptions().min_nodes(2).nnodes(3).master_addr("10.0.0.1")
+//                        .max_restarts(3).command({"./train", "cfg.yaml"}));
 #pragma once
 
 #include <torch/arg.h>
@@ -42,7 +53,11 @@ namespace lockstep {
 
 struct LaunchOptions {
   TORCH_ARG(int, nproc_per_node) = 1;
+  // Fixed jobs: the number of machines. Elastic jobs: the most machines.
   TORCH_ARG(int, nnodes) = 1;
+  // Elastic jobs: the fewest machines the job runs with (`--nnodes MIN:MAX`);
+  // 0: a fixed job of nnodes machines, numbered by node_rank.
+  TORCH_ARG(int, min_nodes) = 0;
   TORCH_ARG(int, node_rank) = 0;
   TORCH_ARG(std::string, master_addr) = "127.0.0.1";
   TORCH_ARG(int, master_port) = 29500;
@@ -52,6 +67,9 @@ struct LaunchOptions {
   // Multi-node restarts: seconds a node's launcher waits for the others to
   // join a restart before it gives up (lockstep/launch/restart_rounds.h).
   TORCH_ARG(double, join_timeout) = 600;
+  // Elastic jobs: seconds a round stays open for more nodes once MIN have
+  // arrived (torchrun's rdzv-conf last_call_timeout).
+  TORCH_ARG(double, last_call_timeout) = 30;
   // How often (seconds) worker states are checked when nothing else happens.
   TORCH_ARG(double, monitor_interval) = 0.1;
   // Seconds between SIGTERM and SIGKILL when stopping workers.
@@ -68,10 +86,28 @@ struct LaunchOptions {
   // Prefix each output line with "[rank<R>]: ".
   TORCH_ARG(bool, prefix_output) = true;
   TORCH_ARG(std::vector<std::string>, command);
+
+
+ public:
+  bool elastic() const { return min_nodes() > 0 && !standalone(); }
+};
+
+// Where one node's workers stand in the job for one attempt.
+struct NodePlacement {
+  int node_rank = 0;
+  int nnodes = 1;
+  int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT: restarts after failures so far
+  int round = -1;         // elastic jobs: the rendezvous round (LOCKSTEP_RDZV_ROUND); -1: not elastic
+
+  // A fixed job's placement: --node-rank of --nnodes (one node in standalone mode).
+  static NodePlacement fixed(const LaunchOptions& options, int restart_count);
 };
 
 // The environment of worker `local_rank`: `base` plus torchrun's variables.
 // `master_port` is the port actually used (chosen in standalone mode).
+Environment build_worker_env(const LaunchOptions& options, const NodePlacement& placement, int local_rank,
+                             int master_port, const std::string& run_id, const Environment& base);
+// The same for a fixed job.
 Environment build_worker_env(const LaunchOptions& options, int local_rank, int restart_count, int master_port,
                              const std::string& run_id, const Environment& base);
 

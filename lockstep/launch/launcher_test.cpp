@@ -4,6 +4,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/launch/line_prefixer.h"
+#include "lockstep/launch/rendezvous_args.h"
 #include "tests/support/test_support.h"
 
 namespace lockstep {
@@ -66,6 +67,53 @@ TEST(LaunchOptionsCheck, NamesTheBadOption) {
   EXPECT_NE(error_of([&] { validate_launch_options(with_command().max_restarts(-1)); }).find("--max-restarts"),
             std::string::npos);
   EXPECT_EQ(error_of([&] { validate_launch_options(with_command().standalone(true).master_port(0)); }), "<no error>");
+}
+
+TEST(RendezvousArgs, TorchrunsElasticArguments) {
+  LaunchOptions options;
+  apply_nnodes("3", options);
+  EXPECT_EQ(options.nnodes(), 3);
+  EXPECT_FALSE(options.elastic());
+  apply_nnodes("2:4", options);
+  EXPECT_EQ(options.min_nodes(), 2);
+  EXPECT_EQ(options.nnodes(), 4);
+  EXPECT_TRUE(options.elastic());
+  EXPECT_FALSE(LaunchOptions(options).standalone(true).elastic());
+  EXPECT_NE(error_of([&] { apply_nnodes("3:2", options); }).find("--nnodes 3:2: needs 1 <= MIN <= MAX"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { apply_nnodes("two", options); }).find("--nnodes: 'two' is not a number"), std::string::npos);
+  apply_rdzv_endpoint("10.0.0.7:29411", options);
+  EXPECT_EQ(options.master_addr(), "10.0.0.7");
+  EXPECT_EQ(options.master_port(), 29411);
+  apply_rdzv_endpoint("node-a", options);
+  EXPECT_EQ(options.master_addr(), "node-a");
+  EXPECT_EQ(options.master_port(), 29400);
+  apply_rdzv_conf("last_call_timeout=5,join_timeout=120", options);
+  EXPECT_EQ(options.last_call_timeout(), 5);
+  EXPECT_EQ(options.join_timeout(), 120);
+  EXPECT_NE(error_of([&] { apply_rdzv_conf("read_timeout=5", options); }).find("unknown key 'read_timeout'"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { apply_rdzv_conf("last_call_timeout", options); }).find("is not KEY=VALUE"),
+            std::string::npos);
+}
+
+TEST(WorkerEnv, AnElasticRoundPlacesTheNodeAndNamesTheRound) {
+  NodePlacement placement;
+  placement.node_rank = 1;
+  placement.nnodes = 3;
+  placement.restart_count = 1;
+  placement.round = 4;
+  auto env = build_worker_env(LaunchOptions().nproc_per_node(2).min_nodes(2).nnodes(4), placement, 1, 29500, "r",
+                              {{"LOCKSTEP_RDZV_ROUND", "stale"}});
+  EXPECT_EQ(env["RANK"], "3");
+  EXPECT_EQ(env["WORLD_SIZE"], "6");
+  EXPECT_EQ(env["GROUP_RANK"], "1");
+  EXPECT_EQ(env["GROUP_WORLD_SIZE"], "3");
+  EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "1");
+  EXPECT_EQ(env["LOCKSTEP_RDZV_ROUND"], "4");
+  // A fixed job's workers do not inherit a round from an elastic launcher above them.
+  EXPECT_EQ(build_worker_env(LaunchOptions(), 0, 0, 1, "r", {{"LOCKSTEP_RDZV_ROUND", "2"}}).count("LOCKSTEP_RDZV_ROUND"),
+            0u);
 }
 
 TEST(LinePrefixer, PrefixesWholeLinesAcrossChunks) {

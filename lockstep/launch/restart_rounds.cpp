@@ -9,6 +9,7 @@
 #include "lockstep/compat/c10d.h"
 #include "lockstep/core/error.h"
 #include "lockstep/dist/process_group.h"
+#include "lockstep/launch/store_client.h"
 
 namespace lockstep {
 
@@ -33,13 +34,7 @@ struct RestartRounds::Shared {
     return std::clamp<std::chrono::milliseconds>(join_timeout / 4, std::chrono::seconds(1), std::chrono::seconds(10));
   }
 
-  c10::intrusive_ptr<compat::C10dStore> connect() const {
-    compat::TcpStoreSpec spec;
-    spec.host = host;
-    spec.port = port;
-    spec.timeout = operation_timeout();
-    return compat::make_tcp_store(spec).first;
-  }
+  c10::intrusive_ptr<compat::C10dStore> connect() const { return connect_store(host, port, operation_timeout()); }
 
   static std::string key(int round, int node) {
     return str_cat("lockstep/launch/round/", round, "/node/", node);

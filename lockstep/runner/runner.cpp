@@ -38,11 +38,11 @@ TrainerOptions parse_trainer_options(const Config& config) {
   return options;
 }
 
-// A job the launcher restarted after a failure (--max-restarts) continues
-// from its last good checkpoint by itself: retraining from scratch would
-// throw away the work of the failed attempt.
+// A job the launcher restarted after a failure (--max-restarts), or an
+// elastic job's later round, continues from its last good checkpoint by
+// itself: retraining from scratch would throw away the earlier attempts' work.
 bool should_resume(const RunnerOptions& options, const Config& config) {
-  return options.resume() || config.get<bool>("resume", false) || restart_count() > 0;
+  return options.resume() || config.get<bool>("resume", false) || job_attempt() > 0;
 }
 
 std::string default_work_dir(const Config& config) {
@@ -197,6 +197,7 @@ void Runner::build_for_training() {
   if (by_epoch) val_interval *= iters_per_epoch;
   train_cfg.check_all_used("train_cfg");
   max_iters_ = max_iters;
+  by_epoch_ = by_epoch;
 
   strategy_->prepare(model, config_.at("optim_wrapper"), config_.child("param_scheduler"),
                      SchedulerContext{iters_per_epoch, max_iters});
@@ -244,7 +245,10 @@ std::map<std::string, double> Runner::train() {
   build_for_training();
   int64_t start_iter = 0;
   const bool resuming = should_resume(options_, config_);
-  if (resuming && restart_count() > 0) {
+  if (resuming && job_attempt() != restart_count()) {
+    logger().info("Rendezvous round {} of this elastic job ({} restart(s) after failures): resuming from the last "
+                  "good checkpoint in {}", job_attempt(), restart_count(), work_dir_);
+  } else if (resuming && restart_count() > 0) {
     logger().info("Restart {} of this job: resuming from the last good checkpoint in {}", restart_count(), work_dir_);
   }
   const PretrainedOptions load_from = parse_load_from(config_.child("load_from"), options_.load_from());
@@ -256,13 +260,22 @@ std::map<std::string, double> Runner::train() {
   if (resumed) {
     const int saved_world = resumed->meta ? resumed->meta->world_size : 1;
     if (saved_world != strategy_->world_size()) {
-      logger().warn("The checkpoint was written by {} processes and this run has {}: the data order and the "
-                    "effective batch size change from here on",
-                    saved_world, strategy_->world_size());
+      logger().warn("The checkpoint was written by {} processes and this run has {}: the effective batch size "
+                    "changes from here on, and the rest of the interrupted epoch is shared among {} processes",
+                    saved_world, strategy_->world_size(), strategy_->world_size());
     }
     LOCKSTEP_CHECK(resumed->trainer.has_value(), work_dir_, ": the checkpoint resumed holds no trainer state");
     trainer_->load_state(*resumed->trainer);
     start_iter = trainer_->iter() + 1;
+    // A run counted in epochs goes on from where its data is: at another world
+    // size an epoch has another number of iterations.
+    const DataLoader& loader = trainer_->data_loader();
+    const int64_t position = loader.epoch() * loader.batches_per_epoch() + loader.batch_in_epoch();
+    if (by_epoch_ && position != start_iter) {
+      logger().info("Iteration {} of the checkpoint is iteration {} here (epoch {}, batch {} of {})", start_iter,
+                    position, loader.epoch(), loader.batch_in_epoch(), loader.batches_per_epoch());
+      start_iter = position;
+    }
   } else if (!load_from.path().empty()) {
     load_pretrained(*strategy_, load_from);
   }

@@ -80,6 +80,7 @@ class Runner {
   int64_t max_iters_ = 0;
   std::shared_ptr<Strategy> strategy_;
   std::shared_ptr<DataLoader> train_loader_;
+  bool by_epoch_ = false;  // train_cfg counts epochs
   std::map<std::string, std::shared_ptr<DataLoader>> eval_loaders_;
   std::map<std::string, std::shared_ptr<Evaluator>> evaluators_;
   std::shared_ptr<Checkpointer> checkpointer_;

@@ -1,6 +1,7 @@
 // `lockstep run` end to end: the worker environment, output prefixes, a
 // failing worker, a stopped worker, restarts, signal forwarding, a world that
-// never fills up, two launchers as two machines, and Debian's torchrun
+// never fills up, two launchers as two machines, an elastic job that grows,
+// and Debian's torchrun
 // launching a lockstep program.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -223,6 +224,64 @@ TEST(Launcher, TwoLaunchersActAsTwoMachines) {
   EXPECT_WORKERS_OK(results[0]);
   EXPECT_WORKERS_OK(results[1]);
   EXPECT_TRUE(contains(results[1].output, "[rank3]:")) << results[1].output;
+}
+
+// Round 0 of an elastic job (one node) waits to be stopped for the next
+// round; later rounds count the world and end.
+LOCKSTEP_WORKER_TEST(ElasticWorker, WaitsForTheSecondNode) {
+  if (env_or("LOCKSTEP_RDZV_ROUND") == "0") {
+    std::cout << "round 0 running" << std::endl;
+    std::this_thread::sleep_for(std::chrono::seconds(100));
+    std::cout << "round 0 was never stopped" << std::endl;
+    std::_Exit(5);
+  }
+  testing::WorkerWorld session;
+  auto t = torch::full({1}, static_cast<double>(get_rank()));
+  lockstep::world()->all_reduce(t);
+  std::cout << "round " << env_or("LOCKSTEP_RDZV_ROUND") << " node " << env_or("GROUP_RANK") << " restarts "
+            << env_or("TORCHELASTIC_RESTART_COUNT") << ": world " << get_world_size() << ", ranks sum to "
+            << t.item<double>() << std::endl;
+}
+
+TEST(Launcher, ElasticJobTakesANodeThatJoinsLater) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  const std::string port = std::to_string(testing::free_port());
+  auto launch = [&](testing::CommandResult* result) {
+    auto options = testing::worker_options();
+    options.launcher_args = {"--nnodes", "1:2", "--master-addr", "127.0.0.1", "--master-port", port,
+                             "--rdzv-conf", "last_call_timeout=1", "--max-restarts", "0"};
+    *result = testing::run_workers(2, "ElasticWorker.WaitsForTheSecondNode", options);
+  };
+  testing::CommandResult first, second;
+  std::thread first_node(launch, &first);
+  // The second node arrives once round 0 (the first node alone) runs.
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  std::thread second_node(launch, &second);
+  first_node.join();
+  second_node.join();
+  EXPECT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_TRUE(contains(first.output, "rendezvous round 0: node 0 of 1 (ranks 0..1 of 2")) << first.output;
+  EXPECT_TRUE(contains(first.output, "[rank1]: round 0 running")) << first.output;
+  EXPECT_TRUE(contains(first.output, "a new rendezvous round is starting (1 node asked to join); stopping this "
+                                     "node's workers")) << first.output;
+  // The node that ran keeps rank 0; the newcomer follows. Growing is not a restart.
+  EXPECT_TRUE(contains(first.output, "rendezvous round 1: node 0 of 2 (ranks 0..1 of 4")) << first.output;
+  EXPECT_TRUE(contains(second.output, "rendezvous round 1: node 1 of 2 (ranks 2..3 of 4")) << second.output;
+  EXPECT_TRUE(contains(first.output, "[rank1]: round 1 node 0 restarts 0: world 4, ranks sum to 6")) << first.output;
+  EXPECT_TRUE(contains(second.output, "[rank3]: round 1 node 1 restarts 0: world 4, ranks sum to 6"))
+      << second.output;
+}
+
+TEST(Launcher, ElasticJobBelowItsMinimumFailsNamingIt) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  auto options = testing::worker_options();
+  options.launcher_args = {"--nnodes", "2:3", "--master-addr", "127.0.0.1", "--master-port",
+                           std::to_string(testing::free_port()), "--join-timeout", "2"};
+  auto result = testing::run_workers(1, "ElasticWorker.WaitsForTheSecondNode", options);
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_TRUE(contains(result.output, "no rendezvous round admitted this node (2 to 3 nodes; round 0) within 2 s "
+                                      "(--join-timeout)")) << result.output;
 }
 
 LOCKSTEP_WORKER_TEST(TorchrunWorker, Collectives) {
