@@ -1,5 +1,7 @@
 #include "lockstep/hooks/periodic_checkpointer.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "lockstep/core/error.h"
@@ -27,7 +29,11 @@ void PeriodicCheckpointer::after_step() {
     // The kept list is part of the state being saved, so update it first; the
     // files it drops are deleted only once the new checkpoint is safely written.
     const std::string name = fmt::format("{}_{:07d}", file_prefix_, iteration);
-    kept_.push_back(checkpointer_->path_of(name));
+    // A run resumed at another world size renumbers its iterations by epoch
+    // and may save under a name it kept before: that file is the new one now.
+    const std::string path = checkpointer_->path_of(name);
+    kept_.erase(std::remove(kept_.begin(), kept_.end(), path), kept_.end());
+    kept_.push_back(path);
     std::vector<std::string> dropped;
     while (max_to_keep_ > 0 && static_cast<int64_t>(kept_.size()) > max_to_keep_) {
       dropped.push_back(kept_.front());

@@ -28,6 +28,7 @@ ParamScheduler::ParamScheduler(torch::optim::Optimizer& optimizer, std::unique_p
   check_option(has_group_option(optimizer_, span_.param()), "param", optimizer_type_name(optimizer_),
                " has no option '", span_.param(), "' to schedule");
   LOCKSTEP_CHECK(context.initial_values != nullptr, "SchedulerContext::initial_values is null");
+  start_values_ = get_group_options(optimizer_, span_.param());
   std::vector<double> initial =
       context.initial_values->get_or_record(span_.param(), get_group_options(optimizer_, span_.param()));
   rule_->prepare(span_, initial);
@@ -52,6 +53,28 @@ void ParamScheduler::step() {
     for (size_t g = 0; g < groups; ++g) set_group_option(optimizer_, g, span_.param(), next[g]);
   }
   last_values_ = get_group_options(optimizer_, span_.param());
+}
+
+void ParamScheduler::rewind() {
+  const size_t groups = optimizer_.param_groups().size();
+  LOCKSTEP_CHECK(groups == start_values_.size(), name(), ": the optimizer had ", start_values_.size(),
+                 " param group(s) when the scheduler was built and has ", groups, " now");
+  for (size_t g = 0; g < groups; ++g) set_group_option(optimizer_, g, span_.param(), start_values_[g]);
+  last_step_ = -1;
+  global_step_ = -1;
+}
+
+void replay_schedulers(const std::vector<std::shared_ptr<ParamScheduler>>& schedulers, int64_t steps) {
+  for (const auto& scheduler : schedulers) {
+    LOCKSTEP_CHECK(scheduler->replayable(), scheduler->name(), " follows a metric, not the iterations, so it cannot "
+                   "be replayed to iteration ", steps, "; resume at the world size the checkpoint was written by");
+  }
+  // The first scheduler's start values are the optimizer's own: restore them last.
+  for (auto it = schedulers.rbegin(); it != schedulers.rend(); ++it) (*it)->rewind();
+  for (const auto& scheduler : schedulers) scheduler->step();
+  for (int64_t i = 0; i < steps; ++i) {
+    for (const auto& scheduler : schedulers) scheduler->step();
+  }
 }
 
 void ParamScheduler::record_last_values() { last_values_ = get_group_options(optimizer_, span_.param()); }

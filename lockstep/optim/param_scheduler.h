@@ -151,6 +151,13 @@ class ParamScheduler {
   virtual State state() const;
   virtual void load_state(const State& state);
 
+  // Replaying (replay_schedulers below): whether the schedule depends on
+  // iterations only (a metric-driven one does not), and going back to the
+  // moment before construction's step 0: the option's values as found then,
+  // the step counts at their start.
+  virtual bool replayable() const { return true; }
+  void rewind();
+
  protected:
   torch::optim::Optimizer& optimizer() const { return optimizer_; }
   int64_t global_step() const { return global_step_; }
@@ -162,6 +169,7 @@ class ParamScheduler {
   std::unique_ptr<ScheduleRule> rule_;
   ScheduleSpan span_;
   std::vector<double> base_values_;
+  std::vector<double> start_values_;  // the option's values before construction's step 0
   std::vector<double> last_values_;
   int64_t last_step_ = -1;
   int64_t global_step_ = -1;  // calls of step(), construction's included, minus one
@@ -172,5 +180,13 @@ class ParamScheduler {
 // (schedulers_plateau.h), and the *Momentum twin of each but OneCycle.
 // Common keys: begin, end, by_epoch, param.
 Registry<ParamScheduler, torch::optim::Optimizer&, const SchedulerContext&>& scheduler_registry();
+
+// Puts `schedulers` (those of one optimizer, in the order they were built and
+// are stepped) where they would be after `steps` iterations of an
+// uninterrupted run: rewound, then construction's step 0 and `steps` steps
+// replayed, as the LR scheduler hook makes them. The option values follow.
+// For a run resumed where saved step counts mean other iterations (another
+// world size). Throws naming a scheduler that cannot be replayed.
+void replay_schedulers(const std::vector<std::shared_ptr<ParamScheduler>>& schedulers, int64_t steps);
 
 }  // namespace lockstep

@@ -42,6 +42,7 @@ class ReduceOnPlateauScheduler : public ParamScheduler {
                            const SchedulerContext& context = SchedulerContext());
 
   void step_with_metrics(const std::map<std::string, double>& metrics) override;
+  bool replayable() const override { return false; }
   State state() const override;
   void load_state(const State& state) override;
 

@@ -276,6 +276,8 @@ std::map<std::string, double> Runner::train() {
                     position, loader.epoch(), loader.batch_in_epoch(), loader.batches_per_epoch());
       start_iter = position;
     }
+    // Saved scheduler steps count iterations of the saved world size (Strategy::load_checkpoint skipped them).
+    if (saved_world != strategy_->world_size()) strategy_->replay_schedulers(start_iter);
   } else if (!load_from.path().empty()) {
     load_pretrained(*strategy_, load_from);
   }

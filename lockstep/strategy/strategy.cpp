@@ -135,6 +135,10 @@ void Strategy::save_checkpoint(const std::string& path, CheckpointContents conte
   if (is_main_process()) write_checkpoint(path, contents);
 }
 
+void Strategy::replay_schedulers(int64_t iteration) {
+  for (auto& [wrapper_name, list] : schedulers_) lockstep::replay_schedulers(list, iteration);
+}
+
 void Strategy::load_optim_and_schedulers(const CheckpointContents& contents, bool load_optimizer, bool load_schedulers,
                                          const std::string& path) {
   if (load_optimizer && optim_wrapper_) {
@@ -145,6 +149,12 @@ void Strategy::load_optim_and_schedulers(const CheckpointContents& contents, boo
     } catch (...) {
       rethrow_with_context(path + ": loading the optimizer state");
     }
+  }
+  if (load_schedulers && !schedulers_.empty() && contents.meta && contents.meta->world_size != world_size()) {
+    logger().info("{}: written by {} processes, so its scheduler states count iterations of another length; the "
+                  "schedulers are replayed to the iteration training resumes at instead", path,
+                  contents.meta->world_size);
+    load_schedulers = false;
   }
   if (load_schedulers && !schedulers_.empty()) {
     LOCKSTEP_CHECK(!contents.param_schedulers.empty(), path, ": holds no parameter scheduler state");

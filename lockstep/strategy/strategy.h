@@ -57,6 +57,12 @@ class Strategy {
   std::shared_ptr<Model> model() const { return model_; }
   std::shared_ptr<OptimWrapperBase> optim_wrapper() const { return optim_wrapper_; }
   const SchedulerMap& schedulers() const { return schedulers_; }
+  // Every optim wrapper's schedulers where an uninterrupted run would have them
+  // after `iteration` iterations (lockstep::replay_schedulers). A checkpoint
+  // written by another world size counts its scheduler steps in iterations of
+  // another length, so loading one skips the schedulers' states and the runner
+  // replays them to the position it resumes at instead.
+  void replay_schedulers(int64_t iteration);
 
   virtual int rank() const { return 0; }
   virtual int world_size() const { return 1; }

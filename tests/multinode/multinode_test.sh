@@ -25,6 +25,14 @@
 #   hier      the hierarchical all_reduce across the hosts (node split from the
 #             launcher): equal to the flat one for every dtype and op, and DDP
 #             with it (the default) ends within 1e-5 of DDP with it off
+#   elastic   3 hosts x 1 process of Fashion-MNIST with --nnodes 2:3; host 2 is
+#             killed for good mid-epoch: the other two go on in the next
+#             rendezvous round within the last call + 30 s, every sample of the
+#             interrupted epoch is trained on exactly once (index logs), and the
+#             test accuracy is within 1 point of an uninterrupted run
+#   grow      host 0 alone with --nnodes 1:2; host 1 joins mid-epoch: the next
+#             round runs on both, the rest of the epoch is shared between them
+#             (each sample once), and the job finishes
 #
 # Exit 0: passed, 1: failed, 77: skipped (no root or no network namespaces).
 set -u
@@ -49,7 +57,9 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-netns_hosts_up "lsmn-$scenario" 2 || { echo "FAIL: could not build the namespace hosts"; exit 1; }
+HOSTS=2
+[ "$scenario" = elastic ] && HOSTS=3
+netns_hosts_up "lsmn-$scenario" "$HOSTS" || { echo "FAIL: could not build the namespace hosts"; exit 1; }
 
 fail() {
   echo "FAIL ($scenario): $*"
@@ -60,7 +70,7 @@ fail() {
   done
   # Whatever is still alive on the hosts, and where it waits in the kernel.
   local host pids
-  for host in 0 1; do
+  for ((host = 0; host < HOSTS; host++)); do
     pids=$(host_pids "$host" | tr '\n' ',')
     [ -n "$pids" ] && echo "----- still running on host $host" && ps -o pid,ppid,pgid,stat,wchan:24,etime,args -p "${pids%,}"
   done
@@ -160,7 +170,7 @@ wait_for_text() { wait_until "$3" "'$2' in $(basename "$1")" grep -qF -- "$2" "$
 
 nothing_left_running() {
   local host pids
-  for host in 0 1; do
+  for ((host = 0; host < HOSTS; host++)); do
     pids=$(host_pids "$host")
     [ -z "$pids" ] || fail "left running on host $host: $(ps -o pid=,args= -p "$(echo "$pids" | paste -sd,)")"
   done
@@ -312,6 +322,103 @@ case "$scenario" in
     "$lockstep" ckpt diff --atol 1e-5 "$work/auto/model_final.ckpt" "$work/false/model_final.ckpt" >"$work/diff.log" 2>&1 ||
       fail "hierarchical and flat DDP differ by more than 1e-5: $(cat "$work/diff.log")"
     echo "hierarchical vs flat: $(tail -n 1 "$work/diff.log")"
+    nothing_left_running
+    ;;
+  elastic | grow)
+    # Fashion-MNIST, an MLP, 2 epochs; checkpoints every 50 iterations. Each
+    # rank logs the sample indices of every batch it trains on.
+    fmnist=/usr/share/datasets/fashion-mnist
+    [ -f "$fmnist/train-images-idx3-ubyte.gz" ] || fail "no Fashion-MNIST in $fmnist (Debian package dataset-fashion-mnist)"
+    cat >"$work/fmnist.yaml" <<YAML
+randomness: {seed: 5}
+model:
+  type: MLP
+  in_features: 784
+  hidden: [128]
+  num_classes: 10
+  data_preprocessor: {type: ImgDataPreprocessor, mean: [72.94], std: [90.02]}
+train_dataloader:
+  batch_size: 50
+  sampler: {type: DefaultSampler, shuffle: true}
+  dataset: {type: FashionMNIST, root: $fmnist, split: train}
+test_dataloader:
+  batch_size: 1000
+  sampler: {type: DefaultSampler, shuffle: false}
+  dataset: {type: FashionMNIST, root: $fmnist, split: test}
+test_evaluator: {type: Accuracy}
+strategy: {type: DDPStrategy, launcher: pytorch, backend: gloo}
+train_cfg: {max_epochs: 2}
+optim_wrapper:
+  optimizer: {type: SGD, lr: 0.05, momentum: 0.9}
+# Decaying to a small lr makes the final accuracy a property of the run, not
+# of its last few steps; at another world size it is replayed to where training resumes.
+param_scheduler:
+  - {type: CosineAnnealingLR, by_epoch: true, begin: 0, end: 2, T_max: 2, eta_min: 0.001}
+default_hooks:
+  logger: {interval: 100}
+  checkpoint: {by_epoch: false, interval: 50, max_keep_ckpts: 3}
+YAML
+    # elastic_node HOST NAME RANGE DIR [--set ...]: one launcher of the elastic job.
+    elastic_node() {
+      local host=$1 name=$2 range=$3 dir=$4
+      shift 4
+      local sets=() set
+      for set in "$@"; do sets+=(--set "$set"); done
+      on_host "$host" timeout -k 5 400 "$lockstep" run --nnodes "$range" --nproc-per-node 1 \
+        --master-addr "$master" --master-port 29500 --rdzv-conf last_call_timeout=5 --max-restarts 2 -- \
+        "$lockstep" train "$work/fmnist.yaml" --work-dir "$dir" "${sets[@]}" \
+        --set "train_dataloader.index_log=$dir/index_rank{rank}.log" >"$work/$name-host$host.log" 2>&1 &
+    }
+    accuracy() {  # LOG: the final test accuracy lockstep train printed
+      sed -n 's/.*Final test accuracy\/top1: \([0-9.]*\).*/\1/p' "$1" | tail -n 1
+    }
+    slow='custom_hooks=[{type: FaultInjection, step_delay_ms: 10}]'
+    if [ "$scenario" = elastic ]; then
+      # The uninterrupted run: 3 nodes from start to end.
+      for host in 0 1 2; do
+        elastic_node "$host" whole 2:3 "$work/whole"
+        NODE_PIDS[$host]=$!
+      done
+      for host in 0 1 2; do wait "${NODE_PIDS[$host]}" || fail "whole: host $host's launcher exited with $?"; done
+      expect_in "$work/whole-host0.log" "rendezvous round 0: node 0 of 3"
+      grep -q "rendezvous round 1" "$work/whole-host0.log" && fail "the uninterrupted run had a second round"
+      for host in 0 1 2; do
+        elastic_node "$host" killed 2:3 "$work/killed" "$slow"
+        NODE_PIDS[$host]=$!
+      done
+      wait_for_file "$work/killed/model_0000149.ckpt" 120
+      # shellcheck disable=SC2046
+      kill -9 $(host_pids 2)
+      killed=$SECONDS
+      # The survivors must be training again within the last call (5 s) + 30 s.
+      wait_for_text "$work/killed-host0.log" "rendezvous round 1: node" 35
+      echo "the job went on in rendezvous round 1 $((SECONDS - killed)) s after host 2 was killed"
+      wait "${NODE_PIDS[0]}" || fail "killed: host 0's launcher exited with $?"
+      wait "${NODE_PIDS[1]}" || fail "killed: host 1's launcher exited with $?"
+      for host in 0 1; do expect_in "$work/killed-host$host.log" "of 2 (ranks"; done
+      expect_in "$work/killed/log.txt" "saved by 3 rank(s) with batch_size 50, now 2 with batch_size 50"
+      python3 "$here/check_index_log.py" 0 60000 "$work"/killed/index_rank*.log || fail "the interrupted epoch's samples"
+      whole=$(accuracy "$work/whole-host0.log")
+      killed_acc=$(accuracy "$work/killed-host0.log")
+      [ -n "$whole" ] && [ -n "$killed_acc" ] || fail "no final test accuracy (whole: '$whole', killed: '$killed_acc')"
+      echo "test accuracy: uninterrupted $whole, with host 2 lost $killed_acc"
+      python3 -c "import sys; sys.exit(abs($whole - $killed_acc) > 0.01)" ||
+        fail "test accuracy $killed_acc is more than 1 point from the uninterrupted run's $whole"
+    else
+      elastic_node 0 grow 1:2 "$work/grow" "$slow"
+      NODE_PIDS=($!)
+      wait_for_file "$work/grow/model_0000149.ckpt" 120
+      elastic_node 1 grow 1:2 "$work/grow"
+      NODE_PIDS+=($!)
+      wait_nodes grow
+      expect_in "$work/grow-host0.log" "rendezvous round 0: node 0 of 1"
+      expect_in "$work/grow-host0.log" "a new rendezvous round is starting (1 node asked to join)"
+      expect_in "$work/grow-host0.log" "rendezvous round 1: node 0 of 2"
+      expect_in "$work/grow-host1.log" "rendezvous round 1: node 1 of 2"
+      expect_in "$work/grow/log.txt" "saved by 1 rank(s) with batch_size 50, now 2 with batch_size 50"
+      python3 "$here/check_index_log.py" 0 60000 "$work"/grow/index_rank*.log || fail "the interrupted epoch's samples"
+      echo "test accuracy after growing: $(accuracy "$work/grow-host0.log")"
+    fi
     nothing_left_running
     ;;
   *)
