@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -25,6 +26,11 @@ const char* const kValuesKey = "lockstep.values";
 const char* const kValuesCrcKey = "lockstep.values_crc32";
 const char* const kTensorCrcKey = "lockstep.tensor_crc32";
 const char* const kIndexCrcKey = "lockstep.index_crc32";
+// Tensors larger than one block also carry a checksum per block, so a read of
+// some of their elements verifies the blocks it touches and no more.
+const char* const kBlockCrcKey = "lockstep.block_crc32";
+const char* const kBlockBytesKey = "lockstep.crc_block_bytes";
+constexpr uint64_t kCrcBlockBytes = 64 << 10;
 
 struct DtypeName {
   c10::ScalarType type;
@@ -68,6 +74,31 @@ std::string hex32(uint32_t value) {
   return buffer;
 }
 
+// The checksum of `size` bytes, and the checksums of their blocks (hex, one
+// after the other) when there is more than one block.
+struct TensorChecksums {
+  uint32_t whole = 0;
+  std::string blocks;
+};
+
+TensorChecksums checksums_of_bytes(const void* data, uint64_t size) {
+  TensorChecksums sums;
+  if (size <= kCrcBlockBytes) {
+    sums.whole = crc32_of(data, size);
+    return sums;
+  }
+  const auto* bytes = static_cast<const char*>(data);
+  uLong whole = ::crc32(0L, Z_NULL, 0);
+  for (uint64_t at = 0; at < size; at += kCrcBlockBytes) {
+    const uint64_t length = std::min(kCrcBlockBytes, size - at);
+    const uint32_t block = crc32_of(bytes + at, length);
+    sums.blocks += hex32(block);
+    whole = ::crc32_combine(whole, block, static_cast<z_off_t>(length));
+  }
+  sums.whole = static_cast<uint32_t>(whole);
+  return sums;
+}
+
 struct Entry {
   std::string name;
   c10::ScalarType dtype = torch::kFloat32;
@@ -76,14 +107,19 @@ struct Entry {
   uint64_t end = 0;
 };
 
-// A canonical text of the tensor index, so a changed shape or offset that
-// still parses is caught by its checksum.
-std::string index_text(const std::vector<Entry>& entries) {
+// A canonical text of the tensor index and the block checksums (absent in
+// older files), so a changed shape, offset or block checksum that still
+// parses is caught by its checksum.
+std::string index_text(const std::vector<Entry>& entries, const std::map<std::string, std::string>& metadata) {
   std::ostringstream text;
   for (const auto& entry : entries) {
     text << entry.name << '|' << dtype_name(entry.dtype, entry.name) << '|';
     for (int64_t d : entry.shape) text << d << ',';
     text << '|' << entry.begin << '|' << entry.end << '\n';
+  }
+  for (const char* key : {kBlockBytesKey, kBlockCrcKey}) {
+    auto found = metadata.find(key);
+    if (found != metadata.end()) text << key << '|' << found->second << '\n';
   }
   return text.str();
 }
@@ -94,6 +130,7 @@ void write_tensors(const std::string& path, const std::map<std::string, torch::T
   std::vector<torch::Tensor> data;
   nlohmann::json header = nlohmann::json::object();
   nlohmann::json tensor_crcs = nlohmann::json::object();
+  nlohmann::json block_crcs = nlohmann::json::object();
   uint64_t offset = 0;
   for (const auto& item : tensors) {
     LOCKSTEP_CHECK(item.first != "__metadata__", "a tensor cannot be named __metadata__");
@@ -109,13 +146,20 @@ void write_tensors(const std::string& path, const std::map<std::string, torch::T
     header[entry.name] = {{"dtype", dtype_name(entry.dtype, entry.name)},
                           {"shape", entry.shape},
                           {"data_offsets", {entry.begin, entry.end}}};
-    if (with_checksums) tensor_crcs[entry.name] = hex32(crc32_of(cpu.data_ptr(), entry.end - entry.begin));
+    if (with_checksums) {
+      TensorChecksums sums = checksums_of_bytes(cpu.data_ptr(), entry.end - entry.begin);
+      tensor_crcs[entry.name] = hex32(sums.whole);
+      if (!sums.blocks.empty()) block_crcs[entry.name] = std::move(sums.blocks);
+    }
     entries.push_back(std::move(entry));
     data.push_back(std::move(cpu));
   }
   if (with_checksums) {
     metadata[kTensorCrcKey] = tensor_crcs.dump();
-    metadata[kIndexCrcKey] = hex32(crc32_of(index_text(entries).data(), index_text(entries).size()));
+    metadata[kBlockCrcKey] = block_crcs.dump();
+    metadata[kBlockBytesKey] = std::to_string(kCrcBlockBytes);
+    const std::string index = index_text(entries, metadata);
+    metadata[kIndexCrcKey] = hex32(crc32_of(index.data(), index.size()));
   }
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::string header_text = header.dump();
@@ -252,6 +296,8 @@ torch::Tensor read_tensor(const FileReader& file, const ParsedFile& parsed, cons
 
 struct Checksums {
   nlohmann::json tensors;
+  nlohmann::json blocks = nlohmann::json::object();  // none in files written before block checksums
+  uint64_t block_bytes = 0;
   std::string index;
   std::string values;
 };
@@ -273,12 +319,21 @@ Checksums checksums_of(const ParsedFile& parsed, const std::string& path) {
   } catch (const nlohmann::json::exception&) {
     LOCKSTEP_FAIL(path, ": corrupt header (tensor checksums unreadable)");
   }
+  if (parsed.metadata.count(kBlockCrcKey) != 0) {
+    try {
+      sums.blocks = nlohmann::json::parse(parsed.metadata.at(kBlockCrcKey));
+      sums.block_bytes = std::stoull(get(kBlockBytesKey));
+    } catch (const std::exception&) {
+      LOCKSTEP_FAIL(path, ": corrupt header (block checksums unreadable)");
+    }
+    LOCKSTEP_CHECK(sums.blocks.is_object() && sums.block_bytes > 0, path, ": corrupt header (block checksums unreadable)");
+  }
   sums.index = get(kIndexCrcKey);
   sums.values = get(kValuesCrcKey);
   get(kValuesKey);
   std::vector<Entry> sorted = parsed.entries;
   std::sort(sorted.begin(), sorted.end(), [](const Entry& a, const Entry& b) { return a.name < b.name; });
-  std::string index = index_text(sorted);
+  std::string index = index_text(sorted, parsed.metadata);
   LOCKSTEP_CHECK(hex32(crc32_of(index.data(), index.size())) == sums.index, path,
                  ": corrupt header: the tensor index does not match its checksum");
   const std::string& values = parsed.metadata.at(kValuesKey);
@@ -333,6 +388,81 @@ std::string verify_checkpoint_file(const std::string& path) {
   } catch (const std::exception& error) {
     return error.what();
   }
+}
+
+namespace {
+
+// open_checkpoint_file's backend: the header is parsed and verified once; a
+// read verifies the blocks it touches (small tensors, and tensors of files
+// written before block checksums, are read and verified whole).
+class CheckpointFileBackend final : public StateReader::Backend {
+ public:
+  explicit CheckpointFileBackend(const std::string& path)
+      : path_(path), file_(path), parsed_(parse_header(file_, path)), sums_(checksums_of(parsed_, path)) {
+    try {
+      values_ = nlohmann::json::parse(parsed_.metadata.at(kValuesKey));
+    } catch (const nlohmann::json::exception& error) {
+      LOCKSTEP_FAIL(path, ": corrupt values (", error.what(), ")");
+    }
+    for (const auto& entry : parsed_.entries) {
+      index_[entry.name] = TensorEntry{entry.dtype, entry.shape};
+      entries_[entry.name] = &entry;
+    }
+  }
+
+  const std::string& source() const override { return path_; }
+  const nlohmann::json& values() const override { return values_; }
+  const std::map<std::string, TensorEntry>& index() const override { return index_; }
+  uint64_t bytes_read() const override { return bytes_read_; }
+
+  torch::Tensor read_elements(const std::string& key, int64_t begin, int64_t count) const override {
+    const Entry& entry = *entries_.at(key);
+    torch::Tensor out = torch::empty({count}, torch::TensorOptions().dtype(entry.dtype));
+    if (count == 0) return out;
+    const uint64_t element = c10::elementSize(entry.dtype);
+    const uint64_t first = static_cast<uint64_t>(begin) * element;
+    const uint64_t last = static_cast<uint64_t>(begin + count) * element;
+    const uint64_t size = entry.end - entry.begin;
+    auto blocks = sums_.blocks.find(key);
+    if (blocks == sums_.blocks.end() || size <= sums_.block_bytes) {
+      torch::Tensor whole = read_tensor(file_, parsed_, entry);
+      bytes_read_ += size;
+      check_tensor(sums_, entry, whole, path_);
+      return whole.reshape(-1).narrow(0, begin, count).clone();
+    }
+    const uint64_t block = sums_.block_bytes;
+    LOCKSTEP_CHECK(blocks->is_string() && blocks->get_ref<const std::string&>().size() == 8 * ((size + block - 1) / block),
+                   path_, ": corrupt header (the block checksums of tensor '", key, "' do not fit its size)");
+    const std::string& hex = blocks->get_ref<const std::string&>();
+    const uint64_t from = first / block * block;
+    const uint64_t to = std::min(size, (last + block - 1) / block * block);
+    std::vector<char> buffer(to - from);
+    file_.read_at(parsed_.data_start + entry.begin + from, buffer.data(), to - from);
+    bytes_read_ += to - from;
+    for (uint64_t at = from; at < to; at += block) {
+      const uint64_t length = std::min(block, size - at);
+      LOCKSTEP_CHECK(hex32(crc32_of(buffer.data() + (at - from), length)) == hex.substr(8 * (at / block), 8), path_,
+                     ": tensor '", key, "' is corrupt (checksum mismatch in its bytes [", at, ", ", at + length, "))");
+    }
+    std::memcpy(out.data_ptr(), buffer.data() + (first - from), last - first);
+    return out;
+  }
+
+ private:
+  std::string path_;
+  FileReader file_;
+  ParsedFile parsed_;
+  Checksums sums_;
+  nlohmann::json values_;
+  std::map<std::string, TensorEntry> index_;
+  std::map<std::string, const Entry*> entries_;
+  mutable std::atomic<uint64_t> bytes_read_{0};
+};
+
+}  // namespace
+
+StateReader open_checkpoint_file(const std::string& path) {
+  return StateReader(std::make_shared<const CheckpointFileBackend>(path));
 }
 
 void write_safetensors_file(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,

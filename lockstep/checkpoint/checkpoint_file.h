@@ -10,6 +10,10 @@
 //   lockstep::write_checkpoint_file("work_dirs/run/model_0000999.ckpt", state);   // atomic
 //   lockstep::State loaded = lockstep::read_checkpoint_file("work_dirs/run/model_0000999.ckpt");
 //
+//   // Parts of it, read when asked (a slice of a tensor reads that slice):
+//   lockstep::StateReader file = lockstep::open_checkpoint_file("work_dirs/run/model_0000999.ckpt");
+//   torch::Tensor rows = file.part("model").read_elements("fc.weight", 0, 128);
+//
 //   // Plain weights for other tools (no lockstep metadata, names as given):
 //   lockstep::write_safetensors_file("model.safetensors", tensors, {{"format", "pt"}});
 #pragma once
@@ -20,6 +24,7 @@
 #include <torch/types.h>
 
 #include "lockstep/core/state.h"
+#include "lockstep/core/state_reader.h"
 
 namespace lockstep {
 
@@ -31,6 +36,10 @@ inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 256ull << 20;
 void write_checkpoint_file(const std::string& path, const State& state);
 // Reads and verifies every checksum; errors name the file and the fault.
 State read_checkpoint_file(const std::string& path);
+// Opens a checkpoint and verifies its header and values; tensors are read on
+// demand, each read verified by the checksums of the 64 KiB blocks it
+// touches (a whole-tensor checksum for smaller tensors and older files).
+StateReader open_checkpoint_file(const std::string& path);
 // Verifies a checkpoint without keeping it in memory; returns "" if good,
 // otherwise the reason it is not.
 std::string verify_checkpoint_file(const std::string& path);

@@ -88,6 +88,60 @@ TEST(CheckpointFileTest, CorruptTensorIsNamed) {
   }
 }
 
+TEST(CheckpointFileReaderTest, PartsAndSlicesEqualTheWholeRead) {
+  testing::TempDir dir;
+  State state = sample_state();
+  state.tensors["model/big"] = torch::randn({1000, 1000});  // 4 MB: 62 blocks of 64 KiB
+  write_checkpoint_file(dir.file("a.ckpt"), state);
+  StateReader file = open_checkpoint_file(dir.file("a.ckpt"));
+  EXPECT_EQ(file.values(), state.values);
+  StateReader model = file.part("model");
+  EXPECT_EQ(model.keys(), (std::vector<std::string>{"big", "bn.num_batches_tracked", "fc.bias", "fc.weight"}));
+  EXPECT_TRUE(torch::equal(model.read("fc.weight"), state.tensors.at("model/fc.weight")));
+  EXPECT_EQ(model.entry("fc.bias").dtype, torch::kFloat64);
+  EXPECT_TRUE(torch::equal(file.part("optim").read("brain"), state.tensors.at("optim/brain")));
+  EXPECT_EQ(file.read("empty").sizes(), state.tensors.at("empty").sizes());
+  EXPECT_FALSE(file.part("nothing").contains("x"));
+
+  // 100 elements out of a million: the blocks they touch, not the tensor.
+  const uint64_t before = file.bytes_read();
+  torch::Tensor slice = model.read_elements("big", 500000, 100);
+  EXPECT_TRUE(torch::equal(slice, state.tensors.at("model/big").reshape(-1).narrow(0, 500000, 100)));
+  EXPECT_LE(file.bytes_read() - before, 2u * 64 * 1024);
+  // Across a block boundary, and the very end.
+  EXPECT_TRUE(torch::equal(model.read_elements("big", 16380, 10),
+                           state.tensors.at("model/big").reshape(-1).narrow(0, 16380, 10)));
+  EXPECT_TRUE(torch::equal(model.read_elements("big", 999990, 10),
+                           state.tensors.at("model/big").reshape(-1).narrow(0, 999990, 10)));
+  EXPECT_TRUE(torch::equal(model.read("big"), state.tensors.at("model/big")));
+  EXPECT_THROW(model.read_elements("big", 999995, 10), Error);
+  EXPECT_THROW(model.read("missing"), Error);
+  // The whole-tensor checksum is the blocks' combined: the file reads back as before.
+  expect_equal(read_checkpoint_file(dir.file("a.ckpt")), state);
+}
+
+TEST(CheckpointFileReaderTest, ACorruptBlockIsFoundByTheReadsThatTouchIt) {
+  testing::TempDir dir;
+  State state;
+  state.tensors["model/big"] = torch::arange(200000, torch::kFloat32);  // 800 KB, 13 blocks
+  write_checkpoint_file(dir.file("a.ckpt"), state);
+  std::string bytes = testing::read_file(dir.file("a.ckpt"));
+  bytes[bytes.size() - 10] ^= 1;  // in the last block
+  testing::write_file(dir.file("a.ckpt"), bytes);
+  StateReader model = open_checkpoint_file(dir.file("a.ckpt")).part("model");
+  EXPECT_TRUE(torch::equal(model.read_elements("big", 0, 1000), torch::arange(1000, torch::kFloat32)));
+  try {
+    model.read_elements("big", 199000, 1000);
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("tensor 'model/big' is corrupt (checksum mismatch in its bytes [786432, 800000))"),
+              std::string::npos)
+        << error.what();
+    EXPECT_NE(std::string(error.what()).find("a.ckpt"), std::string::npos) << error.what();
+  }
+  EXPECT_NE(verify_checkpoint_file(dir.file("a.ckpt")), "");
+}
+
 TEST(CheckpointFileTest, TruncationAndGarbageGiveClearErrors) {
   testing::TempDir dir;
   write_checkpoint_file(dir.file("a.ckpt"), sample_state());
