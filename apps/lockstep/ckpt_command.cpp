@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "lockstep/checkpoint/checkpoint_file.h"
+#include "lockstep/checkpoint/pretrained.h"
+#include "lockstep/checkpoint/sharded_checkpoint.h"
 #include "lockstep/checkpoint/checkpoint_layout.h"
 #include "lockstep/checkpoint/pt_file.h"
 #include "lockstep/checkpoint/safetensors_tools.h"
@@ -65,7 +67,7 @@ size_t export_torchscript(const std::string& checkpoint, const std::string& out)
   LOCKSTEP_CHECK(model != nullptr, checkpoint, ": the run's model did not build as a TorchScriptModel");
   SingleDeviceStrategy strategy(torch::kCPU);
   strategy.prepare(model, Config(), Config(), SchedulerContext{});
-  const auto weights = model_weights(contents, checkpoint);
+  const auto weights = whole_model_weights(contents, checkpoint);
   strategy.load_model_state_dict(weights, /*strict=*/true, checkpoint);
   model->eval();
   model->save_torchscript(out);
@@ -187,11 +189,12 @@ struct DiffArguments {
   double atol = 0;
 };
 
-// Compares the model weights of two checkpoints tensor by tensor; prints what
-// differs and returns whether all is within `atol` (0: bitwise).
+// Compares the model weights of two checkpoints tensor by tensor (lockstep
+// checkpoints, full or sharded, or any weights file load_from reads); prints
+// what differs and returns whether all is within `atol` (0: bitwise).
 bool diff_model_weights(const DiffArguments& args, std::ostream& out) {
-  const auto first = read_checkpoint_file(args.first).get("model").tensors;
-  const auto second = read_checkpoint_file(args.second).get("model").tensors;
+  const auto first = read_model_weights(args.first);
+  const auto second = read_model_weights(args.second);
   size_t differing = 0;
   double worst = 0;
   for (const auto& [name, tensor] : first) {

@@ -276,7 +276,10 @@ ParsedFile parse_header(const FileReader& file, const std::string& path) {
   }
   std::vector<const Entry*> by_offset;
   for (const auto& entry : parsed.entries) by_offset.push_back(&entry);
-  std::sort(by_offset.begin(), by_offset.end(), [](const Entry* a, const Entry* b) { return a->begin < b->begin; });
+  // Empty tensors start where another one does: order them first.
+  std::sort(by_offset.begin(), by_offset.end(), [](const Entry* a, const Entry* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
   uint64_t expected = 0;
   for (const Entry* entry : by_offset) {
     LOCKSTEP_CHECK(entry->begin == expected, path, ": corrupt header: tensor '", entry->name,

@@ -24,6 +24,9 @@ State sample_state() {
   state.tensors["mask"] = torch::tensor({true, false, true});
   state.tensors["bytes"] = torch::arange(250, torch::kUInt8);
   state.tensors["empty"] = torch::zeros({0, 7});
+  // Empty tensors sit at the offset where the next one starts, whatever order the names give them.
+  state.tensors["model/a_empty"] = torch::zeros({0});
+  state.tensors["model/zz_empty"] = torch::zeros({0});
   state.values["iteration"] = 999;
   state.values["lr"] = 0.1 + 0.2;  // not representable exactly in decimal with few digits
   state.values["nested"] = {{"name", "sgd"}, {"list", {1, 2, 3}}};
@@ -96,7 +99,7 @@ TEST(CheckpointFileReaderTest, PartsAndSlicesEqualTheWholeRead) {
   StateReader file = open_checkpoint_file(dir.file("a.ckpt"));
   EXPECT_EQ(file.values(), state.values);
   StateReader model = file.part("model");
-  EXPECT_EQ(model.keys(), (std::vector<std::string>{"big", "bn.num_batches_tracked", "fc.bias", "fc.weight"}));
+  EXPECT_EQ(model.keys(), (std::vector<std::string>{"a_empty", "big", "bn.num_batches_tracked", "fc.bias", "fc.weight", "zz_empty"}));
   EXPECT_TRUE(torch::equal(model.read("fc.weight"), state.tensors.at("model/fc.weight")));
   EXPECT_EQ(model.entry("fc.bias").dtype, torch::kFloat64);
   EXPECT_TRUE(torch::equal(file.part("optim").read("brain"), state.tensors.at("optim/brain")));

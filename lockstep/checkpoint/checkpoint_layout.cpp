@@ -104,8 +104,8 @@ CheckpointContents read_checkpoint(const std::string& path) { return contents_of
 
 const std::map<std::string, torch::Tensor>& model_weights(const CheckpointContents& contents, const std::string& path) {
   LOCKSTEP_CHECK(!contents.sharded(), path,
-                 ": a sharded FSDP checkpoint: its model is split over the per-rank files beside it; save with "
-                 "`strategy: {state_dict_type: full}` to use its weights outside the run");
+                 ": a sharded FSDP checkpoint: its model is split over the per-rank files beside it; `lockstep ckpt "
+                 "export` makes one file of it, or save with `strategy: {state_dict_type: full}`");
   LOCKSTEP_CHECK(!contents.model.empty(), path, ": holds no model weights (no '", kModel, "/...' tensors)");
   return contents.model;
 }
@@ -122,19 +122,38 @@ void write_shard(const std::string& manifest, const CheckpointShard& shard) {
   write_checkpoint_file(shard_path(manifest, shard.rank, shard.world_size), state);
 }
 
+namespace {
+
+// That the values of a shard file say it is the shard of `rank` of `world_size`.
+void check_shard_values(const nlohmann::json& values, const std::string& path, int rank, int world_size) {
+  LOCKSTEP_CHECK(values.is_object() && values.contains(kSharding) && values[kSharding].is_object(), path,
+                 ": not a shard of a sharded checkpoint");
+  const int saved_rank = values[kSharding].value("rank", -1);
+  const int saved_world = values[kSharding].value("world_size", -1);
+  LOCKSTEP_CHECK(saved_rank == rank && saved_world == world_size, path, ": holds the shard of rank ", saved_rank,
+                 " of ", saved_world, ", not of rank ", rank, " of ", world_size);
+}
+
+}  // namespace
+
 CheckpointShard read_shard(const std::string& manifest, int rank, int world_size) {
   const std::string path = shard_path(manifest, rank, world_size);
   State state = read_checkpoint_file(path);
+  check_shard_values(state.values, path, rank, world_size);
   CheckpointShard shard;
-  const nlohmann::json& values = state.values;
-  LOCKSTEP_CHECK(values.is_object() && values.contains(kSharding) && values[kSharding].is_object(), path,
-                 ": not a shard of a sharded checkpoint");
-  shard.rank = values[kSharding].value("rank", -1);
-  shard.world_size = values[kSharding].value("world_size", -1);
-  LOCKSTEP_CHECK(shard.rank == rank && shard.world_size == world_size, path, ": holds the shard of rank ", shard.rank,
-                 " of ", shard.world_size, ", not of rank ", rank, " of ", world_size);
+  shard.rank = rank;
+  shard.world_size = world_size;
   shard.model = state.get(kModel);
   if (state.contains(kOptimWrapper)) shard.optim_wrapper = state.get(kOptimWrapper);
+  return shard;
+}
+
+ShardReader open_shard(const std::string& manifest, int rank, int world_size) {
+  const std::string path = shard_path(manifest, rank, world_size);
+  StateReader file = open_checkpoint_file(path);
+  check_shard_values(file.values(), path, rank, world_size);
+  ShardReader shard{file.part(kModel), std::nullopt};
+  if (file.values().contains(kOptimWrapper)) shard.optim_wrapper = file.part(kOptimWrapper);
   return shard;
 }
 

@@ -34,6 +34,7 @@
 #include <torch/types.h>
 
 #include "lockstep/core/state.h"
+#include "lockstep/core/state_reader.h"
 
 namespace lockstep {
 
@@ -84,5 +85,11 @@ std::string shard_path(const std::string& manifest, int rank, int world_size);
 void write_shard(const std::string& manifest, const CheckpointShard& shard);
 // Reads the shard of `rank` of a manifest written by `world_size` ranks.
 CheckpointShard read_shard(const std::string& manifest, int rank, int world_size);
+// The same file opened for reading in parts (StateReader: tensors read on demand).
+struct ShardReader {
+  StateReader model;                         // FullyShardedDataParallel::sharded_state_dict()
+  std::optional<StateReader> optim_wrapper;  // absent: saved without the optimizer
+};
+ShardReader open_shard(const std::string& manifest, int rank, int world_size);
 
 }  // namespace lockstep

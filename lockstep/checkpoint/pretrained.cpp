@@ -8,6 +8,7 @@
 #include "lockstep/checkpoint/checkpoint_layout.h"
 #include "lockstep/checkpoint/pt_file.h"
 #include "lockstep/checkpoint/safetensors_tools.h"
+#include "lockstep/checkpoint/sharded_checkpoint.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
 
@@ -120,7 +121,7 @@ std::map<std::string, torch::Tensor> read_model_weights(const std::string& path)
   if (is_index_file(path)) return read_sharded(path);
   if (is_torch_save_file(path)) return read_pt_state_dict(path);
   if (is_lockstep_checkpoint(read_safetensors_header(path))) {
-    return model_weights(read_checkpoint(path), path);
+    return whole_model_weights(read_checkpoint(path), path);
   }
   return read_safetensors_file(path).tensors;
 }

@@ -7,6 +7,7 @@
 #include "lockstep/checkpoint/checkpoint_layout.h"
 #include "lockstep/checkpoint/pretrained.h"
 #include "lockstep/checkpoint/pt_file.h"
+#include "lockstep/checkpoint/sharded_checkpoint.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/state.h"
 
@@ -79,7 +80,7 @@ size_t export_weights(const std::string& checkpoint, const std::string& out, con
   std::map<std::string, torch::Tensor> weights;
   if (is_lockstep_checkpoint(read_safetensors_header(checkpoint))) {
     CheckpointContents contents = read_checkpoint(checkpoint);
-    weights = options.ema() ? ema_weights(contents, checkpoint) : model_weights(contents, checkpoint);
+    weights = options.ema() ? ema_weights(contents, checkpoint) : whole_model_weights(contents, checkpoint);
     if (contents.meta) {
       metadata["lockstep.iteration"] = std::to_string(contents.meta->iteration);
       if (!contents.meta->config.empty()) metadata["lockstep.config"] = contents.meta->config;

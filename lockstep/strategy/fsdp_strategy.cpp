@@ -1,6 +1,7 @@
 #include "lockstep/strategy/fsdp_strategy.h"
 
 #include "lockstep/checkpoint/checkpoint_layout.h"
+#include "lockstep/checkpoint/sharded_checkpoint.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/dist/process_group.h"
@@ -160,9 +161,12 @@ CheckpointContents FSDPStrategy::load_checkpoint(const std::string& path, bool l
   CheckpointContents contents = read_checkpoint(path);
   if (contents.sharded()) {
     const int saved_world = contents.sharding->value("world_size", -1);
-    LOCKSTEP_CHECK(saved_world == world_size(), path, ": a sharded checkpoint written by ", saved_world,
-                   " ranks cannot load into ", world_size(), " ranks; resume with ", saved_world,
-                   " ranks, or save with state_dict_type: full to change the number of ranks");
+    const nlohmann::json saved_layout = contents.sharding->value("layout", nlohmann::json::object());
+    if (saved_world != world_size() || saved_layout.value("shard_world_size", -1) != fsdp_->layout().at("shard_world_size")) {
+      load_resharded(path, contents, load_optimizer);
+      load_optim_and_schedulers(contents, /*load_optimizer=*/false, load_schedulers, path);
+      return contents;
+    }
     CheckpointShard shard = read_shard(path, rank(), world_size());
     const std::string shard_file = shard_path(path, rank(), world_size());
     fsdp_->load_sharded_state_dict(shard.model, shard_file);
@@ -201,6 +205,43 @@ CheckpointContents FSDPStrategy::load_checkpoint(const std::string& path, bool l
     load_optim_and_schedulers(contents, /*load_optimizer=*/false, load_schedulers, path);
   }
   return contents;
+}
+
+void FSDPStrategy::load_resharded(const std::string& path, const CheckpointContents& contents, bool load_optimizer) {
+  ShardedCheckpoint saved(path, *contents.sharding);
+  try {
+    fsdp_->load_sharded_state_dict(fsdp_->resharded_state_dict(saved.layout(), saved.model_parts()), path);
+  } catch (...) {
+    rethrow_with_context(str_cat(path, ": resharding the model from ", saved.world_size(), " to ", world_size(), " ranks"));
+  }
+  if (load_optimizer && optim_wrapper_) {
+    LOCKSTEP_CHECK(saved.with_optimizer(), path, ": holds no optimizer state (saved with save_optimizer: false?)");
+    const bool saved_orig = saved.layout().value("use_orig_params", false);
+    LOCKSTEP_CHECK(saved_orig == options_.fsdp.use_orig_params(), path,
+                   ": the sharded optimizer state was saved with use_orig_params: ", saved_orig ? "true" : "false",
+                   " and this run has ", saved_orig ? "false" : "true",
+                   "; resume with the same setting, or save with state_dict_type: full to change it");
+    try {
+      std::vector<StateReader> wrappers = saved.optim_wrapper_parts();
+      std::vector<StateReader> optimizers;
+      for (const auto& wrapper : wrappers) optimizers.push_back(wrapper.part("optimizer"));
+      // Everything of the wrapper but its optimizer is the same on every rank.
+      State rest;
+      rest.values = wrappers.front().values();
+      for (const auto& key : wrappers.front().keys()) {
+        if (key.rfind("optimizer/", 0) != 0) rest.tensors[key] = wrappers.front().read(key);
+      }
+      State optimizer = fsdp_->resharded_optimizer_state(single_wrapper().optimizer(), saved.layout(), optimizers);
+      single_wrapper().load_state(optim_state_with(std::move(rest), std::move(optimizer)));
+    } catch (...) {
+      rethrow_with_context(str_cat(path, ": resharding the optimizer state from ", saved.world_size(), " to ",
+                                   world_size(), " ranks"));
+    }
+  }
+  logger().info("rank {}: resharded {} (written by {} ranks, {} per shard group) to {} ranks: read {} of the {} "
+                "tensor bytes in {} of its {} shard files",
+                rank(), path, saved.world_size(), saved.shard_world_size(), world_size(), saved.bytes_read(),
+                saved.bytes_in_opened_files(), saved.opened_files(), saved.world_size());
 }
 
 void FSDPStrategy::load_sharded_weights(const std::string& path, bool strict) {

@@ -11,8 +11,14 @@
 //   state_dict_type: sharded  every rank writes "<path>.rank<r>-of-<n>.shard"
 //                             with its shards and optimizer state, rank 0
 //                             writes <path> with the layout and everything
-//                             else; it resumes (bitwise) only with the same
-//                             number of ranks per shard group and wrap policy.
+//                             else. It resumes bitwise with the same number
+//                             of ranks; with another number (an elastic job
+//                             that shrank or grew) each rank cuts its shards
+//                             and their optimizer state out of the saved
+//                             shards, reading only the elements that overlap
+//                             its own. Same model and wrap policy either way.
+//                             `lockstep ckpt export` makes one safetensors
+//                             file of its weights.
 // mmengine's `state_dict_cfg: full | local` is accepted for state_dict_type.
 //
 //   strategy:
@@ -87,6 +93,9 @@ class FSDPStrategy : public DistributedStrategy {
  private:
   OptimWrapper& single_wrapper() const;
   State optim_state_with(State wrapper_state, State optimizer_state) const;
+  // Loads the model (and the optimizer) of a sharded checkpoint written by
+  // another number of ranks, or ranks per shard group.
+  void load_resharded(const std::string& path, const CheckpointContents& contents, bool load_optimizer);
 
   FSDPStrategyOptions options_;
   std::shared_ptr<FullyShardedDataParallel> fsdp_;

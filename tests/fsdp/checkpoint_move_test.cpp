@@ -49,12 +49,13 @@ std::string fsdp(bool use_orig_params) {
          (use_orig_params ? "    use_orig_params: true\n" : "");
 }
 
-// `lockstep train` on 2 ranks; `resume` continues from the newest checkpoint in `work_dir`.
+// `lockstep train` on `nproc` ranks; `resume` continues from the newest checkpoint in `work_dir`.
 testing::CommandResult train(const testing::TempDir& dir, const std::string& name, const std::string& yaml,
-                             const std::string& work_dir, bool resume) {
+                             const std::string& work_dir, bool resume, int nproc = 2) {
   const std::string path = dir.file(name + ".yaml");
   testing::write_file(path, yaml);
-  std::vector<std::string> argv{testing::lockstep_binary(), "train", path, "--work-dir", work_dir, "--nproc", "2"};
+  std::vector<std::string> argv{testing::lockstep_binary(), "train", path, "--work-dir", work_dir, "--nproc",
+                                std::to_string(nproc)};
   if (resume) argv.push_back("--resume");
   return testing::run_command(argv, {}, 300);
 }
@@ -108,6 +109,47 @@ TEST(CheckpointMoveSharded, OrigParamsResumeBitwiseFromAShardedCheckpoint) {
   EXPECT_NE(second.output.find("Resuming from"), std::string::npos) << second.output;
   auto diff = testing::run_command({testing::lockstep_binary(), "ckpt", "diff", dir.file("alone/model_final.ckpt"),
                                     dir.file("resumed/model_final.ckpt")});
+  EXPECT_EQ(diff.exit_code, 0) << diff.output;
+  EXPECT_NE(diff.output.find("bitwise equal"), std::string::npos) << diff.output;
+}
+
+// An elastic job that grew from 2 ranks to 3: the sharded checkpoint of 2
+// ranks resumes on 3 (resharded on load) exactly as the full checkpoint of the
+// same run does, and `lockstep ckpt export` makes one file of it equal to the
+// full checkpoint's export. Both layouts of the optimizer state.
+TEST_P(CheckpointMove, ShardedCheckpointOfTwoRanksResumesOnThreeAsTheFullOne) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  if (!std::filesystem::is_directory(kFashionMnist)) GTEST_SKIP() << kFashionMnist << " is missing";
+  const bool paramwise = GetParam();
+  testing::TempDir dir;
+  const std::string full = fsdp(/*use_orig_params=*/paramwise);
+  std::string sharded = full;
+  sharded.replace(sharded.find("state_dict_type: full"), 21, "state_dict_type: sharded");
+  for (const auto& [name, strategy] : {std::pair{"full", full}, std::pair{"sharded", sharded}}) {
+    auto first = train(dir, std::string(name) + "_2", config(10, strategy, paramwise), dir.file(name), false);
+    ASSERT_EQ(first.exit_code, 0) << first.output;
+  }
+  for (const char* name : {"full", "sharded"}) {
+    auto exported = testing::run_command({testing::lockstep_binary(), "ckpt", "export", dir.file(std::string(name) + "/model_final.ckpt"),
+                                          "-o", dir.file(std::string(name) + "_10.safetensors")});
+    ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  }
+  auto diff = testing::run_command({testing::lockstep_binary(), "ckpt", "diff", dir.file("full_10.safetensors"),
+                                    dir.file("sharded_10.safetensors")});
+  EXPECT_EQ(diff.exit_code, 0) << diff.output;
+  EXPECT_NE(diff.output.find("bitwise equal"), std::string::npos) << diff.output;
+
+  for (const auto& [name, strategy] : {std::pair{"full", full}, std::pair{"sharded", sharded}}) {
+    auto resumed = train(dir, std::string(name) + "_3", config(20, strategy, paramwise), dir.file(name), true, 3);
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_NE(resumed.output.find("Resuming from"), std::string::npos) << resumed.output;
+    if (std::string(name) == "sharded") {
+      EXPECT_NE(resumed.output.find("(written by 2 ranks, 2 per shard group) to 3 ranks"), std::string::npos)
+          << resumed.output;
+    }
+  }
+  diff = testing::run_command({testing::lockstep_binary(), "ckpt", "diff", dir.file("full/model_final.ckpt"),
+                               dir.file("sharded/model_final.ckpt")});
   EXPECT_EQ(diff.exit_code, 0) << diff.output;
   EXPECT_NE(diff.output.find("bitwise equal"), std::string::npos) << diff.output;
 }

@@ -6,8 +6,14 @@
 //     parameters as FSDP continuing; a full file from 2 ranks also resumes
 //     FSDP on 4 ranks;
 //   - sharded: one file per rank plus a manifest; a fresh FSDP model resumes
-//     from it bitwise (parameters and optimizer state), and a run with another
-//     number of ranks refuses it with a message that says why.
+//     from it bitwise (parameters and optimizer state);
+//   - resharded (FsdpReshardWorker): FULL_SHARD checkpoints written by 2
+//     ranks (flat shards, and use_orig_params) load on 1, 3 and 4 ranks. Each
+//     run saves what it loaded as a full checkpoint, which must equal, bitwise,
+//     the full checkpoint of the 2 ranks' own state (parameters, tied names,
+//     buffers, Adam's moments and steps), and then trains on exactly as a run
+//     that loaded that full checkpoint. Each rank reads only what overlaps its
+//     shards: at 4 ranks, half of the saved model bytes or less.
 // Each part starts a world of its own (a strategy owns groups named per world).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -17,6 +23,7 @@
 
 #include "lockstep/checkpoint/checkpoint_file.h"
 #include "lockstep/checkpoint/checkpoint_layout.h"
+#include "lockstep/checkpoint/sharded_checkpoint.h"
 #include "lockstep/core/error.h"
 #include "lockstep/dist/comm.h"
 #include "lockstep/dist/init.h"
@@ -42,10 +49,12 @@ std::string directory_for(int world_size) {
   return path;
 }
 
-std::shared_ptr<FSDPStrategy> fsdp_strategy(const std::string& state_dict_type, const std::string& sharding) {
+std::shared_ptr<FSDPStrategy> fsdp_strategy(const std::string& state_dict_type, const std::string& sharding,
+                                           bool use_orig_params = false) {
   const std::string yaml = "launcher: pytorch\nstate_dict_type: " + state_dict_type +
                            "\nmodel_wrapper:\n  sharding_strategy: " + sharding +
-                           "\n  hybrid_shard_size: 2\n  auto_wrap_policy: {type: module_type, module_types: [Block]}\n";
+                           "\n  hybrid_shard_size: 2\n  auto_wrap_policy: {type: module_type, module_types: [Block]}\n" +
+                           (use_orig_params ? "  use_orig_params: true\n" : "");
   return std::make_shared<FSDPStrategy>(parse_fsdp_strategy_options(Config::parse(yaml, "fsdp strategy")));
 }
 
@@ -132,21 +141,28 @@ void full_checkpoint_loads_into_one_process() {
   testing::expect_matches(continued, testing::parameters_of(*plain), 1e-5, 1e-6, "one process resumed from FSDP's file");
 }
 
-// On 4 ranks: the 2-rank sharded checkpoint is refused, the full one resumes.
+// On 4 ranks: the 2-rank sharded checkpoint's flat optimizer state is
+// refused by a use_orig_params run (it reshards, but not between optimizer
+// layouts), the full one resumes.
 void checkpoints_from_two_ranks() {
   SCOPED_TRACE("checkpoints written by 2 ranks, read by 4");
   const std::string dir = directory_for(2);
+  {
+    testing::WorkerWorld world_guard;
+    auto orig = fsdp_strategy("full", "FULL_SHARD", /*use_orig_params=*/true);
+    prepare(*orig, 8);
+    try {
+      orig->load_checkpoint(dir + "/sharded.ckpt", true, true);
+      ADD_FAILURE() << "flat optimizer shards loaded into a use_orig_params optimizer";
+    } catch (const Error& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find("saved with use_orig_params: false and this run has true"), std::string::npos) << message;
+      EXPECT_NE(message.find("state_dict_type: full"), std::string::npos) << message;
+    }
+  }
   testing::WorkerWorld world_guard;
   auto strategy = fsdp_strategy("full", "FULL_SHARD");
   prepare(*strategy, 8);
-  try {
-    strategy->load_checkpoint(dir + "/sharded.ckpt", true, true);
-    ADD_FAILURE() << "a sharded checkpoint of 2 ranks loaded into 4";
-  } catch (const Error& error) {
-    const std::string message = error.what();
-    EXPECT_NE(message.find("written by 2 ranks cannot load into 4 ranks"), std::string::npos) << message;
-    EXPECT_NE(message.find("state_dict_type: full"), std::string::npos) << message;
-  }
   const std::string full = dir + "/full.ckpt";
   strategy->load_checkpoint(full, /*load_optimizer=*/true, /*load_schedulers=*/false);
   auto loaded = strategy->fsdp()->full_state_dict(/*rank0_only=*/false);
@@ -159,6 +175,96 @@ void checkpoints_from_two_ranks() {
   single.load_checkpoint(full, true, false);
   train_whole(single, kStepsBefore, kStepsAfter, get_world_size());
   testing::expect_matches(continued, testing::parameters_of(*plain), 1e-5, 1e-6, "4 ranks resumed from 2 ranks' file");
+}
+
+// Resharding. The 2-rank launch writes, per layout, a sharded checkpoint and
+// (loading it back at 2 ranks, the bitwise path above) the full checkpoint of
+// the same state; the launches at 1, 3 and 4 ranks read the sharded one.
+std::string reshard_dir(bool use_orig_params) {
+  return directory_for(2) + (use_orig_params ? "/reshard_orig" : "/reshard_flat");
+}
+
+void write_for_resharding(bool use_orig_params) {
+  const std::string dir = reshard_dir(use_orig_params);
+  std::filesystem::create_directories(dir);
+  {
+    testing::WorkerWorld world_guard;
+    auto strategy = fsdp_strategy("sharded", "FULL_SHARD", use_orig_params);
+    prepare(*strategy, 7);
+    train(*strategy, 0, kStepsBefore);
+    strategy->save_checkpoint(dir + "/sharded.ckpt", CheckpointContents(), CheckpointOptions());
+  }
+  testing::WorkerWorld world_guard;
+  auto strategy = fsdp_strategy("full", "FULL_SHARD", use_orig_params);
+  prepare(*strategy, 8);
+  strategy->load_checkpoint(dir + "/sharded.ckpt", /*load_optimizer=*/true, /*load_schedulers=*/true);
+  strategy->save_checkpoint(dir + "/original_full.ckpt", CheckpointContents(), CheckpointOptions());
+}
+
+// Every tensor and the optimizer's values of two full checkpoints, bitwise.
+void expect_same_full_state(const std::string& actual_path, const std::string& expected_path, const std::string& what) {
+  const State actual = read_checkpoint_file(actual_path);
+  const State expected = read_checkpoint_file(expected_path);
+  for (const char* part : {"model", "optim_wrapper"}) {
+    const State a = actual.get(part);
+    const State e = expected.get(part);
+    EXPECT_FALSE(e.tensors.empty()) << what << ": the original has no " << part;
+    EXPECT_EQ(a.tensors.size(), e.tensors.size()) << what << ": " << part;
+    testing::expect_matches(a.tensors, e.tensors, 0, 0, what + ", " + part);
+    EXPECT_EQ(a.values, e.values) << what << ": " << part << " values";
+  }
+}
+
+void read_resharded(bool use_orig_params) {
+  const int world = launched_world_size();
+  const std::string dir = reshard_dir(use_orig_params);
+  const std::string what = std::string(use_orig_params ? "use_orig_params" : "flat shards") + ", 2 ranks' shards on " +
+                           std::to_string(world);
+  SCOPED_TRACE(what);
+  const std::string exported = dir + "/resharded_full_" + std::to_string(world) + ".ckpt";
+  std::map<std::string, torch::Tensor> continued;
+  {
+    testing::WorkerWorld world_guard;
+    auto strategy = fsdp_strategy("full", "FULL_SHARD", use_orig_params);
+    prepare(*strategy, 9);  // other initial values: everything must come from the files
+    strategy->load_checkpoint(dir + "/sharded.ckpt", /*load_optimizer=*/true, /*load_schedulers=*/true);
+    strategy->save_checkpoint(exported, CheckpointContents(), CheckpointOptions());
+    train(*strategy, kStepsBefore, kStepsAfter);
+    continued = strategy->fsdp()->full_state_dict(/*rank0_only=*/false);
+
+    // What this rank read of the saved model: its own part, not the model.
+    ShardedCheckpoint saved(dir + "/sharded.ckpt", *read_checkpoint(dir + "/sharded.ckpt").sharding);
+    const std::vector<StateReader> parts = saved.model_parts();
+    uint64_t model_bytes = 0;
+    for (const auto& part : parts) {
+      for (const auto& key : part.keys()) {
+        if (key.rfind("shards/", 0) == 0) model_bytes += part.entry(key).numel() * c10::elementSize(part.entry(key).dtype);
+      }
+    }
+    const uint64_t before = saved.bytes_read();
+    strategy->fsdp()->resharded_state_dict(saved.layout(), parts);
+    const uint64_t read = saved.bytes_read() - before;
+    std::cout << "rank " << get_rank() << " of " << world << " read " << read << " of " << model_bytes
+              << " bytes of saved shards (plus buffers)\n";
+    if (world == 4) EXPECT_LE(read, model_bytes / 2 + 4096) << "rank " << get_rank();
+  }
+  if (launched_rank() == 0) expect_same_full_state(exported, dir + "/original_full.ckpt", what);  // rank 0 wrote it
+  // Training on equals a run that loaded the full checkpoint of the same state.
+  testing::WorkerWorld world_guard;
+  auto reference = fsdp_strategy("full", "FULL_SHARD", use_orig_params);
+  prepare(*reference, 10);
+  reference->load_checkpoint(dir + "/original_full.ckpt", /*load_optimizer=*/true, /*load_schedulers=*/true);
+  train(*reference, kStepsBefore, kStepsAfter);
+  testing::expect_matches(continued, reference->fsdp()->full_state_dict(/*rank0_only=*/false), 0, 0,
+                          what + ", trained on");
+}
+
+LOCKSTEP_WORKER_TEST(FsdpReshardWorker, TwoRanksShardsOnOtherWorldSizes) {
+  if (launched_world_size() == 2) {
+    for (bool orig : {false, true}) write_for_resharding(orig);
+    return;
+  }
+  for (bool orig : {false, true}) read_resharded(orig);
 }
 
 LOCKSTEP_WORKER_TEST(FsdpWorker, Checkpoints) {

@@ -1,5 +1,6 @@
 #include "lockstep/parallel/fsdp/flat_param.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "lockstep/compat/cuda.h"
@@ -31,6 +32,27 @@ ShardOverlap shard_overlap(int64_t offset, int64_t numel, int shard_rank, int64_
   const int64_t end = std::min(offset + numel, first + shard_numel);
   if (begin >= end) return ShardOverlap{};
   return ShardOverlap{begin - first, begin - offset, end - begin};
+}
+
+std::vector<LayoutPiece> shard_pieces(int64_t numel, int64_t shard_numel, int shards) {
+  std::vector<LayoutPiece> pieces;
+  for (int s = 0; s < shards; ++s) {
+    const int64_t begin = s * shard_numel;
+    pieces.push_back(LayoutPiece{begin, std::clamp<int64_t>(numel - begin, 0, shard_numel)});
+  }
+  return pieces;
+}
+
+void fill_from_pieces(torch::Tensor out, int64_t begin, const std::vector<LayoutPiece>& pieces,
+                      const std::function<torch::Tensor(size_t piece, int64_t first, int64_t count)>& read) {
+  torch::NoGradGuard no_grad;
+  const int64_t end = begin + out.numel();
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const int64_t from = std::max(begin, pieces[i].begin);
+    const int64_t to = std::min(end, pieces[i].begin + pieces[i].numel);
+    if (from >= to) continue;
+    out.narrow(0, from - begin, to - from).copy_(read(i, from - pieces[i].begin, to - from));
+  }
 }
 
 std::pair<double, double> gradient_divide_factors(int world_size) {

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -84,6 +85,21 @@ struct ShardOverlap {
   int64_t length = 0;
 };
 ShardOverlap shard_overlap(int64_t offset, int64_t numel, int shard_rank, int64_t shard_numel);
+
+// Resharding: a saved piece of a flat layout, elements [begin, begin + numel)
+// of it, stored from element 0 of some saved tensor.
+struct LayoutPiece {
+  int64_t begin = 0;
+  int64_t numel = 0;
+};
+// The pieces a layout of `numel` elements has in `shards` shards of
+// `shard_numel` (padding left out; empty pieces for shards of padding only).
+std::vector<LayoutPiece> shard_pieces(int64_t numel, int64_t shard_numel, int shards);
+// Fills `out`, the layout's elements [begin, begin + out.numel()), from the
+// pieces that overlap it; read(i, first, count) returns elements
+// [first, first + count) of piece i's tensor. Only those elements are read.
+void fill_from_pieces(torch::Tensor out, int64_t begin, const std::vector<LayoutPiece>& pieces,
+                      const std::function<torch::Tensor(size_t piece, int64_t first, int64_t count)>& read);
 
 // PyTorch's split of the world size N into (pre, post) divisors, as
 // DefaultState._get_gradient_predivide_factor computes it: pre doubles from 1

@@ -11,15 +11,14 @@
 #include "lockstep/dist/comm.h"
 #include "lockstep/dist/process_group.h"
 #include "lockstep/parallel/fsdp/fully_sharded_data_parallel.h"
+#include "lockstep/parallel/fsdp/state_keys.h"
 
 namespace lockstep {
 namespace {
 
 using nlohmann::json;
-
-std::string unit_key(const fsdp::FlatParamUnit& unit) {
-  return unit.path().empty() ? "flat_param" : unit.path() + ".flat_param";
-}
+using fsdp::split_state_key;
+using fsdp::unit_key;
 
 // The unit's whole flat parameter in its shards' dtype, on every rank of the shard group.
 torch::Tensor gather_flat(const fsdp::FlatParamUnit& unit, const torch::Tensor& shard) {
@@ -28,17 +27,6 @@ torch::Tensor gather_flat(const fsdp::FlatParamUnit& unit, const torch::Tensor& 
   torch::Tensor flat = torch::empty({unit.padded_numel()}, shard.options().requires_grad(false));
   unit.setup().shard_group->all_gather_into_tensor(flat, shard.detach().contiguous());
   return flat;
-}
-
-// "0.12.exp_avg" -> {"0.12", "exp_avg"}; false for other keys.
-bool split_state_key(const std::string& key, std::string* position, std::string* buffer) {
-  const size_t first = key.find('.');
-  if (first == std::string::npos) return false;
-  const size_t second = key.find('.', first + 1);
-  if (second == std::string::npos) return false;
-  *position = key.substr(0, second);
-  *buffer = key.substr(second + 1);
-  return true;
 }
 
 }  // namespace
@@ -134,18 +122,31 @@ json FullyShardedDataParallel::layout() const {
   json units = json::array();
   for (const auto& unit : units_) {
     json params = json::array();
-    for (const auto& slot : unit->slots()) params.push_back({slot.name, slot.shape, slot.offset});
+    json aliases = json::object();  // tied parameters' further names -> the slot's name
+    for (const auto& slot : unit->slots()) {
+      params.push_back({slot.name, slot.shape, slot.offset});
+      for (const auto& alias : slot.aliases) aliases[alias] = slot.name;
+    }
     units.push_back({{"path", unit->path()},
                      {"numel", unit->numel()},
                      {"padded_numel", unit->padded_numel()},
                      {"dtype", c10::toString(unit->shard().scalar_type())},
-                     {"params", params}});
+                     {"params", params},
+                     {"aliases", aliases}});
+  }
+  // Buffers that train in another dtype (mixed precision's buffer_dtype) are
+  // saved so; a full export gives them back their own.
+  json buffer_dtypes = json::object();
+  for (const auto& [name, tensor] : buffers_) {
+    const torch::Dtype own = buffer_dtypes_.at(name);
+    if (own != tensor.scalar_type()) buffer_dtypes[name] = static_cast<int>(own);
   }
   return {{"world_size", group_->size()},
           {"shard_world_size", shard_group_ ? shard_group_->size() : 1},
           {"sharding_strategy", to_string(options_.sharding_strategy())},
           {"use_orig_params", options_.use_orig_params()},
-          {"units", units}};
+          {"units", units},
+          {"buffer_dtypes", buffer_dtypes}};
 }
 
 State FullyShardedDataParallel::sharded_state_dict() const {
@@ -158,22 +159,23 @@ State FullyShardedDataParallel::sharded_state_dict() const {
   return state;
 }
 
-void FullyShardedDataParallel::load_sharded_state_dict(const State& state, const std::string& source) {
-  LOCKSTEP_CHECK(state.values.is_object() && state.values.contains("layout"), source,
-                 ": holds no FSDP layout; is it a sharded FSDP checkpoint?");
-  const json& saved = state.values.at("layout");
+void FullyShardedDataParallel::check_units_fit(const json& saved, const std::string& source,
+                                               bool same_shard_world) const {
   const json mine = layout();
   auto differs = [&](const std::string& what) {
     return str_cat(source, ": this sharded checkpoint does not fit the model as wrapped now: ", what,
-                   ". A sharded checkpoint loads only into the same model, wrap policy and number of ranks per "
-                   "shard group; save with state_dict_type: full to move between layouts.");
+                   ". A sharded checkpoint loads only into the same model and wrap policy",
+                   same_shard_world ? " and number of ranks per shard group" : "",
+                   "; save with state_dict_type: full to move between layouts.");
   };
-  LOCKSTEP_CHECK(saved.at("shard_world_size") == mine.at("shard_world_size"),
-                 differs(str_cat("it was saved with ", saved.at("shard_world_size").dump(), " rank(s) per shard group (",
-                                 saved.at("world_size").dump(), " in all, ", saved.at("sharding_strategy").get<std::string>(),
-                                 ") and this run has ", mine.at("shard_world_size").dump(), " (",
-                                 mine.at("world_size").dump(), " in all, ", mine.at("sharding_strategy").get<std::string>(),
-                                 ")")));
+  if (same_shard_world) {
+    LOCKSTEP_CHECK(saved.at("shard_world_size") == mine.at("shard_world_size"),
+                   differs(str_cat("it was saved with ", saved.at("shard_world_size").dump(),
+                                   " rank(s) per shard group (", saved.at("world_size").dump(), " in all, ",
+                                   saved.at("sharding_strategy").get<std::string>(), ") and this run has ",
+                                   mine.at("shard_world_size").dump(), " (", mine.at("world_size").dump(), " in all, ",
+                                   mine.at("sharding_strategy").get<std::string>(), ")")));
+  }
   const json& saved_units = saved.at("units");
   const json& my_units = mine.at("units");
   for (size_t u = 0; u < std::min(saved_units.size(), my_units.size()); ++u) {
@@ -198,6 +200,12 @@ void FullyShardedDataParallel::load_sharded_state_dict(const State& state, const
   }
   LOCKSTEP_CHECK(saved_units.size() == my_units.size(),
                  differs(str_cat("it has ", saved_units.size(), " units and this model ", my_units.size())));
+}
+
+void FullyShardedDataParallel::load_sharded_state_dict(const State& state, const std::string& source) {
+  LOCKSTEP_CHECK(state.values.is_object() && state.values.contains("layout"), source,
+                 ": holds no FSDP layout; is it a sharded FSDP checkpoint?");
+  check_units_fit(state.values.at("layout"), source, /*same_shard_world=*/true);
   const int my_shard_rank = shard_group_ ? shard_group_->rank() : 0;
   LOCKSTEP_CHECK(state.values.value("shard_rank", -1) == my_shard_rank, source, ": holds the shards of shard rank ",
                  state.values.value("shard_rank", -1), " but this is shard rank ", my_shard_rank);

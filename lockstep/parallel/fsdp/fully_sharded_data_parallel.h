@@ -48,6 +48,7 @@
 
 #include "lockstep/core/load_report.h"
 #include "lockstep/core/state.h"
+#include "lockstep/core/state_reader.h"
 #include "lockstep/optim/gradient_sync.h"
 #include "lockstep/parallel/fsdp/flat_param.h"
 #include "lockstep/parallel/fsdp/fsdp_options.h"
@@ -145,6 +146,16 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
   // World size, strategy and every unit's parameters and offsets: what must
   // match for a sharded checkpoint to load.
   nlohmann::json layout() const;
+  // Resharding (fsdp_reshard.cpp): a sharded checkpoint of the same model
+  // and wrap policy written by another number of ranks per shard group.
+  // saved[s] is the part ("model" or "optim_wrapper/optimizer") of the file
+  // of saved shard rank s, opened, not read: each rank reads the elements
+  // that overlap its own shards, and no other. Local (no collectives).
+  //   This rank's sharded_state_dict() (load it with load_sharded_state_dict):
+  State resharded_state_dict(const nlohmann::json& saved_layout, const std::vector<StateReader>& saved) const;
+  //   This rank's state of `optimizer`, as the optimizer's own state() would be:
+  State resharded_optimizer_state(const torch::optim::Optimizer& optimizer, const nlohmann::json& saved_layout,
+                                  const std::vector<StateReader>& saved) const;
   // The state of `optimizer` (over shard_parameters(), one param group; or
   // over named_orig_parameters(), any groups), converted to the layout of an
   // optimizer over the model's own parameters as DDP or SingleDeviceStrategy
@@ -174,6 +185,9 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
   void leave_unit(int unit) noexcept override;
   void register_output(int unit, const torch::Tensor& output) override;
 
+  // An error naming `source` and the first difference if a checkpoint of
+  // `saved` (a layout()) does not fit this model's units.
+  void check_units_fit(const nlohmann::json& saved, const std::string& source, bool same_shard_world) const;
   static int hybrid_shard_group_size(const FSDPOptions& options, const ProcessGroup& group);
   void add_prebuilt_units(std::vector<std::string>& unit_paths) const;
   torch::Tensor checked_prebuilt_shard(const std::string& path, const std::vector<fsdp::FlatSlot>& slots,

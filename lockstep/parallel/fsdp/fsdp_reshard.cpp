@@ -1,0 +1,152 @@
+// FullyShardedDataParallel: loading a sharded checkpoint written by another
+// number of ranks per shard group (PyTorch's DCP reshards the same way: by
+// the saved pieces' places in each parameter).
+//
+// A unit's flat layout is the same at every world size (the parameters back
+// to back; only the padding at its end changes), so each saved shard is a
+// known piece of it: shard s of S elements is [s * S, s * S + S). This rank's
+// shard is another range of the same layout; it is cut out of the saved
+// pieces that overlap it, and only their overlapping elements are read.
+// Optimizer state follows the same places: flat shards' buffers are laid out
+// as the shards, and use_orig_params' buffers as each parameter's part of
+// them. Frozen parameters and buffers are whole in every shard file; they
+// are read from the first.
+#include <algorithm>
+
+#include "lockstep/core/error.h"
+#include "lockstep/core/shape_text.h"
+#include "lockstep/dist/process_group.h"
+#include "lockstep/parallel/fsdp/fully_sharded_data_parallel.h"
+#include "lockstep/parallel/fsdp/state_keys.h"
+
+namespace lockstep {
+namespace {
+
+using nlohmann::json;
+using fsdp::split_state_key;
+using fsdp::unit_key;
+
+// The saved shard size of unit `u` of `saved_layout`.
+int64_t saved_shard_numel(const json& saved_layout, size_t u) {
+  const int64_t shards = saved_layout.at("shard_world_size").get<int64_t>();
+  return saved_layout.at("units").at(u).at("padded_numel").get<int64_t>() / shards;
+}
+
+// Reads piece `s` of `key` from saved[s], naming the file when it is missing
+// or shorter than the layout says.
+torch::Tensor read_piece(const std::vector<StateReader>& saved, size_t s, const std::string& key, int64_t first,
+                         int64_t count) {
+  LOCKSTEP_CHECK(saved[s].contains(key), saved[s].source(), ": holds no '", key,
+                 "', which the checkpoint's layout says this shard has");
+  return saved[s].read_elements(key, first, count);
+}
+
+}  // namespace
+
+State FullyShardedDataParallel::resharded_state_dict(const json& saved_layout,
+                                                     const std::vector<StateReader>& saved) const {
+  LOCKSTEP_CHECK(!saved.empty(), "FSDP: resharding needs the saved shards");
+  const int saved_shards = saved_layout.at("shard_world_size").get<int>();
+  LOCKSTEP_CHECK(static_cast<int>(saved.size()) == saved_shards, saved[0].source(), ": the layout has ", saved_shards,
+                 " shards, ", saved.size(), " were opened");
+  check_units_fit(saved_layout, saved[0].source(), /*same_shard_world=*/false);
+  torch::NoGradGuard no_grad;
+  State state;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const fsdp::FlatParamUnit& unit = *units_[u];
+    const std::string key = "shards/" + unit_key(unit);
+    const int64_t saved_shard = saved_shard_numel(saved_layout, u);
+    for (const auto& reader : saved) {
+      LOCKSTEP_CHECK(!reader.contains(key) || reader.entry(key).numel() == saved_shard, reader.source(), ": '", key,
+                     "' has ", reader.entry(key).numel(), " elements, the layout says ", saved_shard);
+    }
+    torch::Tensor shard = torch::zeros({unit.shard_numel()}, torch::TensorOptions().dtype(unit.shard().scalar_type()));
+    const int64_t begin = unit.shard_rank() * unit.shard_numel();
+    const int64_t length = std::clamp<int64_t>(unit.numel() - begin, 0, unit.shard_numel());
+    fsdp::fill_from_pieces(shard.narrow(0, 0, length), begin,
+                           fsdp::shard_pieces(unit.numel(), saved_shard, saved_shards),
+                           [&](size_t s, int64_t first, int64_t count) { return read_piece(saved, s, key, first, count); });
+    state.tensors[key] = shard;
+  }
+  for (const auto& [name, tensor] : frozen_) state.tensors["frozen/" + name] = saved[0].read("frozen/" + name);
+  for (const auto& [name, tensor] : buffers_) state.tensors["buffers/" + name] = saved[0].read("buffers/" + name);
+  state.values["layout"] = layout();
+  state.values["shard_rank"] = shard_group_ ? shard_group_->rank() : 0;
+  return state;
+}
+
+State FullyShardedDataParallel::resharded_optimizer_state(const torch::optim::Optimizer& optimizer,
+                                                          const json& saved_layout,
+                                                          const std::vector<StateReader>& saved) const {
+  LOCKSTEP_CHECK(!saved.empty(), "FSDP: resharding needs the saved shards");
+  const int saved_shards = saved_layout.at("shard_world_size").get<int>();
+  // Where each optimizer position lies in its unit's layout, here and in each saved shard.
+  struct Place {
+    int64_t begin = 0;   // this rank's part
+    int64_t length = 0;
+    int64_t size = 0;    // of this rank's tensor (a flat shard keeps its padding)
+    std::vector<fsdp::LayoutPiece> saved;
+  };
+  std::map<std::string, Place> places;
+  if (options_.use_orig_params()) {
+    for (const auto& [position, ref] : orig_positions(optimizer)) {
+      const fsdp::FlatSlot& slot = ref.unit->slots()[ref.slot];
+      const fsdp::ShardOverlap mine = ref.unit->shard_part(ref.slot);
+      const int64_t saved_shard = saved_shard_numel(saved_layout, static_cast<size_t>(ref.unit->index()));
+      Place place{slot.offset + mine.in_range, mine.length, mine.length, {}};
+      for (int s = 0; s < saved_shards; ++s) {
+        const fsdp::ShardOverlap theirs = fsdp::shard_overlap(slot.offset, slot.numel, s, saved_shard);
+        place.saved.push_back({slot.offset + theirs.in_range, theirs.length});
+      }
+      places[position] = std::move(place);
+    }
+  } else {
+    for (size_t u = 0; u < units_.size(); ++u) {
+      const fsdp::FlatParamUnit& unit = *units_[u];
+      const int64_t begin = unit.shard_rank() * unit.shard_numel();
+      places["0." + std::to_string(u)] =
+          Place{begin, std::clamp<int64_t>(unit.numel() - begin, 0, unit.shard_numel()), unit.shard_numel(),
+                fsdp::shard_pieces(unit.numel(), saved_shard_numel(saved_layout, u), saved_shards)};
+    }
+  }
+  State local;
+  local.values = saved[0].values();
+  // Per-parameter values (Adam's step): every shard has them for the
+  // parameters it holds a part of; with use_orig_params a parameter may lie
+  // wholly in some shards.
+  json params = json::object();
+  std::map<std::string, std::map<std::string, c10::ScalarType>> buffers;  // position -> buffer -> dtype
+  for (const auto& reader : saved) {
+    const json saved_params = reader.values().value("params", json::object());
+    for (const auto& item : saved_params.items()) {
+      if (!params.contains(item.key())) params[item.key()] = item.value();
+    }
+    for (const auto& key : reader.keys()) {
+      std::string position, buffer;
+      LOCKSTEP_CHECK(split_state_key(key, &position, &buffer), reader.source(), ": optimizer state '", key,
+                     "' is not named <group>.<index>.<buffer>");
+      buffers[position].emplace(buffer, reader.entry(key).dtype);
+    }
+  }
+  local.values["params"] = params;
+  torch::NoGradGuard no_grad;
+  for (const auto& [position, names] : buffers) {
+    auto found = places.find(position);
+    LOCKSTEP_CHECK(found != places.end(), saved[0].source(), ": the optimizer state has parameter position ",
+                   position, " but this run's optimizer has ", places.size(),
+                   " positions (another model, wrap policy or paramwise_cfg?)");
+    const Place& place = found->second;
+    for (const auto& [buffer, dtype] : names) {
+      const std::string key = position + "." + buffer;
+      torch::Tensor value = torch::zeros({place.size}, torch::TensorOptions().dtype(dtype));
+      fsdp::fill_from_pieces(value.narrow(0, 0, place.length), place.begin, place.saved,
+                             [&](size_t s, int64_t first, int64_t count) {
+                               return read_piece(saved, s, key, first, count);
+                             });
+      local.tensors[key] = value;
+    }
+  }
+  return local;
+}
+
+}  // namespace lockstep
