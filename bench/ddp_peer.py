@@ -63,7 +63,11 @@ def main():
     median = timed_steps(model, iters, warmup, batch, device)
     if dist.get_rank() == 0:
         print("RESULT", name, median, flush=True)
-    dist.destroy_process_group()
+    # Not destroy_process_group(): PyTorch 1.13 can deadlock tearing a DDP's
+    # Gloo group down (its destructor joins a thread that waits for the GIL
+    # the destructor holds). The results are printed; leave.
+    dist.barrier()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 #include "lockstep/checkpoint/checkpoint_layout.h"
 
+#include <filesystem>
+
 #include "lockstep/checkpoint/checkpoint_file.h"
 #include "lockstep/core/error.h"
 
@@ -112,6 +114,24 @@ const std::map<std::string, torch::Tensor>& model_weights(const CheckpointConten
 
 std::string shard_path(const std::string& manifest, int rank, int world_size) {
   return manifest + ".rank" + std::to_string(rank) + "-of-" + std::to_string(world_size) + ".shard";
+}
+
+void remove_checkpoint(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ignored;
+  const fs::path manifest(path);
+  const std::string lead = manifest.filename().string() + ".rank";
+  const fs::path dir = manifest.has_parent_path() ? manifest.parent_path() : fs::path(".");
+  std::vector<fs::path> shards;
+  for (const auto& entry : fs::directory_iterator(dir, ignored)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(lead, 0) == 0 && name.size() > 6 && name.compare(name.size() - 6, 6, ".shard") == 0) {
+      shards.push_back(entry.path());
+    }
+  }
+  // The manifest first: a checkpoint never looks whole while its shards go.
+  fs::remove(manifest, ignored);
+  for (const auto& shard : shards) fs::remove(shard, ignored);
 }
 
 void write_shard(const std::string& manifest, const CheckpointShard& shard) {

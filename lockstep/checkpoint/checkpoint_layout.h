@@ -21,7 +21,10 @@
 // `path` holding everything but the model and the optimizer, plus one shard
 // file per rank beside it, `<path>.rank<r>-of-<N>.shard`, holding that rank's
 // model shards and optimizer state. The manifest is written last, once every
-// shard is on disk, so a manifest that exists names complete shards.
+// shard is on disk, so a manifest that exists names complete shards. Read at
+// another world size, it is opened in parts (open_shard, and
+// ShardedCheckpoint in sharded_checkpoint.h), each rank reading the pieces it
+// needs.
 #pragma once
 
 #include <cstdint>
@@ -82,6 +85,9 @@ struct CheckpointShard {
 };
 
 std::string shard_path(const std::string& manifest, int rank, int world_size);
+// Deletes a checkpoint: the file at `path` and, for a sharded one, every
+// shard file beside it (of whatever world size). Missing files are no error.
+void remove_checkpoint(const std::string& path);
 void write_shard(const std::string& manifest, const CheckpointShard& shard);
 // Reads the shard of `rank` of a manifest written by `world_size` ranks.
 CheckpointShard read_shard(const std::string& manifest, int rank, int world_size);

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "lockstep/checkpoint/checkpoint_file.h"
+#include "lockstep/checkpoint/checkpoint_layout.h"
 #include "lockstep/core/atomic_file.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
@@ -38,8 +39,7 @@ std::string Checkpointer::save(const std::string& name, const Trainer& trainer) 
 
 void Checkpointer::remove(const std::string& path) {
   if (!strategy_->is_main_process()) return;
-  std::error_code ignored;
-  fs::remove(path, ignored);
+  remove_checkpoint(path);
 }
 
 std::optional<std::string> Checkpointer::last_checkpoint() const {

@@ -238,7 +238,7 @@ void FSDPStrategy::load_resharded(const std::string& path, const CheckpointConte
                                    world_size(), " ranks"));
     }
   }
-  logger().info("rank {}: resharded {} (written by {} ranks, {} per shard group) to {} ranks: read {} of the {} "
+  logger().info("rank {}: resharded {} (written by {} rank(s), {} per shard group) to {} ranks: read {} of the {} "
                 "tensor bytes in {} of its {} shard files",
                 rank(), path, saved.world_size(), saved.shard_world_size(), world_size(), saved.bytes_read(),
                 saved.bytes_in_opened_files(), saved.opened_files(), saved.world_size());

@@ -125,8 +125,12 @@ TEST_P(CheckpointMove, ShardedCheckpointOfTwoRanksResumesOnThreeAsTheFullOne) {
   const std::string full = fsdp(/*use_orig_params=*/paramwise);
   std::string sharded = full;
   sharded.replace(sharded.find("state_dict_type: full"), 21, "state_dict_type: sharded");
+  // Keeping one checkpoint: the older ones go with their shard files.
+  auto keep_one = [](std::string yaml) {
+    return yaml.replace(yaml.find("by_epoch: false}"), 16, "by_epoch: false, max_keep_ckpts: 1}");
+  };
   for (const auto& [name, strategy] : {std::pair{"full", full}, std::pair{"sharded", sharded}}) {
-    auto first = train(dir, std::string(name) + "_2", config(10, strategy, paramwise), dir.file(name), false);
+    auto first = train(dir, std::string(name) + "_2", keep_one(config(10, strategy, paramwise)), dir.file(name), false);
     ASSERT_EQ(first.exit_code, 0) << first.output;
   }
   for (const char* name : {"full", "sharded"}) {
@@ -140,11 +144,11 @@ TEST_P(CheckpointMove, ShardedCheckpointOfTwoRanksResumesOnThreeAsTheFullOne) {
   EXPECT_NE(diff.output.find("bitwise equal"), std::string::npos) << diff.output;
 
   for (const auto& [name, strategy] : {std::pair{"full", full}, std::pair{"sharded", sharded}}) {
-    auto resumed = train(dir, std::string(name) + "_3", config(20, strategy, paramwise), dir.file(name), true, 3);
+    auto resumed = train(dir, std::string(name) + "_3", keep_one(config(20, strategy, paramwise)), dir.file(name), true, 3);
     ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
     EXPECT_NE(resumed.output.find("Resuming from"), std::string::npos) << resumed.output;
     if (std::string(name) == "sharded") {
-      EXPECT_NE(resumed.output.find("(written by 2 ranks, 2 per shard group) to 3 ranks"), std::string::npos)
+      EXPECT_NE(resumed.output.find("(written by 2 rank(s), 2 per shard group) to 3 ranks"), std::string::npos)
           << resumed.output;
     }
   }
@@ -152,6 +156,16 @@ TEST_P(CheckpointMove, ShardedCheckpointOfTwoRanksResumesOnThreeAsTheFullOne) {
                                dir.file("sharded/model_final.ckpt")});
   EXPECT_EQ(diff.exit_code, 0) << diff.output;
   EXPECT_NE(diff.output.find("bitwise equal"), std::string::npos) << diff.output;
+  // Every shard file left belongs to a checkpoint that is still there.
+  int shards = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.file("sharded"))) {
+    const std::string name = entry.path().filename().string();
+    if (entry.path().extension() != ".shard") continue;
+    ++shards;
+    EXPECT_TRUE(testing::file_exists(dir.file("sharded/" + name.substr(0, name.find(".rank")))))
+        << name << " outlived its checkpoint";
+  }
+  EXPECT_GT(shards, 0);
 }
 
 // Clipping by the infinity norm over use_orig_params' parts of the shards,

@@ -30,9 +30,10 @@
 #             rendezvous round within the last call + 30 s, every sample of the
 #             interrupted epoch is trained on exactly once (index logs), and the
 #             test accuracy is within 1 point of an uninterrupted run
-#   grow      host 0 alone with --nnodes 1:2; host 1 joins mid-epoch: the next
-#             round runs on both, the rest of the epoch is shared between them
-#             (each sample once), and the job finishes
+#   grow      host 0 alone with --nnodes 1:2, FSDP with sharded checkpoints;
+#             host 1 joins mid-epoch: the next round runs on both, resharding
+#             the checkpoint of one rank over two, the rest of the epoch is
+#             shared between them (each sample once), and the job finishes
 #
 # Exit 0: passed, 1: failed, 77: skipped (no root or no network namespaces).
 set -u
@@ -405,10 +406,13 @@ YAML
       python3 -c "import sys; sys.exit(abs($whole - $killed_acc) > 0.01)" ||
         fail "test accuracy $killed_acc is more than 1 point from the uninterrupted run's $whole"
     else
-      elastic_node 0 grow 1:2 "$work/grow" "$slow"
+      # Under FSDP with sharded checkpoints: the one rank's checkpoint is
+      # resharded over the two ranks of the next round.
+      fsdp='strategy={type: FSDPStrategy, launcher: pytorch, backend: gloo, state_dict_type: sharded, model_wrapper: {sharding_strategy: FULL_SHARD}}'
+      elastic_node 0 grow 1:2 "$work/grow" "$slow" "$fsdp"
       NODE_PIDS=($!)
       wait_for_file "$work/grow/model_0000149.ckpt" 120
-      elastic_node 1 grow 1:2 "$work/grow"
+      elastic_node 1 grow 1:2 "$work/grow" "$fsdp"
       NODE_PIDS+=($!)
       wait_nodes grow
       expect_in "$work/grow-host0.log" "rendezvous round 0: node 0 of 1"
@@ -416,6 +420,7 @@ YAML
       expect_in "$work/grow-host0.log" "rendezvous round 1: node 0 of 2"
       expect_in "$work/grow-host1.log" "rendezvous round 1: node 1 of 2"
       expect_in "$work/grow/log.txt" "saved by 1 rank(s) with batch_size 50, now 2 with batch_size 50"
+      expect_in "$work/grow/log.txt" "(written by 1 rank(s), 1 per shard group) to 2 ranks"
       python3 "$here/check_index_log.py" 0 60000 "$work"/grow/index_rank*.log || fail "the interrupted epoch's samples"
       echo "test accuracy after growing: $(accuracy "$work/grow-host0.log")"
     fi
