@@ -27,9 +27,12 @@ const char* const kValuesCrcKey = "lockstep.values_crc32";
 const char* const kTensorCrcKey = "lockstep.tensor_crc32";
 const char* const kIndexCrcKey = "lockstep.index_crc32";
 // Tensors larger than one block also carry a checksum per block, so a read of
-// some of their elements verifies the blocks it touches and no more.
+// some of their elements verifies the blocks it touches and no more. The
+// block list has a checksum of its own (not folded into the index's, so
+// lockstep versions from before block checksums still read these files).
 const char* const kBlockCrcKey = "lockstep.block_crc32";
 const char* const kBlockBytesKey = "lockstep.crc_block_bytes";
+const char* const kBlockListCrcKey = "lockstep.block_list_crc32";
 constexpr uint64_t kCrcBlockBytes = 64 << 10;
 
 struct DtypeName {
@@ -107,21 +110,20 @@ struct Entry {
   uint64_t end = 0;
 };
 
-// A canonical text of the tensor index and the block checksums (absent in
-// older files), so a changed shape, offset or block checksum that still
-// parses is caught by its checksum.
-std::string index_text(const std::vector<Entry>& entries, const std::map<std::string, std::string>& metadata) {
+// A canonical text of the tensor index, so a changed shape or offset that
+// still parses is caught by its checksum.
+std::string index_text(const std::vector<Entry>& entries) {
   std::ostringstream text;
   for (const auto& entry : entries) {
     text << entry.name << '|' << dtype_name(entry.dtype, entry.name) << '|';
     for (int64_t d : entry.shape) text << d << ',';
     text << '|' << entry.begin << '|' << entry.end << '\n';
   }
-  for (const char* key : {kBlockBytesKey, kBlockCrcKey}) {
-    auto found = metadata.find(key);
-    if (found != metadata.end()) text << key << '|' << found->second << '\n';
-  }
   return text.str();
+}
+
+std::string block_list_text(const std::string& block_bytes, const std::string& blocks) {
+  return block_bytes + "|" + blocks;
 }
 
 void write_tensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
@@ -158,7 +160,9 @@ void write_tensors(const std::string& path, const std::map<std::string, torch::T
     metadata[kTensorCrcKey] = tensor_crcs.dump();
     metadata[kBlockCrcKey] = block_crcs.dump();
     metadata[kBlockBytesKey] = std::to_string(kCrcBlockBytes);
-    const std::string index = index_text(entries, metadata);
+    const std::string blocks = block_list_text(metadata[kBlockBytesKey], metadata[kBlockCrcKey]);
+    metadata[kBlockListCrcKey] = hex32(crc32_of(blocks.data(), blocks.size()));
+    const std::string index = index_text(entries);
     metadata[kIndexCrcKey] = hex32(crc32_of(index.data(), index.size()));
   }
   if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -322,7 +326,14 @@ Checksums checksums_of(const ParsedFile& parsed, const std::string& path) {
   } catch (const nlohmann::json::exception&) {
     LOCKSTEP_FAIL(path, ": corrupt header (tensor checksums unreadable)");
   }
-  if (parsed.metadata.count(kBlockCrcKey) != 0) {
+  const size_t block_keys = parsed.metadata.count(kBlockCrcKey) + parsed.metadata.count(kBlockBytesKey) +
+                            parsed.metadata.count(kBlockListCrcKey);
+  LOCKSTEP_CHECK(block_keys == 0 || block_keys == 3, path, ": corrupt header (block checksums incomplete)");
+  if (block_keys == 3) {
+    const std::string blocks =
+        block_list_text(parsed.metadata.at(kBlockBytesKey), parsed.metadata.at(kBlockCrcKey));
+    LOCKSTEP_CHECK(hex32(crc32_of(blocks.data(), blocks.size())) == parsed.metadata.at(kBlockListCrcKey), path,
+                   ": corrupt header: the block checksums do not match their checksum");
     try {
       sums.blocks = nlohmann::json::parse(parsed.metadata.at(kBlockCrcKey));
       sums.block_bytes = std::stoull(get(kBlockBytesKey));
@@ -336,7 +347,7 @@ Checksums checksums_of(const ParsedFile& parsed, const std::string& path) {
   get(kValuesKey);
   std::vector<Entry> sorted = parsed.entries;
   std::sort(sorted.begin(), sorted.end(), [](const Entry& a, const Entry& b) { return a.name < b.name; });
-  std::string index = index_text(sorted, parsed.metadata);
+  std::string index = index_text(sorted);
   LOCKSTEP_CHECK(hex32(crc32_of(index.data(), index.size())) == sums.index, path,
                  ": corrupt header: the tensor index does not match its checksum");
   const std::string& values = parsed.metadata.at(kValuesKey);

@@ -60,31 +60,37 @@ std::vector<StateReader> ShardedCheckpoint::optim_wrapper_parts() const {
 }
 
 std::map<std::string, torch::Tensor> ShardedCheckpoint::full_weights() const {
+  LOCKSTEP_CHECK(layout().at("units").empty() || layout().at("units").at(0).contains("aliases"),
+                 manifest_, ": written by a lockstep that did not record tied parameter names and buffer dtypes in "
+                 "a sharded checkpoint, so its whole weights cannot be told exactly; resume it with FSDPStrategy and "
+                 "save again (either state_dict_type)");
   const std::vector<StateReader> model = model_parts();
   std::map<std::string, torch::Tensor> weights;
   for (const auto& unit : layout().at("units")) {
-    const std::string path = unit.at("path").get<std::string>();
-    const std::string key = "shards/" + fsdp::unit_key(path);
+    const std::string key = "shards/" + fsdp::unit_key(unit.at("path").get<std::string>());
     const int64_t numel = unit.at("numel").get<int64_t>();
     const int64_t shard_numel = unit.at("padded_numel").get<int64_t>() / shard_world_;
-    const auto pieces = fsdp::shard_pieces(numel, shard_numel, shard_world_);
-    const c10::ScalarType dtype = model[0].entry(key).dtype;
+    // The unit whole, each saved piece read once; its parameters are cut from it.
+    torch::Tensor flat = torch::empty({numel}, torch::TensorOptions().dtype(model[0].entry(key).dtype));
+    fsdp::fill_from_pieces(flat, 0, fsdp::shard_pieces(numel, shard_numel, shard_world_),
+                           [&](size_t s, int64_t first, int64_t count) {
+                             LOCKSTEP_CHECK(model[s].contains(key) && model[s].entry(key).numel() == shard_numel,
+                                            model[s].source(), ": '", key, "' is missing or not of the ", shard_numel,
+                                            " elements the layout says");
+                             return model[s].read_elements(key, first, count);
+                           });
     std::map<std::string, torch::Tensor> by_name;
     for (const auto& param : unit.at("params")) {
       const std::vector<int64_t> shape = param.at(1).get<std::vector<int64_t>>();
       const int64_t offset = param.at(2).get<int64_t>();
-      torch::Tensor value = torch::empty(shape, torch::TensorOptions().dtype(dtype));
-      fsdp::fill_from_pieces(value.view(-1), offset, pieces, [&](size_t s, int64_t first, int64_t count) {
-        LOCKSTEP_CHECK(model[s].contains(key) && model[s].entry(key).numel() == shard_numel, model[s].source(),
-                       ": '", key, "' is missing or not of the ", shard_numel, " elements the layout says");
-        return model[s].read_elements(key, first, count);
-      });
-      by_name[param.at(0).get<std::string>()] = value;
+      int64_t count = 1;
+      for (int64_t d : shape) count *= d;
+      LOCKSTEP_CHECK(offset >= 0 && offset + count <= numel, manifest_, ": corrupt layout: parameter ",
+                     param.at(0).dump(), " lies outside its unit");
+      by_name[param.at(0).get<std::string>()] = flat.narrow(0, offset, count).view(shape).clone();
     }
-    const nlohmann::json aliases = unit.value("aliases", nlohmann::json::object());
-    for (const auto& alias : aliases.items()) {
-      weights[alias.key()] = by_name.at(alias.value().get<std::string>());
-    }
+    const nlohmann::json aliases = unit.at("aliases");
+    for (const auto& alias : aliases.items()) weights[alias.key()] = by_name.at(alias.value().get<std::string>());
     weights.insert(by_name.begin(), by_name.end());
   }
   const nlohmann::json buffer_dtypes = layout().value("buffer_dtypes", nlohmann::json::object());

@@ -25,6 +25,7 @@
 
 namespace lockstep {
 
+// Not thread-safe: files are opened lazily from const methods.
 class ShardedCheckpoint {
  public:
   // `sharding` is the manifest's {world_size, with_optimizer, layout}.

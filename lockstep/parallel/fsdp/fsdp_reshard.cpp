@@ -36,19 +36,24 @@ int64_t saved_shard_numel(const json& saved_layout, size_t u) {
 // or shorter than the layout says.
 torch::Tensor read_piece(const std::vector<StateReader>& saved, size_t s, const std::string& key, int64_t first,
                          int64_t count) {
-  LOCKSTEP_CHECK(saved[s].contains(key), saved[s].source(), ": holds no '", key,
-                 "', which the checkpoint's layout says this shard has");
+  LOCKSTEP_CHECK(saved[s].contains(key), saved[s].source(), ": holds no '", key, "', though its shard holds ",
+                 count, " of the elements this rank needs from it");
   return saved[s].read_elements(key, first, count);
+}
+
+void check_saved_count(const json& saved_layout, const std::vector<StateReader>& saved) {
+  LOCKSTEP_CHECK(!saved.empty(), "FSDP: resharding needs the saved shards");
+  const int saved_shards = saved_layout.at("shard_world_size").get<int>();
+  LOCKSTEP_CHECK(static_cast<int>(saved.size()) == saved_shards, saved[0].source(), ": the layout has ", saved_shards,
+                 " shards, ", saved.size(), " were opened");
 }
 
 }  // namespace
 
 State FullyShardedDataParallel::resharded_state_dict(const json& saved_layout,
                                                      const std::vector<StateReader>& saved) const {
-  LOCKSTEP_CHECK(!saved.empty(), "FSDP: resharding needs the saved shards");
+  check_saved_count(saved_layout, saved);
   const int saved_shards = saved_layout.at("shard_world_size").get<int>();
-  LOCKSTEP_CHECK(static_cast<int>(saved.size()) == saved_shards, saved[0].source(), ": the layout has ", saved_shards,
-                 " shards, ", saved.size(), " were opened");
   check_units_fit(saved_layout, saved[0].source(), /*same_shard_world=*/false);
   torch::NoGradGuard no_grad;
   State state;
@@ -78,7 +83,7 @@ State FullyShardedDataParallel::resharded_state_dict(const json& saved_layout,
 State FullyShardedDataParallel::resharded_optimizer_state(const torch::optim::Optimizer& optimizer,
                                                           const json& saved_layout,
                                                           const std::vector<StateReader>& saved) const {
-  LOCKSTEP_CHECK(!saved.empty(), "FSDP: resharding needs the saved shards");
+  check_saved_count(saved_layout, saved);
   const int saved_shards = saved_layout.at("shard_world_size").get<int>();
   // Where each optimizer position lies in its unit's layout, here and in each saved shard.
   struct Place {
@@ -116,6 +121,7 @@ State FullyShardedDataParallel::resharded_optimizer_state(const torch::optim::Op
   // wholly in some shards.
   json params = json::object();
   std::map<std::string, std::map<std::string, c10::ScalarType>> buffers;  // position -> buffer -> dtype
+  std::map<std::string, std::string> found_in;                             // position -> a file holding it
   for (const auto& reader : saved) {
     const json saved_params = reader.values().value("params", json::object());
     for (const auto& item : saved_params.items()) {
@@ -126,13 +132,14 @@ State FullyShardedDataParallel::resharded_optimizer_state(const torch::optim::Op
       LOCKSTEP_CHECK(split_state_key(key, &position, &buffer), reader.source(), ": optimizer state '", key,
                      "' is not named <group>.<index>.<buffer>");
       buffers[position].emplace(buffer, reader.entry(key).dtype);
+      found_in.emplace(position, reader.source());
     }
   }
   local.values["params"] = params;
   torch::NoGradGuard no_grad;
   for (const auto& [position, names] : buffers) {
     auto found = places.find(position);
-    LOCKSTEP_CHECK(found != places.end(), saved[0].source(), ": the optimizer state has parameter position ",
+    LOCKSTEP_CHECK(found != places.end(), found_in.at(position), ": the optimizer state has parameter position ",
                    position, " but this run's optimizer has ", places.size(),
                    " positions (another model, wrap policy or paramwise_cfg?)");
     const Place& place = found->second;
