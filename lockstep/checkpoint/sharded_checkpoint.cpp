@@ -128,15 +128,15 @@ uint64_t ShardedCheckpoint::bytes_in_opened_files() const {
   return total;
 }
 
-std::map<std::string, torch::Tensor> whole_model_weights(const CheckpointContents& contents, const std::string& path) {
-  if (!contents.sharded()) return model_weights(contents, path);
-  return ShardedCheckpoint(path, *contents.sharding).full_weights();
-}
-
 int ShardedCheckpoint::opened_files() const {
   int count = 0;
   for (const auto& file : files_) count += file ? 1 : 0;
   return count;
+}
+
+std::map<std::string, torch::Tensor> whole_model_weights(const CheckpointContents& contents, const std::string& path) {
+  if (!contents.sharded()) return model_weights(contents, path);
+  return ShardedCheckpoint(path, *contents.sharding).full_weights();
 }
 
 }  // namespace lockstep

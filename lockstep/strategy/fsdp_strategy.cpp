@@ -173,11 +173,7 @@ CheckpointContents FSDPStrategy::load_checkpoint(const std::string& path, bool l
     if (load_optimizer && optim_wrapper_) {
       LOCKSTEP_CHECK(shard.optim_wrapper.has_value(), shard_file,
                      ": holds no optimizer state (saved with save_optimizer: false?)");
-      const bool saved_orig = contents.sharding->value("layout", nlohmann::json::object()).value("use_orig_params", false);
-      LOCKSTEP_CHECK(saved_orig == options_.fsdp.use_orig_params(), path,
-                     ": the sharded optimizer state was saved with use_orig_params: ", saved_orig ? "true" : "false",
-                     " and this run has ", saved_orig ? "false" : "true",
-                     "; resume with the same setting, or save with state_dict_type: full to change it");
+      check_same_optimizer_layout(saved_layout, path);
       try {
         single_wrapper().load_state(*shard.optim_wrapper);
       } catch (...) {
@@ -207,6 +203,14 @@ CheckpointContents FSDPStrategy::load_checkpoint(const std::string& path, bool l
   return contents;
 }
 
+void FSDPStrategy::check_same_optimizer_layout(const nlohmann::json& saved_layout, const std::string& path) const {
+  const bool saved_orig = saved_layout.value("use_orig_params", false);
+  LOCKSTEP_CHECK(saved_orig == options_.fsdp.use_orig_params(), path,
+                 ": the sharded optimizer state was saved with use_orig_params: ", saved_orig ? "true" : "false",
+                 " and this run has ", saved_orig ? "false" : "true",
+                 "; resume with the same setting, or save with state_dict_type: full to change it");
+}
+
 void FSDPStrategy::load_resharded(const std::string& path, const CheckpointContents& contents, bool load_optimizer) {
   ShardedCheckpoint saved(path, *contents.sharding);
   try {
@@ -216,11 +220,7 @@ void FSDPStrategy::load_resharded(const std::string& path, const CheckpointConte
   }
   if (load_optimizer && optim_wrapper_) {
     LOCKSTEP_CHECK(saved.with_optimizer(), path, ": holds no optimizer state (saved with save_optimizer: false?)");
-    const bool saved_orig = saved.layout().value("use_orig_params", false);
-    LOCKSTEP_CHECK(saved_orig == options_.fsdp.use_orig_params(), path,
-                   ": the sharded optimizer state was saved with use_orig_params: ", saved_orig ? "true" : "false",
-                   " and this run has ", saved_orig ? "false" : "true",
-                   "; resume with the same setting, or save with state_dict_type: full to change it");
+    check_same_optimizer_layout(saved.layout(), path);
     try {
       std::vector<StateReader> wrappers = saved.optim_wrapper_parts();
       std::vector<StateReader> optimizers;

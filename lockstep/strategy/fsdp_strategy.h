@@ -93,6 +93,9 @@ class FSDPStrategy : public DistributedStrategy {
  private:
   OptimWrapper& single_wrapper() const;
   State optim_state_with(State wrapper_state, State optimizer_state) const;
+  // That a sharded checkpoint's optimizer state has this run's layout (flat
+  // shards or use_orig_params' parts); an error naming `path` otherwise.
+  void check_same_optimizer_layout(const nlohmann::json& saved_layout, const std::string& path) const;
   // Loads the model (and the optimizer) of a sharded checkpoint written by
   // another number of ranks, or ranks per shard group.
   void load_resharded(const std::string& path, const CheckpointContents& contents, bool load_optimizer);
