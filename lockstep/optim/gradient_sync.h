@@ -58,9 +58,6 @@ class GradientSync {
   // The optimizer has stepped (FSDP re-gathers the parameters it keeps
   // unsharded from the updated shards).
   virtual void after_step() {}
-  // Whether .grad tensors alias communication buffers (then zero_grad must
-  // zero them in place instead of dropping them).
-  virtual bool grads_are_views() const { return false; }
   // What a resumed run needs to continue bitwise (DDP: the order its buckets
   // were rebuilt in, which fixes the order gradients are summed in). Saved
   // and loaded with the optim wrapper that drives this sync; every rank loads

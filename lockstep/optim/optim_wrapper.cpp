@@ -189,23 +189,11 @@ void OptimWrapper::step() {
 }
 
 void OptimWrapper::zero_grad() {
-  const bool in_place = gradient_sync_ && gradient_sync_->grads_are_views();
-  for (auto& p : parameters()) {
-    auto& grad = p.mutable_grad();
-    if (!grad.defined()) continue;
-    if (in_place) {
-      // As torch.optim.Optimizer.zero_grad: views (bucket views) cannot be
-      // detached in place, and do not need it when they have no history.
-      if (grad.grad_fn()) {
-        grad.detach_();
-      } else {
-        grad.requires_grad_(false);
-      }
-      grad.zero_();
-    } else {
-      grad.reset();
-    }
-  }
+  // As torch.optim.Optimizer.zero_grad(set_to_none=True), PyTorch 2's
+  // default, also for DDP's bucket views: the next backward's gradients are
+  // copied into the buckets (divided by the world size on the way, one pass)
+  // instead of being added to zeroed ones and then divided.
+  for (auto& p : parameters()) p.mutable_grad().reset();
 }
 
 size_t OptimWrapper::main_group() const {

@@ -54,13 +54,6 @@ void SeparateDistributedDataParallel::end_backward(bool sync) {
   for (auto& entry : children_) entry.second->end_backward(sync);
 }
 
-bool SeparateDistributedDataParallel::grads_are_views() const {
-  for (const auto& entry : children_) {
-    if (entry.second->grads_are_views()) return true;
-  }
-  return false;
-}
-
 State SeparateDistributedDataParallel::state() const {
   State state;
   for (const auto& [name, ddp] : children_) {

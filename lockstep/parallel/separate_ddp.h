@@ -38,7 +38,6 @@ class SeparateDistributedDataParallel : public GradientSync {
   void begin_forward(bool sync) override;
   void begin_backward(const torch::Tensor& loss, bool sync, int64_t iteration) override;
   void end_backward(bool sync) override;
-  bool grads_are_views() const override;
   // Each child's state under its name (a single OptimWrapper driving them all).
   State state() const override;
   void load_state(const State& state) override;

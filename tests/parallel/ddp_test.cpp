@@ -249,6 +249,60 @@ TEST(Ddp, CustomBackwardAndBucketRebuild) {
   EXPECT_WORKERS_OK(result) << "with find_unused_parameters";
 }
 
+// gradient_as_bucket_view changes where gradients live, not their bits. On 3
+// ranks (1/3 is inexact) both modes must divide the same way: zero_grad drops
+// the gradients, as PyTorch's zero_grad(set_to_none=True), so the next
+// backward copies each into its bucket multiplied by 1/3 (PyTorch's reducer)
+// in either mode. (When zero_grad zeroed bucket views in place, gradients were
+// added to them and the bucket divided by 3: other bits.) With views, every
+// gradient aliases its bucket once reduced, as the option promises.
+LOCKSTEP_WORKER_TEST(DdpWorker, BucketViewsHoldTheBitsOfCopiedGradients) {
+  testing::WorkerWorld world_guard;
+  const int rank = get_rank();
+  std::vector<std::shared_ptr<Model>> models;
+  std::vector<std::shared_ptr<DistributedDataParallel>> ddps;
+  std::vector<std::shared_ptr<OptimWrapper>> optims;
+  for (bool view : {false, true}) {
+    torch::manual_seed(5);
+    models.push_back(std::make_shared<DdpMlp>());
+    ddps.push_back(std::make_shared<DistributedDataParallel>(
+        models.back(), world(), DDPOptions().gradient_as_bucket_view(view).first_bucket_cap_mb(0.001).bucket_cap_mb(0.004)));
+    optims.push_back(testing::sgd_momentum(*models.back()));
+    optims.back()->set_gradient_sync(ddps.back());
+    optims.back()->initialize_count_status(0, 4);
+  }
+  for (int64_t step = 0; step < 4; ++step) {
+    Batch batch = testing::global_batch(6 * get_world_size(), static_cast<uint64_t>(300 + step)).slice(rank * 6, 6);
+    for (size_t m = 0; m < models.size(); ++m) {
+      auto context = optims[m]->optim_context();
+      optims[m]->backward(parse_losses(models[m]->loss(batch)).loss);
+      if (m == 1) {
+        auto params = models[m]->parameters();
+        for (const auto& bucket : ddps[m]->reducer().bucket_indices()) {
+          for (size_t index : bucket) {
+            EXPECT_EQ(params[index].grad().storage().data_ptr().get(),
+                      params[bucket.front()].grad().storage().data_ptr().get())
+                << "step " << step << ": parameter " << index << "'s gradient is not a view of its bucket";
+          }
+        }
+      }
+      optims[m]->step();
+      optims[m]->zero_grad();
+    }
+  }
+  auto copied = models[0]->named_parameters();
+  auto viewed = models[1]->named_parameters();
+  for (const auto& item : copied) {
+    EXPECT_TRUE(torch::equal(item.value(), viewed[item.key()])) << item.key() << " differs between the two modes";
+  }
+}
+
+TEST(Ddp, BucketViewsHoldTheBitsOfCopiedGradientsOnThreeRanks) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  auto result = testing::run_workers(3, "DdpWorker.BucketViewsHoldTheBitsOfCopiedGradients");
+  EXPECT_WORKERS_OK(result);
+}
+
 TEST(Ddp, EquivalenceOnTwoAndFourRanks) {
   LOCKSTEP_REQUIRE_LAUNCHER();
   for (int nproc : {2, 4}) {

@@ -74,7 +74,6 @@ class DistributedDataParallel : public GradientSync {
   void begin_forward(bool sync) override;
   void begin_backward(const torch::Tensor& loss, bool sync, int64_t iteration) override;
   void end_backward(bool sync) override;
-  bool grads_are_views() const override { return options_.gradient_as_bucket_view(); }
   // The rebuilt bucket order (see Reducer::rebuilt_order) and the comm hook's
   // state, every rank's (a hook's state may differ between ranks: PowerSGD's
   // error feedback does). Collective: every rank calls it.

@@ -393,10 +393,10 @@ void Reducer::finalize_backward() {
     const torch::Tensor& view = buckets_[locations_[i].bucket].views[locations_[i].slot];
     auto& grad = params_[i].mutable_grad();
     if (track_used && !globally_used_[i]) {
-      // Unused on every rank: no gradient, as without gradient_as_bucket_view
-      // (where zero_grad dropped it and nothing created it). A bucket view
-      // that zero_grad zeroed in place stands for "no gradient" too; kept,
-      // it would let momentum move the parameter in one mode and not the other.
+      // Unused on every rank: no gradient (zero_grad dropped it and nothing
+      // created it). A bucket view still held from an earlier step (no
+      // zero_grad in between) stands for "no gradient" too; kept, it would
+      // let momentum move the parameter in one mode and not the other.
       if (options_.gradient_as_bucket_view() && same_memory(grad, view)) grad.reset();
       continue;
     }
