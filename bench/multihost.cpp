@@ -14,6 +14,8 @@
 //   powersgd  comm hook PowerSGD / powerSGD_hook, matrix_approximation_rank 4,
 //             start_powerSGD_iter 2, the rest default (5 warm-up steps, so
 //             PowerSGD runs in every timed step)
+//   none      lockstep steps without gradient synchronisation: the compute
+//             floor of any DDP on these cores (no PyTorch run)
 //   flat      lockstep default with hierarchical_all_reduce "off" (2x2 only;
 //             compared with PyTorch's default)
 // For each (rate, layout, model) a round runs one lockstep job and one PyTorch
@@ -76,12 +78,15 @@ double train(const std::string& mode, const std::string& model_name, int iters) 
   auto optim = std::make_shared<OptimWrapper>(
       std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9)));
   auto options = DDPOptions().gradient_as_bucket_view(true).broadcast_buffers(false);
-  LOCKSTEP_CHECK(mode == "default" || mode == "fp16" || mode == "powersgd" || mode == "flat", "unknown mode ", mode);
+  LOCKSTEP_CHECK(mode == "default" || mode == "fp16" || mode == "powersgd" || mode == "flat" || mode == "none",
+                 "unknown mode ", mode);
   if (mode == "flat") options.hierarchical_all_reduce("off");
-  auto ddp = std::make_shared<DistributedDataParallel>(model, world(), options);
-  if (mode == "fp16") ddp->register_comm_hook(make_comm_hook(Config::scalar("fp16_compress")));
-  if (mode == "powersgd") ddp->register_comm_hook(make_comm_hook(Config::parse(kPowerSGD)));
-  optim->set_gradient_sync(ddp);
+  if (mode != "none") {
+    auto ddp = std::make_shared<DistributedDataParallel>(model, world(), options);
+    if (mode == "fp16") ddp->register_comm_hook(make_comm_hook(Config::scalar("fp16_compress")));
+    if (mode == "powersgd") ddp->register_comm_hook(make_comm_hook(Config::parse(kPowerSGD)));
+    optim->set_gradient_sync(ddp);
+  }
   torch::manual_seed(get_rank());
   auto images = torch::randn({8, kBatch, 1, 28, 28});
   auto labels = torch::randint(0, 10, {8, kBatch}, torch::kLong);
@@ -206,10 +211,11 @@ std::string fixed3(double value) {
 
 // The modes of a layout, in the order a job runs them.
 std::vector<std::string> modes_of(const std::string& layout) {
-  if (layout == "2x2") return {"default", "flat", "fp16", "powersgd"};
-  return {"default", "fp16", "powersgd"};
+  if (layout == "2x2") return {"default", "flat", "fp16", "powersgd", "none"};
+  return {"default", "fp16", "powersgd", "none"};
 }
-bool pytorch_has(const std::string& mode) { return mode != "flat"; }  // flat pairs with PyTorch's default
+// flat pairs with PyTorch's default; none (no communication) is the floor of any DDP.
+bool pytorch_has(const std::string& mode) { return mode != "flat" && mode != "none"; }
 std::string join(const std::vector<std::string>& words) {
   std::string text;
   for (const auto& word : words) text += (text.empty() ? "" : ",") + word;
@@ -221,6 +227,7 @@ std::string join(const std::vector<std::string>& words) {
 double step_seconds_guess(const std::string& rate, const std::string& layout, const std::string& model,
                           const std::string& mode) {
   const bool four = layout == "2x2", mlp = model == "mlp", slow_link = rate == "1gbit";
+  if (mode == "none") return four ? 0.13 : 0.065;
   if (!mlp) return four ? (mode == "fp16" ? 0.19 : 0.165) : (mode == "fp16" ? 0.085 : 0.075);
   if (mode == "powersgd") return four ? 0.25 : 0.11;
   if (mode == "fp16") return four ? 0.8 : (slow_link ? 0.31 : 0.26);
@@ -406,15 +413,18 @@ int driver() {
           auto& series = results[rate + " " + layout + " " + model + " " + mode];
           auto& pytorch = pytorch_of(rate, layout, model, mode);
           std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", rate.c_str(), layout.c_str(), model.c_str(),
-                      mode == "flat" ? "flat (vs PyTorch default)" : mode.c_str(),
+                      mode == "flat"   ? "flat (vs PyTorch default)"
+                      : mode == "none" ? "none (no communication)"
+                                       : mode.c_str(),
                       ms(finite_median(series.lockstep)).c_str(), ms(finite_median(pytorch)).c_str(),
                       fixed3(paired_ratio(series.lockstep, pytorch)).c_str());
         }
       }
     }
   }
-  std::printf("times: medians over rounds; ratios: median over rounds of the ratio within a round; %s\n",
-              "flat = lockstep default with hierarchical all-reduce off");
+  std::printf("times: medians over rounds; ratios: median over rounds of the ratio within a round; %s; %s\n",
+              "flat = lockstep default with hierarchical all-reduce off",
+              "none = the same steps without gradient synchronisation (the floor of any DDP here)");
   std::printf("elapsed: %.1f min (estimated %.0f)\n\n", (bench::now_seconds() - start) / 60, estimate / 60);
 
   struct Target {
