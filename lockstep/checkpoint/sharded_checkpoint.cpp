@@ -74,10 +74,7 @@ std::map<std::string, torch::Tensor> ShardedCheckpoint::full_weights() const {
     torch::Tensor flat = torch::empty({numel}, torch::TensorOptions().dtype(model[0].entry(key).dtype));
     fsdp::fill_from_pieces(flat, 0, fsdp::shard_pieces(numel, shard_numel, shard_world_),
                            [&](size_t s, int64_t first, int64_t count) {
-                             LOCKSTEP_CHECK(model[s].contains(key) && model[s].entry(key).numel() == shard_numel,
-                                            model[s].source(), ": '", key, "' is missing or not of the ", shard_numel,
-                                            " elements the layout says");
-                             return model[s].read_elements(key, first, count);
+                             return fsdp::read_saved_piece(model[s], key, first, count, shard_numel);
                            });
     std::map<std::string, torch::Tensor> by_name;
     for (const auto& param : unit.at("params")) {

@@ -48,7 +48,7 @@ class ShardedCheckpoint {
 
   // Every parameter whole under all its names (tied ones too) and every
   // buffer in its own dtype: what full_state_dict() gives, read from the
-  // shards one parameter at a time.
+  // shards one unit at a time.
   std::map<std::string, torch::Tensor> full_weights() const;
 
   // Tensor bytes read, and held, by the shard files opened so far.

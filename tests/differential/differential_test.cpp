@@ -236,6 +236,13 @@ const std::vector<DiffCase>& all_cases() {
     return std::vector<DiffCase>{
         {"DDP_2ranks", base_case(2), kDDP, 0, same_ops},
         {"DDP_4ranks", base_case(4), kDDP, 0, same_ops + ", first-iteration buckets included"},
+        // 3 ranks, where x / 3 and x * (1/3) differ: gradients dropped by
+        // zero_grad are copied into the bucket views times 1/3, as PyTorch's
+        // reducer does (lockstep zeroed the views in place and divided them).
+        {"DDP_3ranks_GradientAsBucketView", with(base_case(3), "gradient_as_bucket_view", true),
+         "strategy:\n  type: DDPStrategy\n  launcher: pytorch\n  backend: gloo\n"
+         "  model_wrapper: {gradient_as_bucket_view: true}\n",
+         0, same_ops + " (gradient_as_bucket_view=True)"},
         // The failure this suite was written for: FULL_SHARD trained a different
         // model from step 2 on, because the root unit's gathered parameters were
         // never refreshed after an SGD step.

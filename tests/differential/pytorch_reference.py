@@ -27,6 +27,7 @@ CASE is JSON:
    "amp": null | "bf16",
    "paramwise": {"norm_decay_mult": 0, "bias_decay_mult": 0, "bias_lr_mult": 2} (optional),
    "comm_hook": null | "fp16_compress" | {"type": "PowerSGD", "matrix_approximation_rank": 4, ...},
+   "gradient_as_bucket_view": false | true (optional, DDP's argument),
    "data_root": "/usr/share/datasets/fashion-mnist"}
 
 The data order is lockstep's DefaultSampler with shuffle false: rank r's
@@ -319,7 +320,7 @@ def train_rank(rank, case, init, out, init_method):
     else:
         model = build_model(case["model"])
     model.load_state_dict(read_safetensors(init))
-    ddp = DDP(model)
+    ddp = DDP(model, gradient_as_bucket_view=case.get("gradient_as_bucket_view", False))
     register_comm_hook(ddp, case.get("comm_hook"))
     optimizer = build_optimizer(case["optimizer"], param_groups(model, case))
     schedulers = build_schedulers(case.get("schedulers"), optimizer)

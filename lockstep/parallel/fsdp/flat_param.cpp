@@ -55,6 +55,15 @@ void fill_from_pieces(torch::Tensor out, int64_t begin, const std::vector<Layout
   }
 }
 
+torch::Tensor read_saved_piece(const StateReader& saved, const std::string& key, int64_t first, int64_t count,
+                               int64_t saved_numel) {
+  LOCKSTEP_CHECK(saved.contains(key), saved.source(), ": holds no '", key, "', though its shard holds ", count,
+                 " of the elements needed from it");
+  LOCKSTEP_CHECK(saved_numel < 0 || saved.entry(key).numel() == saved_numel, saved.source(), ": '", key, "' has ",
+                 saved.entry(key).numel(), " elements, the layout says ", saved_numel);
+  return saved.read_elements(key, first, count);
+}
+
 std::pair<double, double> gradient_divide_factors(int world_size) {
   int factor = 1;
   while (world_size % factor == 0 && world_size / factor > factor) factor *= 2;

@@ -36,6 +36,7 @@
 #include <torch/torch.h>
 
 #include "lockstep/compat/autograd.h"
+#include "lockstep/core/state_reader.h"
 #include "lockstep/parallel/fsdp/step_check.h"
 
 namespace lockstep {
@@ -100,6 +101,11 @@ std::vector<LayoutPiece> shard_pieces(int64_t numel, int64_t shard_numel, int sh
 // [first, first + count) of piece i's tensor. Only those elements are read.
 void fill_from_pieces(torch::Tensor out, int64_t begin, const std::vector<LayoutPiece>& pieces,
                       const std::function<torch::Tensor(size_t piece, int64_t first, int64_t count)>& read);
+// Elements [first, first + count) of `key` in a part of a saved shard file;
+// the error names the file when it has no `key` or, with saved_numel >= 0, a
+// `key` of another size than the saved layout says.
+torch::Tensor read_saved_piece(const StateReader& saved, const std::string& key, int64_t first, int64_t count,
+                               int64_t saved_numel = -1);
 
 // PyTorch's split of the world size N into (pre, post) divisors, as
 // DefaultState._get_gradient_predivide_factor computes it: pre doubles from 1

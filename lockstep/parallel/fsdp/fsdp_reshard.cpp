@@ -32,15 +32,6 @@ int64_t saved_shard_numel(const json& saved_layout, size_t u) {
   return saved_layout.at("units").at(u).at("padded_numel").get<int64_t>() / shards;
 }
 
-// Reads piece `s` of `key` from saved[s], naming the file when it is missing
-// or shorter than the layout says.
-torch::Tensor read_piece(const std::vector<StateReader>& saved, size_t s, const std::string& key, int64_t first,
-                         int64_t count) {
-  LOCKSTEP_CHECK(saved[s].contains(key), saved[s].source(), ": holds no '", key, "', though its shard holds ",
-                 count, " of the elements this rank needs from it");
-  return saved[s].read_elements(key, first, count);
-}
-
 void check_saved_count(const json& saved_layout, const std::vector<StateReader>& saved) {
   LOCKSTEP_CHECK(!saved.empty(), "FSDP: resharding needs the saved shards");
   const int saved_shards = saved_layout.at("shard_world_size").get<int>();
@@ -61,16 +52,14 @@ State FullyShardedDataParallel::resharded_state_dict(const json& saved_layout,
     const fsdp::FlatParamUnit& unit = *units_[u];
     const std::string key = "shards/" + unit_key(unit);
     const int64_t saved_shard = saved_shard_numel(saved_layout, u);
-    for (const auto& reader : saved) {
-      LOCKSTEP_CHECK(!reader.contains(key) || reader.entry(key).numel() == saved_shard, reader.source(), ": '", key,
-                     "' has ", reader.entry(key).numel(), " elements, the layout says ", saved_shard);
-    }
     torch::Tensor shard = torch::zeros({unit.shard_numel()}, torch::TensorOptions().dtype(unit.shard().scalar_type()));
     const int64_t begin = unit.shard_rank() * unit.shard_numel();
     const int64_t length = std::clamp<int64_t>(unit.numel() - begin, 0, unit.shard_numel());
     fsdp::fill_from_pieces(shard.narrow(0, 0, length), begin,
                            fsdp::shard_pieces(unit.numel(), saved_shard, saved_shards),
-                           [&](size_t s, int64_t first, int64_t count) { return read_piece(saved, s, key, first, count); });
+                           [&](size_t s, int64_t first, int64_t count) {
+                             return fsdp::read_saved_piece(saved[s], key, first, count, saved_shard);
+                           });
     state.tensors[key] = shard;
   }
   for (const auto& [name, tensor] : frozen_) state.tensors["frozen/" + name] = saved[0].read("frozen/" + name);
@@ -148,7 +137,7 @@ State FullyShardedDataParallel::resharded_optimizer_state(const torch::optim::Op
       torch::Tensor value = torch::zeros({place.size}, torch::TensorOptions().dtype(dtype));
       fsdp::fill_from_pieces(value.narrow(0, 0, place.length), place.begin, place.saved,
                              [&](size_t s, int64_t first, int64_t count) {
-                               return read_piece(saved, s, key, first, count);
+                               return fsdp::read_saved_piece(saved[s], key, first, count);
                              });
       local.tensors[key] = value;
     }
