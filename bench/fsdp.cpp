@@ -64,6 +64,7 @@
 #include "lockstep/dist/init.h"
 #include "lockstep/dist/process_group.h"
 #include "lockstep/model/activation_checkpoint.h"
+#include "lockstep/optim/adam.h"
 #include "lockstep/optim/optimizer_state.h"
 #include "lockstep/parallel/ddp/distributed_data_parallel.h"
 #include "lockstep/parallel/fsdp/fully_sharded_data_parallel.h"
@@ -128,7 +129,7 @@ int worker(const std::string& mode, int steps, int64_t tokens) {
   if (mode == "DDP" || activation_modes) {
     auto ddp = std::make_shared<DistributedDataParallel>(
         model, world(), DDPOptions().gradient_as_bucket_view(true).broadcast_buffers(false));
-    optim = std::make_shared<OptimWrapper>(std::make_shared<torch::optim::Adam>(model->parameters(), 1e-4));
+    optim = std::make_shared<OptimWrapper>(std::make_shared<lockstep::Adam>(model->parameters(), 1e-4));
     optim->set_gradient_sync(ddp);
     auto* adam = &optim->optimizer();
     step.after_backward = [&ddp_peaks, model, adam] {
@@ -157,7 +158,7 @@ int worker(const std::string& mode, int steps, int64_t tokens) {
     for (const auto& unit : fsdp->units()) {
       if (!unit->persistent()) unit_bytes.push_back(unit->padded_numel() * unit->full().element_size());
     }
-    auto adam = std::make_shared<torch::optim::Adam>(fsdp->shard_parameters(), 1e-4);
+    auto adam = std::make_shared<lockstep::Adam>(fsdp->shard_parameters(), 1e-4);
     optim = std::make_shared<OptimWrapper>(adam);
     optim->set_gradient_sync(fsdp);
     fsdp->track_optimizer(adam);

@@ -9,12 +9,14 @@
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/instancenorm.h>
 #include <torch/nn/modules/normalization.h>
+#include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 
 #include "lockstep/core/error.h"
+#include "lockstep/optim/adam.h"
 
 namespace lockstep {
 namespace {
@@ -95,6 +97,28 @@ std::shared_ptr<optim::Optimizer> make_rmsprop(const Config& cfg, Groups groups)
       .momentum(read(cfg, "momentum", 0.0, kUnitOpen))
       .centered(cfg.get<bool>("centered", false));
   return std::make_shared<optim::RMSprop>(std::move(groups), options);
+}
+
+// torch.optim.Adagrad's keys and defaults (its maximize, foreach, fused and
+// differentiable have no C++ counterpart, and are unknown keys here).
+std::shared_ptr<optim::Optimizer> make_adagrad(const Config& cfg, Groups groups) {
+  optim::AdagradOptions options(read(cfg, "lr", 1e-2, kPositive));
+  options.lr_decay(read(cfg, "lr_decay", 0.0, kNonNegative))
+      .weight_decay(read(cfg, "weight_decay", 0.0, kNonNegative))
+      .initial_accumulator_value(read(cfg, "initial_accumulator_value", 0.0, kNonNegative))
+      .eps(read(cfg, "eps", 1e-10, kPositive));
+  return std::make_shared<optim::Adagrad>(std::move(groups), options);
+}
+
+// LBFGS's step(closure) evaluates the loss and its gradients several times
+// (line search, up to max_iter inner iterations); lockstep's step runs one
+// forward and one backward, which DDP and FSDP reduce once.
+std::shared_ptr<optim::Optimizer> refuse_lbfgs(const Config& cfg, Groups) {
+  LOCKSTEP_FAIL(cfg.where("type"), ": LBFGS cannot be trained by lockstep: its step needs a closure that "
+                "re-evaluates the loss and gradients several times per step, and a lockstep step is one forward "
+                "and one backward (DDP and FSDP reduce the gradients once per backward). Use Adam, AdamW, SGD, "
+                "RMSprop or Adagrad here; for LBFGS, write your own loop calling torch::optim::LBFGS::step with "
+                "a closure (on one process)");
 }
 
 // ---- parameter groups --------------------------------------------------------
@@ -213,12 +237,14 @@ optimizer_registry() {
     auto* r = new Registry<optim::Optimizer, Groups>("optimizer");
     r->add("SGD", make_sgd);
     r->add("Adam", [](const Config& cfg, Groups groups) {
-      return make_adam_like<optim::Adam, optim::AdamOptions>(cfg, std::move(groups), 0.0);
+      return make_adam_like<lockstep::Adam, optim::AdamOptions>(cfg, std::move(groups), 0.0);
     });
     r->add("AdamW", [](const Config& cfg, Groups groups) {
-      return make_adam_like<optim::AdamW, optim::AdamWOptions>(cfg, std::move(groups), 1e-2);
+      return make_adam_like<lockstep::AdamW, optim::AdamWOptions>(cfg, std::move(groups), 1e-2);
     });
     r->add("RMSprop", make_rmsprop);
+    r->add("Adagrad", make_adagrad);
+    r->add("LBFGS", refuse_lbfgs);
     return r;
   }();
   return *registry;

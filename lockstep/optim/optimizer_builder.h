@@ -31,7 +31,13 @@
 // Built-in optimizer types: SGD {lr (required), momentum 0, dampening 0,
 // weight_decay 0, nesterov false}, Adam {lr 1e-3, betas [0.9, 0.999], eps 1e-8,
 // weight_decay 0, amsgrad false}, AdamW (as Adam, weight_decay 1e-2), RMSprop
-// {lr 1e-2, alpha 0.99, eps 1e-8, weight_decay 0, momentum 0, centered false}.
+// {lr 1e-2, alpha 0.99, eps 1e-8, weight_decay 0, momentum 0, centered false},
+// Adagrad {lr 1e-2, lr_decay 0, weight_decay 0, initial_accumulator_value 0,
+// eps 1e-10}: the keys and defaults of torch.optim's. LBFGS is refused with
+// an error: its step re-evaluates the loss through a closure several times,
+// and lockstep's step is one forward and one backward. Any other type, e.g.
+// one of your own, is added with LOCKSTEP_REGISTER(optimizer_registry(), ...);
+// checkpoints and FSDP then need its save()/load() (optim/optimizer_state.h).
 #pragma once
 
 #include <functional>

@@ -188,6 +188,41 @@ TEST(OptimizerBuilderTest, BadValuesNameTheKeyAndLine) {
   EXPECT_THAT(build_error("{type: Adamm}"), HasSubstr("unknown optimizer type 'Adamm'"));
 }
 
+TEST(OptimizerBuilderTest, AdagradHasTorchOptimsKeysAndDefaults) {
+  Net net;
+  auto adagrad = build_optimizer(yaml("{type: Adagrad}"), Config(), *net);
+  ASSERT_NE(dynamic_cast<optim::Adagrad*>(adagrad.get()), nullptr);
+  const auto& a = static_cast<const optim::AdagradOptions&>(adagrad->param_groups()[0].options());
+  EXPECT_EQ(a.lr(), 1e-2);
+  EXPECT_EQ(a.lr_decay(), 0.0);
+  EXPECT_EQ(a.weight_decay(), 0.0);
+  EXPECT_EQ(a.initial_accumulator_value(), 0.0);
+  EXPECT_EQ(a.eps(), 1e-10);
+  auto tuned = build_optimizer(yaml("{type: Adagrad, lr: 0.1, lr_decay: 0.01, weight_decay: 1.0e-4, "
+                                    "initial_accumulator_value: 0.5, eps: 1.0e-8}"),
+                               Config(), *net);
+  const auto& t = static_cast<const optim::AdagradOptions&>(tuned->param_groups()[0].options());
+  EXPECT_EQ(t.lr(), 0.1);
+  EXPECT_EQ(t.lr_decay(), 0.01);
+  EXPECT_EQ(t.weight_decay(), 1e-4);
+  EXPECT_EQ(t.initial_accumulator_value(), 0.5);
+  EXPECT_EQ(t.eps(), 1e-8);
+
+  EXPECT_THAT(build_error("{type: Adagrad, lr: -0.1}"),
+              HasSubstr("optim.yaml:1 (key lr): lr must be positive, got -0.1"));
+  EXPECT_THAT(build_error("{type: Adagrad, lr_decay: -1}"),
+              HasSubstr("(key lr_decay): lr_decay must be non-negative"));
+  EXPECT_THAT(build_error("{type: Adagrad, initial_accumulator_value: -1}"),
+              HasSubstr("(key initial_accumulator_value): initial_accumulator_value must be non-negative"));
+  EXPECT_THAT(build_error("{type: Adagrad, maximize: true}"), HasSubstr("maximize"));
+}
+
+TEST(OptimizerBuilderTest, LbfgsIsRefusedWithTheReason) {
+  const std::string message = build_error("{type: LBFGS, lr: 1}");
+  EXPECT_THAT(message, HasSubstr("optim.yaml:1 (key type): LBFGS cannot be trained by lockstep"));
+  EXPECT_THAT(message, HasSubstr("closure"));
+}
+
 TEST(OptimizerBuilderTest, BadParamwiseConfigIsExplained) {
   EXPECT_THAT(build_error("{type: SGD, lr: 0.1}", "{norm_decay_mult: 0.0}"),
               HasSubstr("paramwise_cfg.norm_decay_mult needs weight_decay to be set in the optimizer config"));

@@ -1,5 +1,9 @@
 #include "lockstep/optim/optimizer_state.h"
 
+#include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -10,33 +14,23 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
+#include <torch/serialize/archive.h>
 
+#include "lockstep/compat/optim.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/shape_text.h"
+#include "lockstep/optim/optimizer_state_generic.h"
 
 namespace lockstep {
 namespace {
 
 namespace optim = torch::optim;
 using nlohmann::json;
-
+using detail::describe;
+using detail::parse_position;
+using detail::position;
+using detail::value_at;
 const char* const kWhat = "optimizer state";
-
-// libtorch keys optimizer.state() by the parameter's TensorImpl: as a string of
-// the pointer in 1.13, as the pointer itself in 2.x. The key type is read off
-// the map, so both build without a version test.
-// TODO(compat): move into lockstep/compat/ once it offers such a helper.
-template <typename Map>
-typename Map::key_type state_key(const Map&, const torch::Tensor& param) {
-  using Key = typename Map::key_type;
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream out;  // what libtorch 1.13 writes: operator<< of the pointer
-    out << param.unsafeGetTensorImpl();
-    return out.str();
-  } else {
-    return static_cast<Key>(param.unsafeGetTensorImpl());
-  }
-}
 
 // One optimizer type's option and buffer layout. The field lists below are the
 // single description used for both saving and loading.
@@ -99,27 +93,23 @@ struct HasStep : std::false_type {};
 template <typename S>
 struct HasStep<S, std::void_t<decltype(std::declval<S&>().step())>> : std::true_type {};
 
+// Calls f(codec, type name) for the four types with a typed codec and returns
+// true; false (f not called) for any other type, which the generic codec
+// below serves.
 template <typename F>
-void with_codec(const optim::Optimizer& optimizer, F&& f) {
-  if (dynamic_cast<const optim::SGD*>(&optimizer)) return f(SgdCodec{}, "SGD");
-  if (dynamic_cast<const optim::Adam*>(&optimizer)) return f(AdamCodec{}, "Adam");
-  if (dynamic_cast<const optim::AdamW*>(&optimizer)) return f(AdamWCodec{}, "AdamW");
-  if (dynamic_cast<const optim::RMSprop*>(&optimizer)) return f(RmspropCodec{}, "RMSprop");
-  LOCKSTEP_FAIL(kWhat, ": saving and loading the state of ", optimizer_type_name(optimizer),
-                " is not supported (supported: SGD, Adam, AdamW, RMSprop)");
-}
-
-std::string position(size_t group, size_t index) {
-  return std::to_string(group) + "." + std::to_string(index);
-}
-
-// "group 1, parameter 3 (backbone.conv.weight)"
-std::string describe(size_t group, size_t index, const std::vector<ParamGroupInfo>* groups) {
-  std::string text = str_cat("group ", group, ", parameter ", index);
-  if (groups && group < groups->size() && index < (*groups)[group].param_names.size()) {
-    text += " (" + (*groups)[group].param_names[index] + ")";
+bool with_codec(const optim::Optimizer& optimizer, F&& f) {
+  if (dynamic_cast<const optim::SGD*>(&optimizer)) {
+    f(SgdCodec{}, "SGD");
+  } else if (dynamic_cast<const optim::Adam*>(&optimizer)) {
+    f(AdamCodec{}, "Adam");
+  } else if (dynamic_cast<const optim::AdamW*>(&optimizer)) {
+    f(AdamWCodec{}, "AdamW");
+  } else if (dynamic_cast<const optim::RMSprop*>(&optimizer)) {
+    f(RmspropCodec{}, "RMSprop");
+  } else {
+    return false;
   }
-  return text;
+  return true;
 }
 
 template <typename C>
@@ -137,7 +127,7 @@ State save_typed(const optim::Optimizer& optimizer, const char* type) {
     groups.push_back({{"num_params", group.params().size()}, {"options", options_json}});
 
     for (size_t i = 0; i < group.params().size(); ++i) {
-      auto found = param_state.find(state_key(param_state, group.params()[i]));
+      auto found = param_state.find(compat::param_state_key(param_state, group.params()[i]));
       if (found == param_state.end()) continue;
       const auto& typed = static_cast<const typename C::ParamState&>(*found->second);
       json entry = json::object();
@@ -151,26 +141,6 @@ State save_typed(const optim::Optimizer& optimizer, const char* type) {
   state.values["groups"] = std::move(groups);
   state.values["params"] = std::move(params);
   return state;
-}
-
-const json& value_at(const json& values, const char* key, json::value_t kind) {
-  LOCKSTEP_CHECK(values.is_object() && values.contains(key), kWhat, ": the checkpoint has no '",
-                 key, "' entry; is this an optimizer state?");
-  const json& value = values.at(key);
-  LOCKSTEP_CHECK(value.type() == kind, kWhat, ": '", key, "' has the wrong type: ", value.dump());
-  return value;
-}
-
-// Parses "g.i" into its two numbers; false when malformed.
-bool parse_position(const std::string& text, size_t* group, size_t* index) {
-  size_t dot = text.find('.');
-  if (dot == std::string::npos || dot == 0 || dot + 1 == text.size()) return false;
-  for (size_t k = 0; k < text.size(); ++k) {
-    if (k != dot && !std::isdigit(static_cast<unsigned char>(text[k]))) return false;
-  }
-  *group = std::stoul(text.substr(0, dot));
-  *index = std::stoul(text.substr(dot + 1));
-  return true;
 }
 
 template <typename C>
@@ -247,7 +217,7 @@ void load_typed(optim::Optimizer& optimizer, const State& state, const char* typ
     static_cast<Options&>(param_groups[g].options()) = new_options[g];
     for (size_t i = 0; i < param_groups[g].params().size(); ++i) {
       const torch::Tensor& param = param_groups[g].params()[i];
-      const auto key = state_key(param_state, param);
+      const auto key = compat::param_state_key(param_state, param);
       param_state.erase(key);
       auto entry = params.find(position(g, i));
       if (entry == params.end()) continue;
@@ -264,26 +234,90 @@ void load_typed(optim::Optimizer& optimizer, const State& state, const char* typ
   }
 }
 
+template <typename C>
+int64_t typed_bytes(const optim::Optimizer& optimizer) {
+  int64_t bytes = 0;
+  const auto& param_state = optimizer.state();
+  for (const auto& group : optimizer.param_groups()) {
+    const auto& options = static_cast<const typename C::Options&>(group.options());
+    for (const auto& param : group.params()) {
+      auto found = param_state.find(compat::param_state_key(param_state, param));
+      if (found == param_state.end()) continue;
+      const auto& typed = static_cast<const typename C::ParamState&>(*found->second);
+      for_each_buffer(typed, options, [&](const char*, const torch::Tensor& buffer, bool) {
+        if (buffer.defined()) bytes += buffer.numel() * static_cast<int64_t>(buffer.element_size());
+      });
+    }
+  }
+  return bytes;
+}
+
 }  // namespace
+
+namespace detail {
+
+std::string position(size_t group, size_t index) {
+  return std::to_string(group) + "." + std::to_string(index);
+}
+
+// "group 1, parameter 3 (backbone.conv.weight)"
+std::string describe(size_t group, size_t index, const std::vector<ParamGroupInfo>* groups) {
+  std::string text = str_cat("group ", group, ", parameter ", index);
+  if (groups && group < groups->size() && index < (*groups)[group].param_names.size()) {
+    text += " (" + (*groups)[group].param_names[index] + ")";
+  }
+  return text;
+}
+
+const nlohmann::json& value_at(const nlohmann::json& values, const char* key, nlohmann::json::value_t kind) {
+  LOCKSTEP_CHECK(values.is_object() && values.contains(key), "optimizer state: the checkpoint has no '",
+                 key, "' entry; is this an optimizer state?");
+  const nlohmann::json& value = values.at(key);
+  LOCKSTEP_CHECK(value.type() == kind, "optimizer state", ": '", key, "' has the wrong type: ", value.dump());
+  return value;
+}
+
+// Parses "g.i" into its two numbers; false when malformed.
+bool parse_position(const std::string& text, size_t* group, size_t* index) {
+  size_t dot = text.find('.');
+  if (dot == std::string::npos || dot == 0 || dot + 1 == text.size()) return false;
+  for (size_t k = 0; k < text.size(); ++k) {
+    if (k != dot && !std::isdigit(static_cast<unsigned char>(text[k]))) return false;
+  }
+  *group = std::stoul(text.substr(0, dot));
+  *index = std::stoul(text.substr(dot + 1));
+  return true;
+}
+
+}  // namespace detail
 
 State save_optimizer_state(const torch::optim::Optimizer& optimizer) {
   State state;
-  with_codec(optimizer, [&](auto codec, const char* type) {
+  const bool typed = with_codec(optimizer, [&](auto codec, const char* type) {
     state = save_typed<decltype(codec)>(optimizer, type);
   });
-  return state;
+  return typed ? state : detail::save_generic(optimizer);
 }
 
 void load_optimizer_state(torch::optim::Optimizer& optimizer, const State& state,
                           const std::vector<ParamGroupInfo>* groups) {
   try {
-    with_codec(optimizer, [&](auto codec, const char* type) {
+    const bool typed = with_codec(optimizer, [&](auto codec, const char* type) {
       load_typed<decltype(codec)>(optimizer, state, type, groups);
     });
+    if (!typed) detail::load_generic(optimizer, state, groups);
   } catch (const json::exception& error) {
     // Only pass 1 reads JSON, so nothing has changed yet.
     LOCKSTEP_FAIL(kWhat, ": malformed checkpoint entry: ", error.what());
   }
+}
+
+int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
+  int64_t bytes = 0;
+  const bool typed = with_codec(optimizer, [&](auto codec, const char*) {
+    bytes = typed_bytes<decltype(codec)>(optimizer);
+  });
+  return typed ? bytes : detail::generic_bytes(optimizer);
 }
 
 }  // namespace lockstep

@@ -19,7 +19,7 @@
 // another order (see kFsdpTolerance). The relative difference of a tensor is
 // max|lockstep - pytorch| / max|pytorch|; each case states its reason.
 //
-// Cost: 31 runs of `lockstep train` (about 4 s each on 2 cores) plus one
+// Cost: 35 runs of `lockstep train` (about 4 s each on 2 cores) plus one
 // Python process for the references when the cache in the build tree is cold.
 #include <gtest/gtest.h>
 
@@ -121,7 +121,7 @@ std::string lockstep_config(const json& c, const std::string& strategy, const st
        << "train_cfg: {max_iters: " << c["iters"] << "}\n";
   const json& opt = c["optimizer"];
   yaml << "optim_wrapper:\n  optimizer: {type: " << opt["type"].get<std::string>() << ", lr: " << opt["lr"];
-  for (const char* key : {"momentum", "weight_decay", "nesterov", "eps"}) {
+  for (const char* key : {"momentum", "weight_decay", "nesterov", "eps", "lr_decay", "initial_accumulator_value"}) {
     if (opt.contains(key)) yaml << ", " << key << ": " << opt[key];
   }
   if (opt.contains("betas")) yaml << ", betas: " << yaml_list(opt["betas"]);
@@ -201,6 +201,11 @@ const std::vector<DiffCase>& all_cases() {
     const json clipping = with(base_case(2), "clip", {{"max_norm", 0.5}, {"norm_type", 2.0}});  // clips every step
     const json adamw = with(base_case(2), "optimizer", {{"type", "AdamW"}, {"lr", 0.002}, {"betas", {0.9, 0.99}},
                                                         {"eps", 1e-8}, {"weight_decay", 0.05}});
+    // Adagrad: libtorch's C++ optimizer, whose state lockstep checkpoints and
+    // shards through libtorch's own serialisation (no codec of its own).
+    const json adagrad = with(base_case(2), "optimizer",
+                              {{"type", "Adagrad"}, {"lr", 0.02}, {"lr_decay", 0.001}, {"weight_decay", 0.0005},
+                               {"initial_accumulator_value", 0.1}, {"eps", 1e-10}});
     const json schedules = with(base_case(2), "schedulers",
                                 {{{"type", "LinearLR"}, {"start_factor", 0.1}, {"total_iters", 5}},
                                  {{"type", "CosineAnnealingLR"}, {"T_max", 20}, {"eta_min", 0.001}}});
@@ -269,6 +274,8 @@ const std::vector<DiffCase>& all_cases() {
         {"DDP_AdamW", adamw, kDDP, 0, same_ops},
         {"FSDP_AdamW", adamw, kFullShard, kFsdpTolerance, "sharded reduction"},
         {"DDP_AdamW_Paramwise", paramwise, kDDP, 0, same_ops + " (a param group per decay and lr multiplier)"},
+        {"DDP_Adagrad", adagrad, kDDP, 0, same_ops + " (libtorch's Adagrad is Python's, operation for operation)"},
+        {"FSDP_Adagrad", adagrad, kFullShard, kFsdpTolerance, "sharded reduction"},
         {"FSDP_AdamW_Paramwise", paramwise, fsdp(orig_params), kFsdpTolerance,
          "sharded reduction; each parameter's part of a shard keeps its group's options (use_orig_params)"},
         {"FSDP_AdamW_Paramwise_4ranks_Clip", paramwise_4ranks, fsdp(orig_params), kFsdpTolerance,

@@ -9,9 +9,13 @@
 // pieces that overlap it, and only their overlapping elements are read.
 // Optimizer state follows the same places: flat shards' buffers are laid out
 // as the shards, and use_orig_params' buffers as each parameter's part of
-// them. Frozen parameters and buffers are whole in every shard file; they
-// are read from the first.
+// them; scalar (0-dim) state, such as a step kept as a tensor, is whole in
+// every file that holds its parameter and is read from the first (Note [FSDP
+// optimizer state of any optimizer], fsdp_state_dict.cpp). Frozen parameters
+// and buffers are whole in every shard file; they are read from the first.
 #include <algorithm>
+#include <map>
+#include <utility>
 
 #include "lockstep/core/error.h"
 #include "lockstep/core/shape_text.h"
@@ -105,13 +109,15 @@ State FullyShardedDataParallel::resharded_optimizer_state(const torch::optim::Op
   }
   State local;
   local.values = saved[0].values();
-  // Per-parameter values (Adam's step): every shard has them for the
-  // parameters it holds a part of; with use_orig_params a parameter may lie
-  // wholly in some shards.
+  // Per-parameter values (Adam's or Adagrad's step, whatever the optimizer
+  // keeps): every shard has them for the parameters it holds a part of; with
+  // use_orig_params a parameter may lie wholly in some shards.
   json params = json::object();
   std::map<std::string, std::map<std::string, c10::ScalarType>> buffers;  // position -> buffer -> dtype
   std::map<std::string, std::string> found_in;                             // position -> a file holding it
-  for (const auto& reader : saved) {
+  std::map<std::string, std::pair<size_t, bool>> first_seen;               // key -> (first file holding it, 0-dim)
+  for (size_t s = 0; s < saved.size(); ++s) {
+    const StateReader& reader = saved[s];
     const json saved_params = reader.values().value("params", json::object());
     for (const auto& item : saved_params.items()) {
       if (!params.contains(item.key())) params[item.key()] = item.value();
@@ -120,7 +126,13 @@ State FullyShardedDataParallel::resharded_optimizer_state(const torch::optim::Op
       std::string position, buffer;
       LOCKSTEP_CHECK(split_state_key(key, &position, &buffer), reader.source(), ": optimizer state '", key,
                      "' is not named <group>.<index>.<buffer>");
-      buffers[position].emplace(buffer, reader.entry(key).dtype);
+      const TensorEntry& entry = reader.entry(key);
+      const bool is_scalar = entry.shape.empty();
+      const auto& first = first_seen.emplace(key, std::make_pair(s, is_scalar)).first->second;
+      LOCKSTEP_CHECK(first.second == is_scalar, reader.source(), ": optimizer state '", key, "' is ",
+                     is_scalar ? "0-dim" : "not 0-dim", " here but ", first.second ? "0-dim" : "not 0-dim", " in ",
+                     saved[first.first].source());
+      buffers[position].emplace(buffer, entry.dtype);
       found_in.emplace(position, reader.source());
     }
   }
@@ -134,6 +146,11 @@ State FullyShardedDataParallel::resharded_optimizer_state(const torch::optim::Op
     const Place& place = found->second;
     for (const auto& [buffer, dtype] : names) {
       const std::string key = position + "." + buffer;
+      const std::pair<size_t, bool>& seen = first_seen.at(key);
+      if (seen.second) {  // a scalar: whole, as saved
+        local.tensors[key] = saved[seen.first].read(key);
+        continue;
+      }
       torch::Tensor value = torch::zeros({place.size}, torch::TensorOptions().dtype(dtype));
       fsdp::fill_from_pieces(value.narrow(0, 0, place.length), place.begin, place.saved,
                              [&](size_t s, int64_t first, int64_t count) {

@@ -1,6 +1,7 @@
 // FullyShardedDataParallel: state dicts. Full ones are gathered unit by unit
 // (one unit's full-precision flat parameter at a time); sharded ones are each
 // rank's shards as they are, with the layout that must match on loading.
+#include <functional>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -27,6 +28,33 @@ torch::Tensor gather_flat(const fsdp::FlatParamUnit& unit, const torch::Tensor& 
   torch::Tensor flat = torch::empty({unit.padded_numel()}, shard.options().requires_grad(false));
   unit.setup().shard_group->all_gather_into_tensor(flat, shard.detach().contiguous());
   return flat;
+}
+
+// Note [FSDP optimizer state of any optimizer]
+// The optimizer state a conversion below sees holds, per parameter position,
+// values (Adam's or Adagrad's step: merged as they are, a unit's from its
+// first parameter's) and tensors of two kinds (optim/optimizer_state.h):
+// per-element buffers laid out as their parameter (exp_avg, sum), sliced
+// and gathered as the parameters are; and scalars, 0-dim tensors (a step kept
+// as a tensor), which every piece of a parameter shares and which are copied
+// as they are, like the values. In a sharded state every per-element buffer
+// is 1-D (flat shards and use_orig_params' views are), so 0-dim means scalar.
+// In a full state a 0-dim parameter's buffers are 0-dim too, so a buffer name
+// is a scalar when it is 0-dim for some parameter that is not (a model whose
+// every parameter with that buffer is 0-dim has it taken as per-element).
+
+// The buffer names of `full` that are scalars; `slot_at` gives the slot of a
+// position (nullptr: none).
+std::set<std::string> scalar_state_buffers(const State& full,
+                                           const std::function<const fsdp::FlatSlot*(const std::string&)>& slot_at) {
+  std::set<std::string> scalars;
+  for (const auto& [key, value] : full.tensors) {
+    std::string position, buffer;
+    if (!split_state_key(key, &position, &buffer) || value.dim() != 0) continue;
+    const fsdp::FlatSlot* slot = slot_at(position);
+    if (slot != nullptr && !slot->shape.empty()) scalars.insert(buffer);
+  }
+  return scalars;
 }
 
 }  // namespace
@@ -254,7 +282,20 @@ State FullyShardedDataParallel::full_flat_optimizer_state(const State& sharded, 
       for (const auto& slot : unit->slots()) params["0." + std::to_string(slot.model_index)] = saved_params.at(position);
     }
     for (const auto& buffer : buffers[position]) {
-      torch::Tensor flat = gather_flat(*unit, sharded.tensors.at(position + "." + buffer));
+      const torch::Tensor& local = sharded.tensors.at(position + "." + buffer);
+      if (local.dim() == 0) {  // a scalar: every parameter's (Note [FSDP optimizer state of any optimizer])
+        if (!keep) continue;
+        for (const auto& slot : unit->slots()) {
+          full.tensors["0." + std::to_string(slot.model_index) + "." + buffer] = local.detach().to(torch::kCPU).clone();
+        }
+        continue;
+      }
+      // Every rank holds the same shapes, so all or none stop here, before the collective.
+      LOCKSTEP_CHECK(local.dim() == 1 && local.numel() == unit->shard_numel(), "FSDP: optimizer state '", position,
+                     ".", buffer, "' of unit '", unit->path(), "' has shape ", shape_text(local.sizes()),
+                     ", neither the flat shard's [", unit->shard_numel(), "] nor a scalar's []: FSDP can gather only "
+                     "buffers laid out as the parameters, and 0-dim ones");
+      torch::Tensor flat = gather_flat(*unit, local);
       if (!keep) continue;
       for (const auto& slot : unit->slots()) {
         full.tensors["0." + std::to_string(slot.model_index) + "." + buffer] =
@@ -281,6 +322,14 @@ State FullyShardedDataParallel::shard_flat_optimizer_state(const State& full) co
     if (!split_state_key(entry.first, &position, &buffer)) continue;
     by_param[std::stoll(position.substr(2))].emplace_back(buffer, entry.second);
   }
+  std::map<std::string, const fsdp::FlatSlot*> slots;
+  for (const auto& unit : units_) {
+    for (const auto& slot : unit->slots()) slots["0." + std::to_string(slot.model_index)] = &slot;
+  }
+  const std::set<std::string> scalars = scalar_state_buffers(full, [&](const std::string& position) {
+    auto found = slots.find(position);
+    return found == slots.end() ? nullptr : found->second;
+  });
   State sharded;
   sharded.values["type"] = full.values.at("type");
   sharded.values["groups"] = json::array({{{"num_params", units_.size()}, {"options", groups[0].at("options")}}});
@@ -296,6 +345,12 @@ State FullyShardedDataParallel::shard_flat_optimizer_state(const State& full) co
         params[position] = saved_params.at(param_position);
       }
       for (const auto& [buffer, value] : by_param[slot.model_index]) {
+        if (scalars.count(buffer)) {  // the unit's is its first parameter's, as for the values
+          LOCKSTEP_CHECK(value.dim() == 0, "FSDP: optimizer state '", param_position, ".", buffer, "' of ", slot.name,
+                         " has shape ", shape_text(value.sizes()), " but is a scalar (0-dim) for other parameters");
+          if (!sharded.tensors.count(position + "." + buffer)) sharded.tensors[position + "." + buffer] = value.clone();
+          continue;
+        }
         LOCKSTEP_CHECK(value.numel() == slot.numel, "FSDP: optimizer state '", param_position, ".", buffer, "' of ",
                        slot.name, " has shape ", shape_text(value.sizes()), ", the parameter has ",
                        shape_text(slot.shape));
@@ -355,22 +410,31 @@ State FullyShardedDataParallel::full_orig_optimizer_state(const torch::optim::Op
   const auto positions = orig_positions(optimizer);
   const bool keep = !rank0_only || group_->rank() == 0;
   // Every rank gathers the same buffers, in the same order and dtype: the
-  // union of what each rank holds per position (position -> [[buffer, dtype]];
-  // all ranks hold the same in practice).
+  // union of what each rank holds per position (position -> [[buffer, dtype,
+  // scalar]]; all ranks hold the same in practice). Scalars are not gathered:
+  // the kept rank's are copied (Note [FSDP optimizer state of any optimizer]).
   json mine = json::object();
   for (const auto& entry : local.tensors) {
     std::string position, buffer;
     if (split_state_key(entry.first, &position, &buffer)) {
-      mine[position].push_back({buffer, static_cast<int>(entry.second.scalar_type())});
+      mine[position].push_back({buffer, static_cast<int>(entry.second.scalar_type()), entry.second.dim() == 0});
     }
   }
   std::map<std::string, std::set<std::string>> buffers;
   std::map<std::string, torch::ScalarType> dtypes;  // by buffer name
+  std::map<std::string, bool> scalar;               // by buffer name
   for (const json& theirs : all_gather_object(mine, group_)) {
     for (const auto& item : theirs.items()) {
       for (const auto& entry : item.value()) {
-        buffers[item.key()].insert(entry[0].get<std::string>());
-        dtypes.emplace(entry[0].get<std::string>(), static_cast<torch::ScalarType>(entry[1].get<int>()));
+        const std::string buffer = entry[0].get<std::string>();
+        const bool is_scalar = entry[2].get<bool>();
+        // Decided from the gathered lists, so every rank fails alike.
+        LOCKSTEP_CHECK(scalar.emplace(buffer, is_scalar).first->second == is_scalar, "FSDP: optimizer state '",
+                       buffer, "' is 0-dim for some parameters and not for others: FSDP can gather only "
+                       "buffers laid out as the parameters, and 0-dim ones");
+        if (is_scalar) continue;
+        buffers[item.key()].insert(buffer);
+        dtypes.emplace(buffer, static_cast<torch::ScalarType>(entry[1].get<int>()));
       }
     }
   }
@@ -407,12 +471,19 @@ State FullyShardedDataParallel::full_orig_optimizer_state(const torch::optim::Op
     }
   }
   if (!keep) return State();
+  for (const auto& [key, value] : local.tensors) {
+    if (value.dim() == 0) full.tensors[key] = value.detach().to(torch::kCPU).clone();
+  }
   return full;
 }
 
 State FullyShardedDataParallel::shard_orig_optimizer_state(const torch::optim::Optimizer& optimizer,
                                                            const State& full) const {
   const auto positions = orig_positions(optimizer);
+  const std::set<std::string> scalars = scalar_state_buffers(full, [&](const std::string& position) {
+    auto found = positions.find(position);
+    return found == positions.end() ? nullptr : &found->second.unit->slots()[found->second.slot];
+  });
   State local;
   local.values = full.values;
   local.values.erase("param_names");
@@ -428,6 +499,12 @@ State FullyShardedDataParallel::shard_orig_optimizer_state(const torch::optim::O
                    "parameter at position ", position, " (", positions.size(), " parameters in all)");
     const fsdp::FlatParamUnit& unit = *found->second.unit;
     const fsdp::FlatSlot& slot = unit.slots()[found->second.slot];
+    if (scalars.count(buffer)) {  // whole on every rank (Note [FSDP optimizer state of any optimizer])
+      LOCKSTEP_CHECK(value.dim() == 0, "FSDP: optimizer state '", key, "' of ", slot.name, " has shape ",
+                     shape_text(value.sizes()), " but is a scalar (0-dim) for other parameters");
+      local.tensors[key] = value.clone();
+      continue;
+    }
     LOCKSTEP_CHECK(value.numel() == slot.numel, "FSDP: optimizer state '", key, "' of ", slot.name, " has shape ",
                    shape_text(value.sizes()), ", the parameter has ", shape_text(slot.shape));
     const fsdp::ShardOverlap part = unit.shard_part(found->second.slot);

@@ -1,0 +1,43 @@
+// Adam and AdamW that take the same steps as Python's torch.optim.Adam and
+// torch.optim.AdamW of the PyTorch version lockstep is built against.
+//
+// libtorch's C++ torch::optim::Adam and AdamW follow PyTorch 1.x's Python
+// optimizers; from PyTorch 2.0 on, Python computes the first moment and one
+// bias correction with other operations (Note [Adam as Python computes it],
+// compat/optim.h), so a C++ run and a Python run of the same model drift apart
+// in the last bits, step after step. These classes are libtorch's (same
+// options, same per-parameter state, so checkpoints, schedulers and
+// `dynamic_cast<torch::optim::Adam*>` see no difference) with step() doing
+// what Python's single-tensor path does, operation for operation. That path
+// is Python's default on CPU (foreach and fused are for GPUs).
+//
+// The YAML types `Adam` and `AdamW` build these.
+//
+//   auto optimizer = std::make_shared<lockstep::Adam>(model->parameters(),
+//                                                     torch::optim::AdamOptions(1e-3).weight_decay(1e-4));
+//   loss.backward();
+//   optimizer->step();
+//
+// Python keeps the step count in a float32 tensor, which stops counting at
+// 2^24 = 16,777,216 steps; these keep an int64 and go on. The two agree up to
+// that step.
+#pragma once
+
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+
+namespace lockstep {
+
+class Adam : public torch::optim::Adam {
+ public:
+  using torch::optim::Adam::Adam;
+  torch::Tensor step(LossClosure closure = nullptr) override;
+};
+
+class AdamW : public torch::optim::AdamW {
+ public:
+  using torch::optim::AdamW::AdamW;
+  torch::Tensor step(LossClosure closure = nullptr) override;
+};
+
+}  // namespace lockstep

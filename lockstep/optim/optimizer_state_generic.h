@@ -1,0 +1,32 @@
+// Internal to optimizer_state.cpp: the codec for optimizer types that have
+// no typed one (Note [Generic optimizer state] in optimizer_state_generic.cpp),
+// and the helpers both codecs share. Use lockstep/optim/optimizer_state.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/optim/optimizer.h>
+
+#include "lockstep/core/state.h"
+#include "lockstep/optim/param_groups.h"
+
+namespace lockstep::detail {
+
+// "<group>.<index>", a parameter's place in the optimizer.
+std::string position(size_t group, size_t index);
+// Parses "g.i" into its two numbers; false when malformed.
+bool parse_position(const std::string& text, size_t* group, size_t* index);
+// "group 1, parameter 3 (backbone.conv.weight)"; the name when `groups` has it.
+std::string describe(size_t group, size_t index, const std::vector<ParamGroupInfo>* groups);
+// values[key], which must exist and be of `kind`.
+const nlohmann::json& value_at(const nlohmann::json& values, const char* key, nlohmann::json::value_t kind);
+
+State save_generic(const torch::optim::Optimizer& optimizer);
+void load_generic(torch::optim::Optimizer& optimizer, const State& state, const std::vector<ParamGroupInfo>* names);
+int64_t generic_bytes(const torch::optim::Optimizer& optimizer);
+
+}  // namespace lockstep::detail
