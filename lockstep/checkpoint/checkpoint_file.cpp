@@ -1,5 +1,6 @@
 #include "lockstep/checkpoint/checkpoint_file.h"
 
+#include <filesystem>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 
 #include "lockstep/core/atomic_file.h"
 #include "lockstep/core/error.h"
+#include "lockstep/core/fault_point.h"
 
 namespace lockstep {
 namespace {
@@ -375,6 +377,7 @@ void write_checkpoint_file(const std::string& path, const State& state) {
 }
 
 State read_checkpoint_file(const std::string& path) {
+  fault_point("read:" + std::filesystem::path(path).filename().string());
   FileReader file(path);
   ParsedFile parsed = parse_header(file, path);
   Checksums sums = checksums_of(parsed, path);

@@ -104,6 +104,13 @@ void write_checkpoint(const std::string& path, const CheckpointContents& content
 
 CheckpointContents read_checkpoint(const std::string& path) { return contents_of(read_checkpoint_file(path)); }
 
+std::optional<RunMeta> read_checkpoint_meta(const std::string& path) {
+  const StateReader file = open_checkpoint_file(path);
+  const nlohmann::json& values = file.values();
+  if (!values.is_object() || !values.contains(kMeta) || !values[kMeta].is_object()) return std::nullopt;
+  return meta_of(values[kMeta]);
+}
+
 const std::map<std::string, torch::Tensor>& model_weights(const CheckpointContents& contents, const std::string& path) {
   LOCKSTEP_CHECK(!contents.sharded(), path,
                  ": a sharded FSDP checkpoint: its model is split over the per-rank files beside it; `lockstep ckpt "

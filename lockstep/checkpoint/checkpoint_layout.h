@@ -71,6 +71,9 @@ std::map<std::string, int> checkpoint_parts(const State& state);
 // write_checkpoint_file / read_checkpoint_file (atomic, CRC-checked) of the contents.
 void write_checkpoint(const std::string& path, const CheckpointContents& contents);
 CheckpointContents read_checkpoint(const std::string& path);
+// The meta of a checkpoint, read without its tensors (header and values are
+// verified); nullopt when it records none.
+std::optional<RunMeta> read_checkpoint_meta(const std::string& path);
 
 // The model weights of a checkpoint; an error naming `path` when it holds
 // none (a sharded manifest says where its weights are instead).

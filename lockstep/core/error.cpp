@@ -11,6 +11,20 @@ std::string short_torch_message(const std::exception& error) {
   return error.what();
 }
 
+std::string describe_exception(const std::exception_ptr& error) {
+  if (!error) return "";
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& caught) {
+    std::string message = short_torch_message(caught);
+    auto newline = message.find("\nException raised from");
+    if (newline != std::string::npos) message.resize(newline);
+    return message;
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
 void rethrow_with_context(const std::string& context) {
   try {
     throw;

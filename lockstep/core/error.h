@@ -13,6 +13,7 @@
 // rethrown with it (see rethrow_with_context), never swallowed.
 #pragma once
 
+#include <exception>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -45,6 +46,10 @@ std::string str_cat(Args&&... args) {
 
 // The first line of a c10::Error's message (libtorch appends a long C++ trace).
 std::string short_torch_message(const std::exception& error);
+
+// The message of any exception (short_torch_message for a std::exception,
+// "unknown exception" for anything else); empty for a null pointer.
+std::string describe_exception(const std::exception_ptr& error);
 
 }  // namespace lockstep
 

@@ -14,21 +14,34 @@ namespace {
 struct FaultSpec {
   std::string point;  // empty: no fault point armed
   long long nth = 1;
+  bool throws = false;  // LOCKSTEP_FAULT_THROW_AT: throw instead of SIGKILL
 };
+
+FaultSpec parse_fault(const char* variable, bool throws) {
+  FaultSpec parsed;
+  parsed.throws = throws;
+  const char* value = std::getenv(variable);
+  if (value == nullptr || *value == '\0') return parsed;
+  // LOCKSTEP_FAULT_RANK=r arms the point on that rank (the launcher's RANK) only.
+  const char* only_rank = std::getenv("LOCKSTEP_FAULT_RANK");
+  const char* rank = std::getenv("RANK");
+  if (only_rank != nullptr && *only_rank != '\0' && std::string(only_rank) != (rank != nullptr ? rank : "0")) {
+    return parsed;
+  }
+  parsed.point = value;
+  const auto at = parsed.point.rfind('@');
+  if (at != std::string::npos) {
+    parsed.nth = std::atoll(parsed.point.c_str() + at + 1);
+    parsed.point.resize(at);
+    LOCKSTEP_CHECK(parsed.nth >= 1, variable, "=", value, ": the count after '@' must be at least 1");
+  }
+  return parsed;
+}
 
 const FaultSpec& armed_fault() {
   static const FaultSpec spec = [] {
-    FaultSpec parsed;
-    const char* value = std::getenv("LOCKSTEP_FAULT_KILL_AT");
-    if (value == nullptr || *value == '\0') return parsed;
-    parsed.point = value;
-    const auto at = parsed.point.rfind('@');
-    if (at != std::string::npos) {
-      parsed.nth = std::atoll(parsed.point.c_str() + at + 1);
-      parsed.point.resize(at);
-      LOCKSTEP_CHECK(parsed.nth >= 1, "LOCKSTEP_FAULT_KILL_AT=", value, ": the count after '@' must be at least 1");
-    }
-    return parsed;
+    FaultSpec kill = parse_fault("LOCKSTEP_FAULT_KILL_AT", false);
+    return kill.point.empty() ? parse_fault("LOCKSTEP_FAULT_THROW_AT", true) : kill;
   }();
   return spec;
 }
@@ -48,7 +61,10 @@ void fault_point(const std::string& point) {
   const FaultSpec& spec = armed_fault();
   if (spec.point.empty() || spec.point != point) return;
   static std::atomic<long long> reached{0};
-  if (++reached == spec.nth) die_by_fault_injection(str_cat("reached fault point '", point, "' (time ", spec.nth, ")"));
+  if (++reached != spec.nth) return;
+  const std::string why = str_cat("reached fault point '", point, "' (time ", spec.nth, ")");
+  if (spec.throws) LOCKSTEP_FAIL("lockstep fault injection: ", why);
+  die_by_fault_injection(why);
 }
 
 }  // namespace lockstep

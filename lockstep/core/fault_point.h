@@ -7,11 +7,18 @@
 //
 //   LOCKSTEP_FAULT_KILL_AT=write:model_0000019.ckpt@2 lockstep train cfg.yaml
 //
-// dies in the middle of saving that checkpoint, leaving a partial file. The
-// FaultInjection hook (hooks/fault_injection.h) kills at a training iteration.
+// dies in the middle of saving that checkpoint, leaving a partial file.
+// Reading a checkpoint file reaches "read:<file name>". The FaultInjection
+// hook (hooks/fault_injection.h) kills at a training iteration.
 //
 // SIGKILL, not an exception: nothing unwinds, no destructor tidies up -- what
 // a power cut, the OOM killer or `kill -9` leave behind is what is tested.
+//
+// LOCKSTEP_FAULT_THROW_AT=<point>[@n] throws a lockstep::Error there instead
+// ("lockstep fault injection: reached fault point ..."): a failure the process
+// survives, as a full disk or an unreadable file is, for tests of what the
+// other ranks do when one fails and carries on. LOCKSTEP_FAULT_RANK=<r> arms
+// either only in the process whose RANK is r.
 #pragma once
 
 #include <string>

@@ -30,10 +30,11 @@ std::string Checkpointer::save(const std::string& name, const Trainer& trainer) 
   contents.trainer = trainer.state();
   contents.meta = RunMeta{run_.seed, trainer.iter(), strategy_->world_size(), strategy_->name(), run_.config};
   strategy_->save_checkpoint(path, std::move(contents), options_);
-  if (strategy_->is_main_process()) {
+  strategy_->agree("pointing " + save_dir_ + "/" + kPointer + " at " + path, [&] {
+    if (!strategy_->is_main_process()) return;
     write_file_atomically(save_dir_ + "/" + kPointer, fs::path(path).filename().string());
     logger().info("Saved checkpoint {}", path);
-  }
+  });
   return path;
 }
 
@@ -92,23 +93,66 @@ void remove_partial_saves(const std::string& save_dir) {
 
 }  // namespace
 
-std::optional<CheckpointContents> Checkpointer::resume() {
-  // Resuming happens before anyone saves again, so no temporary here is live.
-  if (strategy_->is_main_process()) remove_partial_saves(save_dir_);
-  for (const auto& candidate : resume_candidates()) {
-    if (!fs::exists(candidate)) {
-      logger().warn("last_checkpoint names {}, which does not exist; looking for an older checkpoint", candidate);
-      continue;
+// Note [One resume decision]
+// Every rank used to choose the checkpoint on its own, reading each candidate
+// whole up to three times (verify, seed, load). Ranks could then disagree (a
+// file still being written seen by one rank only, a read error on one node),
+// and a rank whose read failed left the others alone in a collective until the
+// timeout. Now rank 0 alone verifies candidates, newest first, reads the seed
+// from the one it picks (the seed must come from the checkpoint actually
+// resumed, not from a newer one that was skipped), and broadcasts both. Every
+// rank then reads that file once, under an agreement (dist/agreement.h), so a
+// rank that cannot read it fails every rank with its path and reason.
+std::optional<ResumeChoice> Checkpointer::choose_resume() {
+  nlohmann::json choice = nlohmann::json::object();
+  std::string error;
+  if (strategy_->is_main_process()) {
+    try {
+      // Resuming happens before anyone saves again, so no temporary here is live.
+      remove_partial_saves(save_dir_);
+      for (const auto& candidate : resume_candidates()) {
+        if (!fs::exists(candidate)) {
+          logger().warn("last_checkpoint names {}, which does not exist; looking for an older checkpoint", candidate);
+          continue;
+        }
+        const std::string fault = verify_checkpoint_file(candidate);
+        if (!fault.empty()) {
+          logger().warn("Skipping checkpoint {}: {}; falling back to an older one", candidate, fault);
+          continue;
+        }
+        choice["path"] = candidate;
+        if (auto meta = read_checkpoint_meta(candidate)) choice["seed"] = meta->seed;
+        break;
+      }
+    } catch (...) {
+      error = describe_exception(std::current_exception());
     }
-    std::string fault = verify_checkpoint_file(candidate);
-    if (!fault.empty()) {
-      logger().warn("Skipping checkpoint {}: {}; falling back to an older one", candidate, fault);
-      continue;
-    }
-    logger().info("Resuming from {}", candidate);
-    return strategy_->load_checkpoint(candidate, /*load_optimizer=*/true, /*load_schedulers=*/true, /*strict=*/true);
+    choice["error"] = error;
   }
-  return std::nullopt;
+  choice = strategy_->broadcast_from_main(choice);
+  LOCKSTEP_CHECK(choice.value("error", std::string()).empty(), "resume: rank 0 could not choose a checkpoint in ",
+                 save_dir_, ": ", choice.value("error", std::string()));
+  if (!choice.contains("path")) return std::nullopt;
+  ResumeChoice result;
+  result.path = choice.at("path").get<std::string>();
+  if (choice.contains("seed")) result.seed = choice.at("seed").get<uint64_t>();
+  return result;
+}
+
+CheckpointContents Checkpointer::load(const ResumeChoice& choice) {
+  logger().info("Resuming from {}", choice.path);
+  CheckpointContents contents;
+  strategy_->agree(str_cat("resume: loading ", choice.path, " (chosen by rank 0)"), [&] {
+    contents = strategy_->load_checkpoint(choice.path, /*load_optimizer=*/true, /*load_schedulers=*/true,
+                                          /*strict=*/true);
+  });
+  return contents;
+}
+
+std::optional<CheckpointContents> Checkpointer::resume() {
+  std::optional<ResumeChoice> choice = choose_resume();
+  if (!choice) return std::nullopt;
+  return load(*choice);
 }
 
 }  // namespace lockstep

@@ -9,9 +9,20 @@
 // file is skipped with a warning naming it. The layout is
 // checkpoint/checkpoint_layout.h's.
 //
+// Resuming is one decision, made once (Note [One resume decision]): rank 0
+// verifies the candidates, newest first, and broadcasts its choice with the
+// seed that checkpoint's run used; every rank then reads that one file, and
+// a rank that cannot makes every rank fail, naming it, its rank and why.
+//
 //   lockstep::Checkpointer checkpointer(strategy, "work_dirs/run", {/*seed=*/42, config.to_yaml()});
 //   checkpointer.save("model_0000999", trainer);
 //   if (auto contents = checkpointer.resume()) trainer.load_state(*contents->trainer);
+//
+//   // The same in two steps, when the seed must be known before the model exists:
+//   std::optional<lockstep::ResumeChoice> choice = checkpointer.choose_resume();   // collective
+//   uint64_t seed = choice && choice->seed ? *choice->seed : fresh_seed;
+//   ...
+//   if (choice) trainer.load_state(*checkpointer.load(*choice).trainer);           // collective
 #pragma once
 
 #include <memory>
@@ -24,6 +35,12 @@
 namespace lockstep {
 
 class Trainer;
+
+// The checkpoint a resumed run continues from, as rank 0 chose it.
+struct ResumeChoice {
+  std::string path;
+  std::optional<uint64_t> seed;  // the seed of the run that wrote it, when it records one
+};
 
 // What every checkpoint of a run records besides the iteration.
 struct CheckpointRunInfo {
@@ -50,8 +67,14 @@ class Checkpointer {
   // The file the pointer names, if the pointer exists.
   std::optional<std::string> last_checkpoint() const;
 
-  // Loads the newest checkpoint that verifies, with optimizer and scheduler
-  // state, and returns its contents (trainer state, meta); nullopt when there is none.
+  // Rank 0 picks the newest checkpoint that verifies (skipping, with a
+  // warning, a missing, truncated or corrupt one) and every rank receives
+  // the choice; nullopt when there is none. Collective.
+  std::optional<ResumeChoice> choose_resume();
+  // Every rank loads `choice` (model, optimizer and scheduler state) and
+  // returns its contents; every rank fails if any cannot. Collective.
+  CheckpointContents load(const ResumeChoice& choice);
+  // choose_resume() and load(), or nullopt when there is nothing to resume.
   std::optional<CheckpointContents> resume();
 
   Strategy& strategy() const { return *strategy_; }

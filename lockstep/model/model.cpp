@@ -48,8 +48,14 @@ LogVars Model::train_step(const Batch& /*batch*/, OptimWrapperDict& optim_wrappe
 
 LogVars Model::run_train_step(const Batch& batch, OptimWrapperBase& optim_wrapper, const StepContext& step) {
   auto scope = optim_wrapper.begin_step(step);
-  if (OptimWrapperDict* dict = optim_wrapper.as_dict()) return train_step(batch, *dict);
-  return train_step(batch, *optim_wrapper.wrappers().front().second);
+  try {
+    if (OptimWrapperDict* dict = optim_wrapper.as_dict()) return train_step(batch, *dict);
+    return train_step(batch, *optim_wrapper.wrappers().front().second);
+  } catch (...) {
+    // The gradient sync may replace the error with the one every rank agrees on.
+    optim_wrapper.abandon_step(std::current_exception());
+    throw;
+  }
 }
 
 Batch Model::val_step(const Batch& batch) {

@@ -14,8 +14,11 @@
 //   loss.backward()          -- autograd hooks fire, buckets launch
 //   end_backward(sync)       -- all reductions finished, .grad holds the result
 //   after_step()             -- after the optimizer step, when the window closes
+//   step_failed(...)         -- instead of the rest, when this rank's step throws
 // `sync` is false on accumulation micro-steps that must not communicate.
 #pragma once
+
+#include <exception>
 
 #include <torch/types.h>
 
@@ -58,6 +61,15 @@ class GradientSync {
   // The optimizer has stepped (FSDP re-gathers the parameters it keeps
   // unsharded from the updated shards).
   virtual void after_step() {}
+  // This rank's step failed with `error` (an exception in forward, backward,
+  // clipping, the optimizer step...), which the caller rethrows unless this
+  // throws instead. `reduced`: this step's synchronised backward completed
+  // before the failure. `sync` and `iteration` as begin_backward's. Called at
+  // most once per failed step, from the optim wrapper. A wrapper that can keep
+  // the ranks together drops the step on every rank and throws the error all
+  // of them throw (DDP: Note [Dropping a failed step]); one that cannot throws
+  // an error saying so, and refuses later steps (FSDP). Default: nothing to do.
+  virtual void step_failed(const std::exception_ptr& error, bool reduced, bool sync, int64_t iteration) {}
   // What a resumed run needs to continue bitwise (DDP: the order its buckets
   // were rebuilt in, which fixes the order gradients are summed in). Saved
   // and loaded with the optim wrapper that drives this sync; every rank loads

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/logging.h"
 #include "lockstep/optim/optimizer_state.h"
 #include "lockstep/optim/param_groups.h"
 
@@ -25,6 +26,22 @@ void OptimWrapper::open_step(const StepContext* context) {
   LOCKSTEP_CHECK(step_ == nullptr, "an optim wrapper serves one step at a time: a step began while another was "
                  "still running (two trainers driving one optim wrapper?)");
   step_ = context;
+  reduced_in_step_ = false;
+  failure_reported_ = false;
+}
+
+int64_t OptimWrapper::current_iteration() const {
+  return step_ != nullptr && step_->iteration >= 0 ? step_->iteration : inner_count_;
+}
+
+void OptimWrapper::report_failure(const std::exception_ptr& error, bool sync, int64_t iteration) {
+  if (failure_reported_ || !gradient_sync_) return;
+  failure_reported_ = true;
+  gradient_sync_->step_failed(error, reduced_in_step_, sync, iteration);
+}
+
+void OptimWrapper::abandon_step(const std::exception_ptr& error) {
+  report_failure(error, sync_for_current_step(), current_iteration());
 }
 
 OptimWrapper::OptimWrapper(std::shared_ptr<torch::optim::Optimizer> optimizer, OptimWrapperOptions options)
@@ -70,8 +87,15 @@ void OptimWrapper::initialize_count_status(int64_t start_iter, int64_t max_iters
   max_counts_ = max_iters;
   if (start_iter % accumulation != 0) {
     // Resuming inside an accumulation window: gradients of the window's first
-    // micro-steps were not saved, so the first update sees fewer micro-batches.
-    // mmengine warns about the same thing.
+    // micro-steps were not saved, so the first update sees fewer micro-batches
+    // (mmengine warns the same way).
+    const int64_t window_start = start_iter - start_iter % accumulation;
+    logger().warn("Starting at iteration {}, inside an accumulation window of {} micro-steps (iterations {}-{}): "
+                  "the gradients of its first {} micro-step(s) were not saved, so this window's update sums only {} "
+                  "of them and the run is no longer the uninterrupted one. Save checkpoints at multiples of "
+                  "accumulative_counts ({}) to resume exactly.",
+                  start_iter, accumulation, window_start, window_start + accumulation - 1, start_iter - window_start,
+                  window_start + accumulation - start_iter, accumulation);
   }
   if (max_iters >= 0) {
     remainder_counts_ = max_iters % accumulation;
@@ -109,16 +133,23 @@ void OptimWrapper::backward(const torch::Tensor& loss) {
                  "(was the forward run under torch::NoGradGuard, or are all parameters frozen?)");
   const bool sync = sync_for_current_step();
   torch::Tensor to_differentiate = scale_for_backward(loss);
-  const int64_t iteration = step_ != nullptr && step_->iteration >= 0 ? step_->iteration : inner_count_;
-  {
-    RECORD_USER_SCOPE("lockstep::backward");
-    if (gradient_sync_) gradient_sync_->begin_backward(to_differentiate, sync, iteration);
-    to_differentiate.backward();
+  const int64_t iteration = current_iteration();
+  try {
+    {
+      RECORD_USER_SCOPE("lockstep::backward");
+      if (gradient_sync_) gradient_sync_->begin_backward(to_differentiate, sync, iteration);
+      to_differentiate.backward();
+    }
+    if (gradient_sync_) {
+      RECORD_USER_SCOPE("lockstep::wait_for_communication");
+      gradient_sync_->end_backward(sync);
+    }
+  } catch (...) {
+    // The gradient sync may replace the error with the one every rank agrees on.
+    report_failure(std::current_exception(), sync, iteration);
+    throw;
   }
-  if (gradient_sync_) {
-    RECORD_USER_SCOPE("lockstep::wait_for_communication");
-    gradient_sync_->end_backward(sync);
-  }
+  if (sync) reduced_in_step_ = true;
   inner_count_ += 1;
   if (step_ != nullptr && step_->after_backward) step_->after_backward();
 }
@@ -293,6 +324,10 @@ void OptimWrapperDict::open_step(const StepContext* context) {
 }
 
 void OptimWrapperDict::close_step() { open_steps_.clear(); }
+
+void OptimWrapperDict::abandon_step(const std::exception_ptr& error) {
+  for (auto& entry : wrappers_) entry.second->abandon_step(error);
+}
 
 
 State OptimWrapperDict::state() const {

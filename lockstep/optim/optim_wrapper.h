@@ -104,6 +104,12 @@ class OptimWrapperBase {
   virtual void load_state(const State& state) = 0;
   // The wrappers inside, by name ("" for a single wrapper).
   virtual std::vector<std::pair<std::string, OptimWrapper*>> wrappers() = 0;
+  // The step in progress failed on this rank with `error` (called by
+  // Model::run_train_step, or by a program that owns its loop, before it
+  // rethrows). Tells each wrapper's GradientSync (GradientSync::step_failed),
+  // which may throw the error every rank agrees on instead: with DDP, the step
+  // is then dropped on every rank, and every rank can go on.
+  virtual void abandon_step(const std::exception_ptr& error) = 0;
 
  protected:
   // begin_step's two halves; a dict opens and closes every wrapper it holds.
@@ -166,6 +172,7 @@ class OptimWrapper : public OptimWrapperBase {
   State state() const override;
   void load_state(const State& state) override;
   std::vector<std::pair<std::string, OptimWrapper*>> wrappers() override { return {{"", this}}; }
+  void abandon_step(const std::exception_ptr& error) override;
 
  protected:
   // Mixed-precision seams (AmpOptimWrapper overrides them).
@@ -185,6 +192,9 @@ class OptimWrapper : public OptimWrapperBase {
  private:
   void clip_gradients();
   bool sync_for_current_step() const;
+  // GradientSync::step_failed, once per step.
+  void report_failure(const std::exception_ptr& error, bool sync, int64_t iteration);
+  int64_t current_iteration() const;
 
   std::shared_ptr<torch::optim::Optimizer> optimizer_;
   OptimWrapperOptions options_;
@@ -195,6 +205,10 @@ class OptimWrapper : public OptimWrapperBase {
   int64_t divisible_counts_ = 0;
   int64_t remainder_counts_ = 0;
   bool forward_context_open_ = false;
+  // Within the step in progress (reset by open_step): whether its
+  // synchronised backward completed, and whether a failure was reported.
+  bool reduced_in_step_ = false;
+  bool failure_reported_ = false;
 };
 
 // Several named OptimWrappers, for models that update several networks in
@@ -216,6 +230,8 @@ class OptimWrapperDict : public OptimWrapperBase {
   State state() const override;
   void load_state(const State& state) override;
   std::vector<std::pair<std::string, OptimWrapper*>> wrappers() override;
+  // Every wrapper is told, in order; the first agreed error is thrown.
+  void abandon_step(const std::exception_ptr& error) override;
 
  protected:
   void open_step(const StepContext* context) override;

@@ -146,16 +146,12 @@ void Runner::setup_environment() {
     seed = static_cast<uint64_t>(randomness.get<int64_t>("seed"));
   }
   if (!seed && should_resume(options_, config_)) {
-    // A resumed run must replay the same data order: reuse the saved seed.
-    Checkpointer probe(strategy_, work_dir_);
-    if (auto last = probe.last_checkpoint(); last && fs::exists(*last)) {
-      try {
-        CheckpointContents saved = read_checkpoint(*last);
-        if (saved.meta) seed = saved.meta->seed;
-      } catch (const Error&) {
-        // A corrupt newest checkpoint is handled (with a fallback) by resume().
-      }
-    }
+    // A resumed run must replay the same data order: reuse the seed of the
+    // checkpoint it resumes (which may be older than the newest, if that one
+    // is damaged), chosen once for every rank (Note [One resume decision]).
+    resume_choice_ = Checkpointer(strategy_, work_dir_).choose_resume();
+    resume_chosen_ = true;
+    if (resume_choice_ && resume_choice_->seed) seed = resume_choice_->seed;
   }
   if (!seed) seed = strategy_->broadcast_seed(std::random_device{}() ^ static_cast<uint64_t>(
                                                   std::chrono::steady_clock::now().time_since_epoch().count()));
@@ -211,6 +207,10 @@ void Runner::build_for_training() {
   checkpointer_ = std::make_shared<Checkpointer>(strategy_, work_dir_, Checkpointer::RunInfo{seed_, config_.to_yaml()});
   trainer_ = std::make_unique<Trainer>(strategy_->model(), train_loader_, strategy_->optim_wrapper(),
                                        parse_trainer_options(config_.child("trainer")), strategy_->metrics_gatherer());
+  if (strategy_->world_size() > 1) {
+    std::weak_ptr<Strategy> strategy = strategy_;
+    trainer_->set_stop_agreement([strategy](bool local) { return strategy.lock()->any_rank(local); });
+  }
 
   HookContext context;
   context.strategy = strategy_;
@@ -254,8 +254,12 @@ std::map<std::string, double> Runner::train() {
   const PretrainedOptions load_from = parse_load_from(config_.child("load_from"), options_.load_from());
   std::optional<CheckpointContents> resumed;
   if (resuming) {
-    resumed = checkpointer_->resume();
-    if (!resumed) logger().warn("resume: no checkpoint in {}; starting from scratch", work_dir_);
+    if (!resume_chosen_) resume_choice_ = checkpointer_->choose_resume();
+    if (resume_choice_) {
+      resumed = checkpointer_->load(*resume_choice_);
+    } else {
+      logger().warn("resume: no checkpoint in {}; starting from scratch", work_dir_);
+    }
   }
   if (resumed) {
     const int saved_world = resumed->meta ? resumed->meta->world_size : 1;

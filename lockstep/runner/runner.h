@@ -23,15 +23,16 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "lockstep/config/config.h"
+#include "lockstep/engine/checkpointer.h"
 #include "lockstep/engine/trainer.h"
 
 namespace lockstep {
 
-class Checkpointer;
 class DataLoader;
 class Model;
 class Evaluator;
@@ -84,6 +85,10 @@ class Runner {
   std::map<std::string, std::shared_ptr<DataLoader>> eval_loaders_;
   std::map<std::string, std::shared_ptr<Evaluator>> evaluators_;
   std::shared_ptr<Checkpointer> checkpointer_;
+  // The checkpoint a resumed run continues from, once chosen (the seed needs
+  // it before the data exists); nullopt: nothing to resume, or not chosen yet.
+  std::optional<ResumeChoice> resume_choice_;
+  bool resume_chosen_ = false;
   std::unique_ptr<Trainer> trainer_;
   std::map<std::string, double> last_val_metrics_;
 };

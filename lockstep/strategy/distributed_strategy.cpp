@@ -4,6 +4,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
+#include "lockstep/dist/agreement.h"
 #include "lockstep/dist/comm.h"
 #include "lockstep/dist/init.h"
 #include "lockstep/dist/process_group.h"
@@ -76,6 +77,7 @@ DistributedStrategy::DistributedStrategy(const DistributedOptions& options) {
   world_ = world();
   std::vector<int> everyone(static_cast<size_t>(world_->size()));
   for (int r = 0; r < world_->size(); ++r) everyone[static_cast<size_t>(r)] = r;
+  metrics_group_ = world_->new_group(everyone, "metrics");
   side_group_ = world_->new_group(everyone, "side");
   logger().info("rank {} of {}: device {}, backend {}", world_->rank(), world_->size(), device_.str(), backend);
 }
@@ -85,7 +87,7 @@ int DistributedStrategy::world_size() const { return world_->size(); }
 void DistributedStrategy::barrier() { world_->barrier(); }
 
 MetricsGatherer DistributedStrategy::metrics_gatherer() {
-  auto group = side_group_;
+  auto group = metrics_group_;
   return [group](const LogVars& local) {
     std::vector<LogVars> all;
     for (const auto& encoded : all_gather_object(encode_metrics(local), group)) all.push_back(decode_metrics(encoded));
@@ -97,6 +99,16 @@ uint64_t DistributedStrategy::broadcast_seed(uint64_t seed) {
   torch::Tensor value = torch::tensor({static_cast<int64_t>(seed & 0x7fffffffffffffffull)}, torch::kLong);
   world_->broadcast(value, 0);
   return static_cast<uint64_t>(value.item<int64_t>());
+}
+
+nlohmann::json DistributedStrategy::broadcast_from_main(const nlohmann::json& value) {
+  return broadcast_object(value, 0, world_);
+}
+
+bool DistributedStrategy::any_rank(bool local) { return any_rank_true(*world_, local); }
+
+void DistributedStrategy::agree(const std::string& phase, const std::function<void()>& body) {
+  agree_on_outcome(*world_, phase, body);
 }
 
 std::vector<nlohmann::json> DistributedStrategy::collect_results(const std::vector<nlohmann::json>& local,

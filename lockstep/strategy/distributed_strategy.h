@@ -5,7 +5,8 @@
 // group from the launcher's environment (torchrun / `lockstep run`, SLURM or
 // Open MPI; Gloo for CPU tensors, NCCL for CUDA ones), and gives the trainer and the runner
 // their collective helpers: metrics gathered on a group of their own (so an
-// asynchronous metrics writer never interleaves with gradient collectives),
+// asynchronous metrics writer never interleaves with gradient collectives or
+// evaluation),
 // a seed drawn on rank 0, evaluation records gathered in dataset order.
 //
 //   strategy:
@@ -46,12 +47,21 @@ class DistributedStrategy : public Strategy {
   void barrier() override;
   MetricsGatherer metrics_gatherer() override;
   uint64_t broadcast_seed(uint64_t seed) override;
+  nlohmann::json broadcast_from_main(const nlohmann::json& value) override;
+  bool any_rank(bool local) override;
+  void agree(const std::string& phase, const std::function<void()>& body) override;
   std::vector<nlohmann::json> collect_results(const std::vector<nlohmann::json>& local, int64_t dataset_size) override;
   std::shared_ptr<ProcessGroup> world_group() const { return world_; }
 
  protected:
   std::shared_ptr<ProcessGroup> world_;
-  std::shared_ptr<ProcessGroup> side_group_;  // metrics and evaluation records
+  // Note [A group per thread of collectives]: collectives of one group must be
+  // issued in the same order on every rank, which only one thread per rank can
+  // promise. The trainer's asynchronous metrics writer gathers from its own
+  // thread while the main thread evaluates, so metrics have a group of their
+  // own; evaluation records go over the side group, from the main thread.
+  std::shared_ptr<ProcessGroup> metrics_group_;  // step metrics, from the metrics writer's thread
+  std::shared_ptr<ProcessGroup> side_group_;     // evaluation records, from the main thread
 };
 
 }  // namespace lockstep

@@ -135,7 +135,9 @@ void FSDPStrategy::save_checkpoint(const std::string& path, CheckpointContents c
                                                /*rank0_only=*/true);
       contents.optim_wrapper = optim_state_with(std::move(wrapper_state), std::move(full));
     }
-    if (is_main_process()) write_checkpoint(path, contents);
+    agree("saving checkpoint " + path, [&] {
+      if (is_main_process()) write_checkpoint(path, contents);
+    });
     return;
   }
   CheckpointShard shard;
@@ -143,16 +145,18 @@ void FSDPStrategy::save_checkpoint(const std::string& path, CheckpointContents c
   shard.world_size = world_size();
   shard.model = fsdp_->sharded_state_dict();
   if (with_optimizer) shard.optim_wrapper = single_wrapper().state();
-  write_shard(path, shard);
+  // Every rank writes its shard; all learn whether every shard is on disk.
+  agree(str_cat("saving checkpoint ", path, ": writing the shard of each rank"), [&] { write_shard(path, shard); });
   for (const auto& [wrapper_name, list] : schedulers_) {
     if (!options.save_param_scheduler()) break;
     for (const auto& scheduler : list) contents.param_schedulers[wrapper_name].push_back(scheduler->state());
   }
   contents.sharding = nlohmann::json{{"world_size", world_size()}, {"with_optimizer", with_optimizer},
                                      {"layout", fsdp_->layout()}};
-  // The manifest appears only once every shard is on disk.
-  barrier();
-  if (is_main_process()) write_checkpoint(path, contents);
+  // The manifest appears only once every shard is on disk (the agreement above).
+  agree("saving checkpoint " + path + ": writing its manifest", [&] {
+    if (is_main_process()) write_checkpoint(path, contents);
+  });
 }
 
 CheckpointContents FSDPStrategy::load_checkpoint(const std::string& path, bool load_optimizer, bool load_schedulers,

@@ -132,7 +132,10 @@ void Strategy::fill_checkpoint(CheckpointContents& contents, const CheckpointOpt
 
 void Strategy::save_checkpoint(const std::string& path, CheckpointContents contents, const CheckpointOptions& options) {
   fill_checkpoint(contents, options);
-  if (is_main_process()) write_checkpoint(path, contents);
+  // Rank 0 writes; every rank learns whether it could (Note [Failing together]).
+  agree("saving checkpoint " + path, [&] {
+    if (is_main_process()) write_checkpoint(path, contents);
+  });
 }
 
 void Strategy::replay_schedulers(int64_t iteration) {

@@ -14,6 +14,7 @@
 //   strategy->save_checkpoint("work_dirs/run/model_final.ckpt", extra, lockstep::CheckpointOptions());
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -75,6 +76,15 @@ class Strategy {
   virtual MetricsGatherer metrics_gatherer();
   // Rank 0's value, on every rank (seeds drawn at random must agree).
   virtual uint64_t broadcast_seed(uint64_t seed) { return seed; }
+  // Rank 0's `value`, on every rank (collective; the others' argument is ignored).
+  virtual nlohmann::json broadcast_from_main(const nlohmann::json& value) { return value; }
+  // Whether `local` is true on any rank (collective, one tiny all-reduce).
+  virtual bool any_rank(bool local) { return local; }
+  // Runs `body` on this rank, then agrees with every rank on whether all of
+  // theirs succeeded (dist/agreement.h, Note [Failing together]): when any
+  // threw, every rank throws the same error naming the first failing rank.
+  // Collective: every rank calls it at the same point. One process: body().
+  virtual void agree(const std::string& phase, const std::function<void()>& body) { body(); }
   // Gathers evaluation records from every rank into dataset order (see Evaluator).
   virtual std::vector<nlohmann::json> collect_results(const std::vector<nlohmann::json>& local, int64_t dataset_size);
 

@@ -185,6 +185,22 @@ void DistributedDataParallel::begin_backward(const torch::Tensor& loss, bool syn
 
 void DistributedDataParallel::end_backward(bool /*sync*/) { reducer_->finish_backward(); }
 
+void DistributedDataParallel::step_failed(const std::exception_ptr& error, bool reduced, bool sync,
+                                          int64_t iteration) {
+  const bool forward_began = forward_awaits_backward_;
+  forward_awaits_backward_ = false;
+  if (reduced) {
+    reducer_->mark_diverged(iteration, describe_exception(error));
+    return;
+  }
+  // A pass in flight is completed with zeros; a failure between a
+  // synchronised forward and its backward starts the pass the other ranks are
+  // in. Before any forward, this rank cannot know which collectives the
+  // others run next (a model need not use optim_context), so it does not
+  // guess: the next backward's iteration check names the rank out of step.
+  reducer_->abandon(error, /*start_pass=*/forward_began && sync && no_sync_depth_ == 0, iteration);
+}
+
 State DistributedDataParallel::state() const {
   State state;
   const auto order = reducer_->rebuilt_order();

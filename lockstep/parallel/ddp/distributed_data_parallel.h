@@ -74,6 +74,10 @@ class DistributedDataParallel : public GradientSync {
   void begin_forward(bool sync) override;
   void begin_backward(const torch::Tensor& loss, bool sync, int64_t iteration) override;
   void end_backward(bool sync) override;
+  // Before the reduction (after a synchronised forward, or inside backward):
+  // the step is dropped on every rank (Reducer::abandon); after it: the next
+  // backward fails on every rank (Reducer::mark_diverged).
+  void step_failed(const std::exception_ptr& error, bool reduced, bool sync, int64_t iteration) override;
   // The rebuilt bucket order (see Reducer::rebuilt_order) and the comm hook's
   // state, every rank's (a hook's state may differ between ranks: PowerSGD's
   // error feedback does). Collective: every rank calls it.

@@ -8,6 +8,7 @@
 #include "lockstep/compat/autograd.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/internal_error.h"
+#include "lockstep/dist/agreement.h"
 #include "lockstep/dist/process_group.h"
 #include "lockstep/parallel/ddp/bucket_assignment.h"
 
@@ -183,6 +184,16 @@ void Reducer::prepare_for_backward(const torch::Tensor& loss, bool sync, int64_t
     return;
   }
   if (rebuild_pending_) rebuild_buckets_from_rank0();
+  start_pass(iteration);
+  if (options_.static_graph()) {
+    // First iteration: hooks only count; everything is reduced at the end.
+  } else if (options_.find_unused_parameters()) {
+    unused_ = traverse_unused(loss);
+  }
+  for (size_t index : unused_) mark_variable_ready(index);
+}
+
+void Reducer::start_pass(int64_t iteration) {
   phase_ = Phase::kReducing;
   iteration_ = iteration;
   exchange_used_map_ = options_.find_unused_parameters() || (options_.static_graph() && !static_graph_learned_);
@@ -199,22 +210,16 @@ void Reducer::prepare_for_backward(const torch::Tensor& loss, bool sync, int64_t
   if (!rebuilt_) ready_order_.clear();
 
   unused_.clear();
-  if (options_.static_graph()) {
-    if (static_graph_learned_) {
-      remaining_hook_calls_ = expected_hook_calls_;
-      for (size_t i = 0; i < params_.size(); ++i) {
-        if (expected_hook_calls_[i] == 0) unused_.push_back(i);
-      }
+  if (options_.static_graph() && static_graph_learned_) {
+    remaining_hook_calls_ = expected_hook_calls_;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (expected_hook_calls_[i] == 0) unused_.push_back(i);
     }
-    // First iteration: hooks only count; everything is reduced at the end.
-  } else if (options_.find_unused_parameters()) {
-    unused_ = traverse_unused(loss);
   }
   // Without a used map to exchange, the iteration check goes out now, ahead
   // of every bucket: it completes while backward computes, and finalize finds
   // it done instead of waiting one more round trip.
   if (!exchange_used_map_ && group_->size() > 1) launch_check();
-  for (size_t index : unused_) mark_variable_ready(index);
 }
 
 void Reducer::autograd_hook(size_t index) {
@@ -303,16 +308,23 @@ void Reducer::launch_ready_buckets() {
   if (next_bucket_ == buckets_.size() && exchange_used_map_ && group_->size() > 1) launch_check();
 }
 
+// The iteration check's layout, per rank.
+constexpr int64_t kCheckIteration = 0;
+constexpr int64_t kCheckDiverged = 1;
+constexpr int64_t kCheckUsedMap = 2;
+
 void Reducer::launch_check() {
-  // [iteration, which parameters this rank used] from every rank: the
-  // iteration catches a rank that skipped a step; the used map (when this
-  // pass exchanges one) tells parameters unused everywhere from those unused
-  // only here.
-  const int64_t length = 1 + (exchange_used_map_ ? static_cast<int64_t>(params_.size()) : 0);
+  // [iteration, diverged, which parameters this rank used] from every rank:
+  // the iteration catches a rank that skipped a step; `diverged` a rank whose
+  // optimizer step failed after an earlier reduction (mark_diverged); the used
+  // map (when this pass exchanges one) tells parameters unused everywhere from
+  // those unused only here.
+  const int64_t length = kCheckUsedMap + (exchange_used_map_ ? static_cast<int64_t>(params_.size()) : 0);
   torch::Tensor mine = torch::empty({length}, torch::kInt);
   auto data = mine.data_ptr<int32_t>();
-  data[0] = static_cast<int32_t>(iteration_);
-  if (exchange_used_map_) std::copy(locally_used_.begin(), locally_used_.end(), data + 1);
+  data[kCheckIteration] = static_cast<int32_t>(iteration_);
+  data[kCheckDiverged] = diverged_reason_.empty() ? 0 : 1;
+  if (exchange_used_map_) std::copy(locally_used_.begin(), locally_used_.end(), data + kCheckUsedMap);
   check_ = torch::empty({group_->size() * length}, torch::kInt);
   timeline_.check_launched = Clock::now();
   check_work_ = group_->all_gather_into_tensor(check_, mine, /*async=*/true);
@@ -325,7 +337,7 @@ void Reducer::verify_check() {
   const int64_t length = check_.numel() / group_->size();
   auto data = check_.data_ptr<int32_t>();
   std::vector<int32_t> sequence(static_cast<size_t>(group_->size()));
-  for (int r = 0; r < group_->size(); ++r) sequence[static_cast<size_t>(r)] = data[r * length];
+  for (int r = 0; r < group_->size(); ++r) sequence[static_cast<size_t>(r)] = data[r * length + kCheckIteration];
   if (std::adjacent_find(sequence.begin(), sequence.end(), std::not_equal_to<>()) != sequence.end()) {
     std::string text;
     for (int r = 0; r < group_->size(); ++r) {
@@ -337,10 +349,21 @@ void Reducer::verify_check() {
                   "). A rank skipped a step's backward pass (or ran an extra one); every rank must run "
                   "backward in the same iterations.");
   }
+  std::string diverged;
+  for (int r = 0; r < group_->size(); ++r) {
+    if (data[r * length + kCheckDiverged] != 0) diverged += (diverged.empty() ? "" : ", ") + std::to_string(group_->global_rank(r));
+  }
+  if (!diverged.empty()) {
+    end_pass();
+    LOCKSTEP_FAIL("DDP: rank(s) ", diverged, " failed after the gradients of an earlier step were reduced (",
+                  diverged_reason_.empty() ? std::string("see that rank's error") : diverged_reason_,
+                  "), so their weights may differ from the other ranks': such a step cannot be dropped. Restart "
+                  "from the last checkpoint.");
+  }
   if (exchange_used_map_) {
     for (size_t i = 0; i < params_.size(); ++i) {
       int32_t used = 0;
-      for (int r = 0; r < group_->size(); ++r) used |= data[r * length + 1 + static_cast<int64_t>(i)];
+      for (int r = 0; r < group_->size(); ++r) used |= data[r * length + kCheckUsedMap + static_cast<int64_t>(i)];
       globally_used_[i] = used;
     }
   }
@@ -351,21 +374,92 @@ void Reducer::fail_unready_buckets() {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!ready_[i]) missing.push_back(names_[i]);
   }
+  abandon_pass(std::make_exception_ptr(Error(str_cat(
+      "the backward pass finished but ", missing.size(), " parameter(s) received no gradient, so their buckets "
+      "could not be reduced: ", join_names(missing), ". If some parameters do not take part in every loss, "
+      "construct DDP with find_unused_parameters: true (or static_graph: true when the set never changes)."))));
+}
+
+// Note [Dropping a failed step]
+// A rank whose step fails before its gradients are reduced (an exception in
+// autograd: a hook, a NaN check, an out-of-memory; parameters left without a
+// gradient) used to stop taking part, while the others sat in the pass's
+// collectives until the timeout, and its reducer stayed mid-pass. Instead it
+// now completes the pass: every parameter not ready yet contributes zeros,
+// every bucket is launched and waited for, and then all ranks agree on the
+// outcome (dist/agreement.h), as every synchronised pass ends. Where a rank
+// failed, every rank drops its gradients, ends the pass and throws the same
+// error, so no rank steps its optimizer: the weights stay equal everywhere and
+// a program that owns its loop can catch the error on every rank and go on
+// with the next step. The agreement costs one tiny all-reduce per synchronised
+// backward (bench/ddp measures it). A failure after the reduction (in the
+// optimizer step) cannot be dropped this way, since the others have stepped:
+// mark_diverged() makes the next pass's iteration check fail on every rank.
+void Reducer::abandon_pass(const std::exception_ptr& error) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (ready_[i]) continue;
+    ready_[i] = true;
+    const Location& location = locations_[i];
+    buckets_[location.bucket].views[location.slot].zero_();
+    --buckets_[location.bucket].pending;
+  }
+  try {
+    launch_ready_buckets();
+    if (check_work_) check_work_->wait();
+    for (auto& bucket : buckets_) {
+      if (bucket.reduction) bucket.reduction->wait();
+    }
+  } catch (...) {
+    // A peer that died breaks these collectives; the agreement below then
+    // fails too and says so, with this rank's own error.
+  }
+  try {
+    agree_on_outcome(*group_, str_cat("DDP: the step of iteration ", iteration_, " was dropped on every rank"), error);
+  } catch (...) {
+    drop_gradients();
+    throw;
+  }
+  LOCKSTEP_ASSERT(false, "DDP: the agreement on a failed pass did not fail");
+  std::rethrow_exception(error);
+}
+
+void Reducer::drop_gradients() {
+  for (auto& param : params_) param.mutable_grad().reset();
+  if (options_.static_graph() && !static_graph_learned_) {
+    // What the dropped first pass counted is learned again by the next one.
+    std::fill(expected_hook_calls_.begin(), expected_hook_calls_.end(), 0);
+    ready_order_.clear();
+  }
+  std::fill(locally_used_.begin(), locally_used_.end(), 0);
+  check_work_.reset();
+  abandoned_iteration_ = iteration_;
   end_pass();
-  LOCKSTEP_FAIL("DDP on rank ", group_->global_rank(group_->rank()), ": the backward pass finished but ", missing.size(),
-                " parameter(s) received no gradient, so their buckets were never reduced: ", join_names(missing),
-                ". If some parameters do not take part in every loss, construct DDP with "
-                "find_unused_parameters: true (or static_graph: true when the set never changes).");
+}
+
+void Reducer::abandon(const std::exception_ptr& error, bool start, int64_t iteration) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!reducing()) {
+    if (!start || abandoned_iteration_ == iteration) return;
+    if (rebuild_pending_) rebuild_buckets_from_rank0();
+    start_pass(iteration);
+  }
+  abandon_pass(error);
+}
+
+void Reducer::mark_diverged(int64_t iteration, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (diverged_reason_.empty()) diverged_reason_ = str_cat("iteration ", iteration, ": ", reason);
 }
 
 void Reducer::finalize_backward() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!reducing()) return;  // finish_backward got here first, or a failure ended the pass
   timeline_.backward_finished = Clock::now();
-  if (options_.static_graph() && !static_graph_learned_) {
+  const bool learning_static_graph = options_.static_graph() && !static_graph_learned_;
+  if (learning_static_graph) {
     // The first iteration of a static graph reduces at the end, in the order
-    // the hooks fired, once every gradient is complete.
-    static_graph_learned_ = true;
+    // the hooks fired, once every gradient is complete. It is learned once
+    // every rank agrees the pass succeeded (a dropped pass is learned again).
     std::vector<size_t> order = ready_order_;
     for (size_t i = 0; i < params_.size(); ++i) {
       if (expected_hook_calls_[i] == 0) order.push_back(i);
@@ -374,20 +468,32 @@ void Reducer::finalize_backward() {
     for (size_t index : order) mark_variable_ready(index);
   }
   if (next_bucket_ < buckets_.size()) fail_unready_buckets();
-  // The check left before every bucket: read it first, so that ranks out of
-  // step are named even when their buckets' collectives no longer match.
-  if (!exchange_used_map_) verify_check();
-  for (auto& bucket : buckets_) {
-    torch::Tensor result = bucket.reduction->wait();
-    if (result.defined() && !same_memory(result, bucket.flat)) bucket.flat.copy_(result);
-  }
-
   const bool track_used = options_.find_unused_parameters() || options_.static_graph();
-  if (check_work_) {
-    verify_check();
-  } else if (track_used) {
-    globally_used_ = locally_used_;
+  try {
+    // The check left before every bucket: read it first, so that ranks out of
+    // step are named even when their buckets' collectives no longer match.
+    if (!exchange_used_map_) verify_check();
+    for (auto& bucket : buckets_) {
+      torch::Tensor result = bucket.reduction->wait();
+      if (result.defined() && !same_memory(result, bucket.flat)) bucket.flat.copy_(result);
+    }
+    if (check_work_) {
+      verify_check();
+    } else if (track_used) {
+      globally_used_ = locally_used_;
+    }
+    // Every rank completed this pass, or every rank drops it (Note [Dropping a failed step]).
+    agree_on_outcome(*group_, str_cat("DDP: the step of iteration ", iteration_, " was dropped on every rank"),
+                     std::exception_ptr());
+  } catch (...) {
+    // Ranks out of step, a collective that failed or timed out (a peer died,
+    // a link went down), or a failure another rank reported: the pass ends
+    // here, with no gradient kept. Nothing is left to abandon: the group
+    // itself failed, or every rank already knows.
+    drop_gradients();
+    throw;
   }
+  if (learning_static_graph) static_graph_learned_ = true;
 
   for (size_t i = 0; i < params_.size(); ++i) {
     const torch::Tensor& view = buckets_[locations_[i].bucket].views[locations_[i].slot];

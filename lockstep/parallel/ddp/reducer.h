@@ -24,7 +24,12 @@
 //     (find_unused_parameters, a static graph's first pass) does it wait for
 //     the end of backward, as PyTorch's used-map all_reduce does;
 //   - a comm hook (comm_hook.h) reduces each bucket when one is registered;
-//     without one the copy into the bucket divides and the bucket is summed.
+//     without one the copy into the bucket divides and the bucket is summed;
+//   - every synchronised backward ends with the ranks agreeing that each of
+//     them completed it: a rank whose backward failed (an exception in
+//     autograd, parameters left without gradients) still completes the
+//     pass's collectives, with zeros, so every rank drops the step together
+//     and can go on (Note [Dropping a failed step]).
 //
 // Used through DistributedDataParallel; see distributed_data_parallel.h.
 #pragma once
@@ -95,6 +100,21 @@ class Reducer {
   // True between a synchronised prepare_for_backward and its finalisation.
   bool reduction_pending() const;
 
+  // This rank's step failed with `error` before its gradients were reduced
+  // (Note [Dropping a failed step]). With a synchronised pass in flight, or
+  // with `start_pass` (the step failed before its backward began, after a
+  // synchronised forward), this rank completes the pass's collectives with
+  // zero gradients and throws the error every rank then throws: "... dropped
+  // on every rank: rank r failed: <reason>". Returns (nothing to abandon) when
+  // no pass is in flight and `start_pass` is false, or when this iteration's
+  // pass already ended in such an agreement.
+  void abandon(const std::exception_ptr& error, bool start_pass, int64_t iteration);
+  // This rank failed after the gradients of `iteration` were reduced (its
+  // optimizer step did not complete), so its weights may differ from the
+  // others': the next synchronised backward tells every rank, and every rank
+  // fails there naming it.
+  void mark_diverged(int64_t iteration, const std::string& reason);
+
   std::vector<std::vector<size_t>> bucket_indices() const;
   // The order the buckets were rebuilt in (empty until they are), and a way
   // back to it after a restart: a resumed run then sums gradients in the
@@ -132,7 +152,15 @@ class Reducer {
   // reads the used map when the pass exchanged one. Once per pass.
   void verify_check();
   void finalize_backward();
-  void fail_unready_buckets();
+  // Starts a synchronised pass (the state prepare_for_backward sets up).
+  void start_pass(int64_t iteration);
+  // Completes this pass's collectives with zeros for every parameter not
+  // ready yet, agrees with every rank that it failed, drops the gradients and
+  // throws the agreed error. Requires mutex_ and a pass in flight.
+  [[noreturn]] void abandon_pass(const std::exception_ptr& error);
+  // After an agreement that the pass failed: no rank keeps its gradients.
+  void drop_gradients();
+  [[noreturn]] void fail_unready_buckets();
   std::vector<size_t> traverse_unused(const torch::Tensor& loss) const;
 
   std::vector<torch::Tensor> params_;
@@ -172,6 +200,10 @@ class Reducer {
   std::shared_ptr<Work> check_work_;
   bool check_verified_ = false;
   int64_t iteration_ = 0;
+  // The last iteration whose pass ended in a failed agreement (-1: none).
+  int64_t abandoned_iteration_ = -1;
+  // Set by mark_diverged; sent with the next pass's iteration check.
+  std::string diverged_reason_;
   std::vector<int32_t> globally_used_;
   ReductionTimeline timeline_;
   // Bucket rebuilding and static graphs.

@@ -136,6 +136,7 @@ void FullyShardedDataParallel::refresh_persistent_units() {
 }
 
 void FullyShardedDataParallel::throw_pending_error() {
+  LOCKSTEP_CHECK(broken_.empty(), broken_);
   if (pending_error_.empty()) return;
   std::string message = std::move(pending_error_);
   pending_error_.clear();
@@ -224,15 +225,32 @@ void FullyShardedDataParallel::shards_changed() {
   refresh_persistent_units();
 }
 
+void FullyShardedDataParallel::step_failed(const std::exception_ptr& error, bool reduced, bool /*sync*/,
+                                           int64_t iteration) {
+  if (broken_.empty()) {
+    broken_ = str_cat("FSDP on rank ", group_->global_rank(group_->rank()), ": the step of iteration ", iteration,
+                      " failed ", reduced ? "after its gradients were reduced" : "before its gradients were reduced",
+                      " (", describe_exception(error), "). A sharded step cannot be dropped on every rank: the others "
+                      "are inside its all-gathers and reduce-scatters (they wait until this process exits or their "
+                      "collectives time out), and each rank's shards move on with its own step. This model cannot "
+                      "train on in this process: restart from the last checkpoint (lockstep train --resume).");
+  }
+  reset_backward_state();
+  throw Error(broken_);
+}
+
 void FullyShardedDataParallel::after_step() {
   step_check_->verify();
   shards_changed();
   if (optimizer_) {
-    int64_t bytes = 0;
-    for (const auto& entry : save_optimizer_state(*optimizer_).tensors) {
-      bytes += static_cast<int64_t>(entry.second.numel() * entry.second.element_size());
+    // Counting may serialise the state (optimizer types without a typed
+    // codec), so only when it gained or lost parameters: optimizers create a
+    // parameter's buffers together, on its first step.
+    const std::pair<const void*, size_t> counted{optimizer_.get(), optimizer_->state().size()};
+    if (counted != optimizer_counted_) {
+      memory_.optimizer = optimizer_state_bytes(*optimizer_);
+      optimizer_counted_ = counted;
     }
-    memory_.optimizer = bytes;
   }
   sample_memory();
 }

@@ -12,7 +12,7 @@
 //   lockstep::init_from_env();
 //   auto fsdp = std::make_shared<lockstep::FullyShardedDataParallel>(model, lockstep::world(),
 //       lockstep::FSDPOptions().auto_wrap_policy(lockstep::module_type_wrap_policy({"Block"})));
-//   auto optimizer = std::make_shared<torch::optim::Adam>(fsdp->shard_parameters(), 1e-3);
+//   auto optimizer = std::make_shared<lockstep::Adam>(fsdp->shard_parameters(), 1e-3);
 //   auto optim = std::make_shared<lockstep::OptimWrapper>(optimizer);
 //   optim->set_gradient_sync(fsdp);                   // FSDPStrategy does all of this
 //   model->train_step(batch, *optim);                  // unchanged user code
@@ -94,6 +94,10 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
   torch::Tensor reduce_grad_norm(const torch::Tensor& local, double norm_type) override;
   torch::Tensor any_rank_true(const torch::Tensor& local) override;
   void after_step() override;
+  // A sharded step cannot be dropped on every rank (the others are inside
+  // its all-gathers and reduce-scatters, and their shards move on): throws an
+  // error saying so, and every later step of this FSDP throws it too.
+  void step_failed(const std::exception_ptr& error, bool reduced, bool sync, int64_t iteration) override;
 
   // The leaves an optimizer must step: each unit's shard, named
   // "<unit path>.flat_param" ("flat_param" for the root), in unit order.
@@ -279,11 +283,14 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
   bool sync_ = true;
   bool backward_seen_ = false;      // the first backward has finished: orders are fixed
   std::string pending_error_;
+  std::string broken_;  // set by step_failed: why no step can run any more
   std::vector<int> forward_order_;
   std::vector<int> backward_order_;
   std::vector<int> reducing_;       // units with a reduction in flight, oldest first
   int max_gathered_ = 0;
   FSDPMemoryStats memory_;
+  // (optimizer, its state().size()) when memory_.optimizer was counted (after_step).
+  std::pair<const void*, size_t> optimizer_counted_{nullptr, 0};
 };
 
 }  // namespace lockstep
