@@ -2,8 +2,10 @@
 //
 // The value is YAML, so `--set 'model.dims=[64, 32]'` sets a sequence and
 // `--set 'optimizer={lr: 0.1}'` merges into the optimizer map like a child
-// config would (`_delete_: true` replaces it). Every error names the whole
-// assignment, since that is what the user typed.
+// config would (`_delete_: true` replaces it). A null value (`--set
+// train_cfg.max_epochs=null`, or nothing after '=') removes the key, so that
+// a base config's choice can be taken back (mmengine's None reads as unset).
+// Every error names the whole assignment, since that is what the user typed.
 #include "lockstep/config/config_node.h"
 
 namespace lockstep::detail {
@@ -112,6 +114,14 @@ class Override {
       return;
     }
     if (node.kind != Kind::kMap) fail(where(node), " is ", describe_value(node), ", not a map");
+    if (value->kind == Kind::kNull) {
+      const int index = node.index_of(part);
+      if (index >= 0) {
+        node.entries[static_cast<size_t>(index)].second->attached = false;
+        node.entries.erase(node.entries.begin() + index);
+      }
+      return;
+    }
     // Merged like a child config's `part: value`: maps merge, `_delete_` replaces.
     auto wrapper = ConfigNode::make(Kind::kMap, source_);
     wrapper->entries.emplace_back(part, value);

@@ -38,9 +38,28 @@ TEST_F(ConfigOverrideTest, ValueIsYaml) {
   EXPECT_EQ(cfg_.at("model").at("dims").at(1).where(), "--set (key model.dims.1)");
   EXPECT_EQ(cfg_.get<std::string>("work_dir"), "0.5");
   EXPECT_TRUE(cfg_.child("max_epochs").is_null());
+  EXPECT_FALSE(cfg_.has("max_epochs"));
   // Only the first '=' splits: the rest is the value.
   cfg_.apply_override("work_dir=a=b");
   EXPECT_EQ(cfg_.get<std::string>("work_dir"), "a=b");
+}
+
+// `--set train_cfg.max_epochs=null --set train_cfg.max_iters=30` on a config
+// counted in epochs: the null takes the base's key back, so the run is
+// counted in iterations instead of failing with "give max_iters or
+// max_epochs, not both".
+TEST_F(ConfigOverrideTest, NullRemovesTheKey) {
+  Config cfg = Config::parse("train_cfg: {max_epochs: 3, val_interval: 1}\nlist: [1, 2]\n", "base.yaml");
+  cfg.apply_override("train_cfg.max_epochs=null");
+  cfg.apply_override("train_cfg.max_iters=30");
+  EXPECT_EQ(cfg.at("train_cfg").keys(), (std::vector<std::string>{"val_interval", "max_iters"}));
+  cfg.apply_override("train_cfg.never_there=~");  // removing an absent key is no error
+  EXPECT_FALSE(cfg.at("train_cfg").has("never_there"));
+  cfg.apply_override("list.1=null");  // a sequence keeps its length: the item becomes null
+  EXPECT_EQ(cfg.at("list").size(), 2u);
+  EXPECT_TRUE(cfg.at("list").at(1).is_null());
+  EXPECT_NE(cfg.to_yaml().find("max_iters: 30"), std::string::npos);
+  EXPECT_EQ(cfg.to_yaml().find("max_epochs"), std::string::npos);
 }
 
 TEST_F(ConfigOverrideTest, MapValueMergesLikeAChildConfigUnlessDeleted) {

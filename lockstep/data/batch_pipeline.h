@@ -6,23 +6,32 @@
 // a time, so it may keep caches without locking. At most `capacity` batches
 // are claimed ahead of the consumer, which bounds memory.
 //
-//   BatchPipeline pipeline(dataset, source, /*num_workers=*/2, /*capacity=*/4);
+//   BatchPipeline pipeline(dataset, source, /*num_workers=*/2, /*capacity=*/4,
+//                          /*pin_memory=*/false, /*timeout_s=*/1800);
 //   while (std::optional<Batch> batch = pipeline.next()) use(*batch);
 //
 // A failure while building batch k (in the source or the dataset) is carried
 // to the consumer and thrown by the next() that would have returned batch k,
 // on the consumer's thread, with the batch's position in the message; later
-// batches are still delivered. Destruction stops the workers and joins them,
-// whatever state they are in (a worker inside get_batch finishes that call).
+// batches are still delivered.
+//
+// Waits are bounded by `timeout_s` (0: no bound). next() waits at most that
+// long for its batch, then throws lockstep::Error naming the batch and the
+// worker building it, and skips that batch (a later next() goes on with
+// batch k + 1; the stuck worker's result, should it ever come, is dropped).
+// Destruction stops the workers: a worker inside get_batch is given up to
+// `timeout_s` to return (none once a next() has timed out) and joined; one that
+// is still inside get_batch after that is detached, not joined, so that a hung
+// dataset cannot keep the process from exiting (Note [Stuck loader workers] in
+// the .cpp). With num_workers 0 the batch is built on the caller's thread and
+// nothing is bounded. The source runs under the pipeline's lock and is not
+// bounded either: it is lockstep's index arithmetic plus the sampler's
+// epoch_indices, computed once per epoch.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <exception>
 #include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -45,42 +54,27 @@ class BatchPipeline {
 
   // num_workers == 0 builds each batch inside next(), on the caller's thread.
   // With pin_memory, whoever builds a batch also copies it to pinned memory.
+  // timeout_s: see the header comment; 0 waits without limit.
   BatchPipeline(std::shared_ptr<const Dataset> dataset, TaskSource source, int num_workers, int capacity,
-                bool pin_memory = false);
+                bool pin_memory = false, double timeout_s = 0);
   ~BatchPipeline();
   BatchPipeline(const BatchPipeline&) = delete;
   BatchPipeline& operator=(const BatchPipeline&) = delete;
 
-  // The next batch of the stream, or nullopt after its end.
+  // The next batch of the stream, or nullopt after its end. Throws when the
+  // batch failed, or when it is not ready within timeout_s.
   std::optional<Batch> next();
 
  private:
-  struct Result {
-    Batch batch;
-    std::exception_ptr error;
-    int64_t epoch = -1, batch_in_epoch = -1;  // -1: the source failed before naming a position
-  };
+  // Everything the workers touch. It lives on the heap, shared by the
+  // pipeline and each worker thread, so that it outlives a detached worker.
+  struct Shared;
 
-  Result build(int64_t sequence, bool* has_task);  // runs the source; requires the lock (or no workers)
-  void produce(const BatchTask& task, Result& result) const;
-  void worker_loop();
   void stop_and_join();
 
-  std::shared_ptr<const Dataset> dataset_;
-  TaskSource source_;
-  const int num_workers_;  // fixed before any worker starts (workers_ grows while they run)
-  const int capacity_;
-  const bool pin_memory_;
-
-  std::mutex mutex_;
-  std::condition_variable work_ready_;   // workers wait for room or stop
-  std::condition_variable batch_ready_;  // the consumer waits for its batch
-  int64_t next_claim_ = 0;               // the next sequence number a worker takes
-  int64_t next_deliver_ = 0;             // the next sequence number next() returns
-  int64_t end_ = -1;                     // the first sequence number past the stream, once known
-  bool stop_ = false;
-  std::map<int64_t, Result> done_;
+  std::shared_ptr<Shared> shared_;
   std::vector<std::thread> workers_;
+  bool timed_out_ = false;  // a next() gave up on a batch: the destructor waits for no worker
 };
 
 }  // namespace lockstep::detail

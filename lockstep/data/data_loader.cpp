@@ -85,6 +85,8 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<c
   LOCKSTEP_CHECK(options_.num_workers() >= 0, "DataLoader: num_workers must be non-negative, got ",
                  options_.num_workers());
   LOCKSTEP_CHECK(options_.prefetch() >= 1, "DataLoader: prefetch must be at least 1, got ", options_.prefetch());
+  LOCKSTEP_CHECK(options_.timeout() >= 0, "DataLoader: timeout must be >= 0 seconds (0 waits without limit), got ",
+                 options_.timeout());
   if (options_.pin_memory() && !compat::can_pin_memory()) {
     logger().warn("data loader: pin_memory is set, but {}: batches stay in pageable memory",
                   compat::built_with_cuda() ? "no GPU is visible" : "this libtorch has no CUDA");
@@ -162,10 +164,10 @@ Batch DataLoader::next() {
     }
     pipeline_ = std::make_unique<detail::BatchPipeline>(
         dataset_, std::move(source), options_.num_workers(),
-        options_.prefetch() * std::max(1, options_.num_workers()), options_.pin_memory());
+        options_.prefetch() * std::max(1, options_.num_workers()), options_.pin_memory(), options_.timeout());
   }
   const int64_t epoch = this->epoch(), batch_in_epoch = this->batch_in_epoch();
-  const int64_t position = position_++;  // also past a batch that fails: the stream goes on after it
+  const int64_t position = position_++;  // also past a batch that fails or times out: the stream goes on after it
   std::optional<Batch> batch = pipeline_->next();
   LOCKSTEP_CHECK(batch.has_value(), "data loader: the stream ended unexpectedly");
   if (pending_) {
@@ -243,7 +245,8 @@ void DataLoader::for_each_batch(int64_t epoch, const std::function<void(const Ba
         task.indices.assign(indices->begin() + begin, indices->begin() + std::min(begin + batch, total));
         return true;
       },
-      options_.num_workers(), options_.prefetch() * std::max(1, options_.num_workers()), options_.pin_memory());
+      options_.num_workers(), options_.prefetch() * std::max(1, options_.num_workers()), options_.pin_memory(),
+      options_.timeout());
   int64_t delivered = 0;
   while (std::optional<Batch> next = pipeline.next()) {
     delivered += next->size();
@@ -342,6 +345,9 @@ std::unique_ptr<DataLoader> build_data_loader(const Config& cfg, const SamplerCo
   options.prefetch(cfg.get<int>("prefetch_factor", 2));
   LOCKSTEP_CHECK(options.prefetch() >= 1, cfg.where("prefetch_factor"), ": prefetch_factor must be at least 1, got ",
                  options.prefetch());
+  options.timeout(cfg.get<double>("timeout", options.timeout()));
+  LOCKSTEP_CHECK(options.timeout() >= 0, cfg.where("timeout"),
+                 ": timeout must be >= 0 seconds (0 waits without limit), got ", options.timeout());
   options.drop_last(cfg.get<bool>("drop_last", false));
   options.pin_memory(cfg.get<bool>("pin_memory", false));
   std::string index_log = cfg.get<std::string>("index_log", "");

@@ -32,6 +32,21 @@
 // A dataset that skips unreadable examples returns short batches; the loader
 // logs how many it skipped at the end of each epoch.
 // next() and seek() belong to one thread; for_each_batch may run beside them.
+//
+// Waits are bounded: with workers, next() (and for_each_batch) waits at most
+// `timeout` seconds for a batch, then throws naming the batch and the worker
+// stuck building it ("data loader: waited 1800 s for epoch 0, batch 17:
+// worker 1 has been building it for 1800 s (the dataset's get_batch has not
+// returned); ..."), and that batch is skipped like a failed one. The loader's
+// destructor leaves a worker still inside get_batch behind (detached) instead
+// of joining it forever -- at once after such a timeout, otherwise after
+// waiting up to `timeout` for it -- so a hung dataset cannot keep the process
+// from exiting. Unlike
+// PyTorch's DataLoader, whose timeout defaults to 0 (wait forever), lockstep's
+// defaults to 1800 s so that a run is bounded unless its config asks
+// otherwise; timeout 0 waits without limit. With num_workers 0 the batch is
+// built by get_batch on the caller's own thread, so there is no thread to wait
+// for and nothing is bounded.
 #pragma once
 
 #include <cstdint>
@@ -75,6 +90,10 @@ struct DataLoaderOptions {
   // "resume epoch E done D of N, world W" per load_state(). For checking data
   // order across restarts; empty: none.
   TORCH_ARG(std::string, index_log) = "";
+  // Seconds next() waits for a worker's batch before it throws (see the class
+  // comment); 0 waits without limit. PyTorch's default is 0; lockstep's is
+  // 1800 s. Ignored with num_workers 0.
+  TORCH_ARG(double, timeout) = 1800;
 };
 
 // The seed the dataset receives for batch (epoch, batch_in_epoch): a splitmix64
@@ -87,7 +106,7 @@ class DataLoader {
  public:
   DataLoader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Sampler> sampler,
              DataLoaderOptions options = {});
-  ~DataLoader();  // stops and joins the workers, even mid-epoch
+  ~DataLoader();  // stops and joins the workers, even mid-epoch (a stuck one: see the class comment)
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
 
@@ -164,7 +183,8 @@ class DataLoader {
 };
 
 // Builds a loader from an mmengine-style section: batch_size (required, > 0),
-// num_workers (0), prefetch_factor (2), drop_last (false), index_log (none;
+// num_workers (0), prefetch_factor (2), drop_last (false), timeout (1800
+// seconds, >= 0; 0 waits without limit), index_log (none;
 // "{rank}" in it becomes the rank), sampler and dataset
 // ({type: ...} maps). The per-batch augmentation seeds derive from ctx.seed and
 // ctx.rank, so ranks do not draw identical augmentations.

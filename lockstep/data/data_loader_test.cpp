@@ -3,8 +3,10 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -466,6 +468,66 @@ TEST(DataLoader, DestructorRightAfterConstructionAndMidStream) {
   SUCCEED();  // reaching here means every destructor returned
 }
 
+// get_batch blocks until the test releases it: a read from a hung file system.
+class BlockingDataset : public Dataset {
+ public:
+  int64_t size() const override { return 8; }
+  Batch get_batch(const Indices& indices, uint64_t) const override {
+    ++calls;
+    std::unique_lock<std::mutex> lock(mutex_);
+    released_cv_.wait(lock, [&] { return released_; });
+    return Batch{{"x", torch::tensor(indices)}};
+  }
+  void release() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      released_ = true;
+    }
+    released_cv_.notify_all();
+  }
+  mutable std::atomic<int> calls{0};
+
+ private:
+  mutable std::mutex mutex_;
+  mutable std::condition_variable released_cv_;
+  bool released_ = false;
+};
+
+double seconds_from(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+TEST(DataLoader, TimeoutNamesTheStuckWorkerAndTheDestructorLeavesItBehind) {
+  auto dataset = std::make_shared<BlockingDataset>();
+  std::chrono::steady_clock::time_point destroying;
+  {
+    DataLoader loader(dataset, std::make_shared<SequentialSampler>(8),
+                      DataLoaderOptions().batch_size(2).num_workers(1).timeout(0.5));
+    const auto start = std::chrono::steady_clock::now();
+    const std::string message = error_of([&] { loader.next(); });
+    const double waited = seconds_from(start);
+    EXPECT_GE(waited, 0.45);
+    EXPECT_LT(waited, 5);
+    EXPECT_THAT(message, HasSubstr("data loader: waited 0.5 s for epoch 0, batch 0: worker 0 has been building it for "));
+    EXPECT_THAT(message, HasSubstr("the dataset's get_batch has not returned"));
+    EXPECT_THAT(message, HasSubstr("train_dataloader.timeout"));
+    // The timed-out batch is skipped, like a failed one.
+    EXPECT_EQ(loader.batch_in_epoch(), 1);
+    EXPECT_EQ(dataset->calls.load(), 1);
+    destroying = std::chrono::steady_clock::now();
+  }  // must not wait for the worker stuck in get_batch
+  EXPECT_LT(seconds_from(destroying), 5) << "the destructor waited for the stuck worker";
+  // Once get_batch returns, the left-behind worker exits and frees the
+  // pipeline's state, the last holder of the dataset but this test.
+  dataset->release();
+  const auto released = std::chrono::steady_clock::now();
+  while (dataset.use_count() > 1 && seconds_from(released) < 5) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(dataset.use_count(), 1) << "the left-behind worker did not finish";
+  EXPECT_EQ(dataset->calls.load(), 1) << "the left-behind worker built another batch";
+}
+
 TEST(DataLoader, BadOptions) {
   auto data = arange_dataset(4);
   auto sampler = std::make_shared<SequentialSampler>(4);
@@ -473,6 +535,8 @@ TEST(DataLoader, BadOptions) {
               HasSubstr("batch_size must be positive, got 0"));
   EXPECT_THROW(DataLoader(data, sampler, DataLoaderOptions().num_workers(-1)), Error);
   EXPECT_THROW(DataLoader(data, sampler, DataLoaderOptions().prefetch(0)), Error);
+  EXPECT_THAT(error_of([&] { DataLoader(data, sampler, DataLoaderOptions().timeout(-1)); }),
+              HasSubstr("timeout must be >= 0 seconds"));
   EXPECT_THROW(DataLoader(nullptr, sampler), Error);
   DataLoader short_loader(data, sampler, DataLoaderOptions().batch_size(8).drop_last(true));
   EXPECT_EQ(short_loader.batches_per_epoch(), 0);
@@ -485,12 +549,14 @@ TEST(BuildDataLoader, FromAnMmengineStyleSection) {
       "num_workers: 2\n"
       "drop_last: false\n"
       "pin_memory: true\n"
+      "timeout: 2.5\n"
       "sampler: {type: DefaultSampler, shuffle: false}\n"
       "dataset: {type: FashionMNIST, split: test}\n";
   SamplerContext ctx;
   auto loader = build_data_loader(Config::parse(yaml, "loader.yaml"), ctx);
   EXPECT_EQ(loader->dataset().size(), 10000);
   EXPECT_EQ(loader->batches_per_epoch(), 157);  // ceil(10000 / 64)
+  EXPECT_EQ(loader->options().timeout(), 2.5);
   Batch first = loader->next();
   EXPECT_EQ(first.at("image").sizes(), (std::vector<int64_t>{64, 1, 28, 28}));
   EXPECT_EQ(slice(to_indices(first.at("label")), 0, 12), (Indices{9, 2, 1, 1, 6, 1, 4, 6, 5, 7, 4, 5}));
@@ -504,6 +570,7 @@ TEST(BuildDataLoader, FromAnMmengineStyleSection) {
                     "split: test}}"),
       ctx);
   EXPECT_EQ(shard->sampler().num_samples(), 5000);
+  EXPECT_EQ(shard->options().timeout(), 1800);  // bounded by default, unlike PyTorch's 0
   EXPECT_EQ(shard->sampler().epoch_indices(1), DefaultSampler(10000, true, 5, 1, 2).epoch_indices(1));
 }
 
@@ -515,6 +582,10 @@ TEST(BuildDataLoader, ErrorsNameTheKey) {
   const std::string typo = error_of(
       [&] { build_data_loader(Config::parse("batch_size: 8\nnum_wrokers: 2\n" + rest, "l.yaml"), {}); });
   EXPECT_THAT(typo, HasSubstr("num_wrokers"));
+  const std::string negative =
+      error_of([&] { build_data_loader(Config::parse("batch_size: 8\ntimeout: -1\n" + rest, "l.yaml"), {}); });
+  EXPECT_THAT(negative, HasSubstr("l.yaml:2 (key timeout)"));
+  EXPECT_THAT(negative, HasSubstr("timeout must be >= 0 seconds (0 waits without limit), got -1"));
   EXPECT_THAT(error_of([&] { build_data_loader(Config::parse(rest, "l.yaml"), {}); }), HasSubstr("batch_size"));
 }
 

@@ -46,7 +46,7 @@ double HistoryBuffer::global_avg() const {
 
 void EventStorage::put_scalar(const std::string& name, double value, bool smoothing_hint, int64_t iteration) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const std::string full_name = prefix_ + name;
+  const std::string full_name = prefix_locked() + name;
   const int64_t at = iteration < 0 ? iter_ : iteration;
   history_[full_name].update(value, at);
   latest_[full_name] = ScalarEvent{value, at};
@@ -66,13 +66,13 @@ void EventStorage::put_scalars(const std::map<std::string, double>& values, bool
 
 void EventStorage::put_image(const std::string& name, const torch::Tensor& image) {
   std::lock_guard<std::mutex> lock(mutex_);
-  images_.push_back(ImageEvent{prefix_ + name, image.detach().cpu(), iter_});
+  images_.push_back(ImageEvent{prefix_locked() + name, image.detach().cpu(), iter_});
 }
 
 void EventStorage::put_histogram(const std::string& name, const torch::Tensor& values) {
   std::lock_guard<std::mutex> lock(mutex_);
   histograms_.push_back(
-      HistogramEvent{prefix_ + name, values.detach().to(torch::kCPU, torch::kDouble).flatten().clone(), iter_});
+      HistogramEvent{prefix_locked() + name, values.detach().to(torch::kCPU, torch::kDouble).flatten().clone(), iter_});
 }
 
 bool EventStorage::has(const std::string& name) const {
@@ -148,17 +148,27 @@ void EventStorage::set_iter(int64_t iteration) {
   iter_ = iteration;
 }
 
+std::string EventStorage::prefix_locked() const {
+  auto found = prefixes_.find(std::this_thread::get_id());
+  return found == prefixes_.end() ? std::string() : found->second;
+}
+
 EventStorage::NameScope EventStorage::name_scope(const std::string& name) {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::string previous = prefix_;
-  prefix_ = prefix_ + name + "/";
+  std::string previous = prefix_locked();
+  prefixes_[std::this_thread::get_id()] = previous + name + "/";
   return NameScope(this, previous);
 }
 
+// Runs on the thread that opened the scope (a guard is not handed across threads).
 EventStorage::NameScope::~NameScope() {
   if (storage_ == nullptr) return;
   std::lock_guard<std::mutex> lock(storage_->mutex_);
-  storage_->prefix_ = previous_;
+  if (previous_.empty()) {
+    storage_->prefixes_.erase(std::this_thread::get_id());
+  } else {
+    storage_->prefixes_[std::this_thread::get_id()] = previous_;
+  }
 }
 
 }  // namespace lockstep

@@ -16,13 +16,16 @@
 //   storage.step();                                    // next iteration
 //
 // Thread-safe: the trainer's asynchronous metric writer puts scalars from a
-// background thread while hooks read on the main thread.
+// background thread while hooks read on the main thread. A name scope belongs
+// to the thread that opened it: the metric writer's scalars keep their names
+// while an evaluation on the main thread puts "val/..." ones.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -99,7 +102,7 @@ class EventStorage {
   void set_iter(int64_t iteration);
   void step() { set_iter(iter() + 1); }
 
-  // Prefixes names put while the returned guard lives with "<name>/".
+  // Prefixes names put by this thread while the returned guard lives with "<name>/".
   class NameScope {
    public:
     NameScope(EventStorage* storage, std::string previous) : storage_(storage), previous_(std::move(previous)) {}
@@ -117,9 +120,12 @@ class EventStorage {
   [[nodiscard]] NameScope name_scope(const std::string& name);
 
  private:
+  // The calling thread's prefix; call with mutex_ held.
+  std::string prefix_locked() const;
+
   mutable std::mutex mutex_;
   int64_t iter_;
-  std::string prefix_;
+  std::map<std::thread::id, std::string> prefixes_;  // by the thread that opened the scopes
   std::map<std::string, HistoryBuffer> history_;
   std::map<std::string, ScalarEvent> latest_;
   std::map<std::string, bool> smoothing_hints_;

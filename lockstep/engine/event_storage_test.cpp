@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "lockstep/core/error.h"
 
 namespace lockstep {
@@ -62,6 +64,25 @@ TEST(EventStorageTest, NameScopesNestAndRestore) {
   EXPECT_TRUE(storage.has("val/loss"));
   EXPECT_TRUE(storage.has("loss"));
   EXPECT_FALSE(storage.has("accuracy"));
+}
+
+// The asynchronous metric writer puts scalars from its own thread while the
+// main thread evaluates inside a "val" scope: neither may rename the other's.
+TEST(EventStorageTest, NameScopesBelongToTheThreadThatOpenedThem) {
+  EventStorage storage;
+  auto scope = storage.name_scope("val");
+  std::thread writer([&] {
+    storage.put_scalar("loss", 0.5);
+    auto own = storage.name_scope("train");
+    storage.put_scalar("lr", 0.1);
+  });
+  writer.join();
+  storage.put_scalar("accuracy", 0.9);
+  EXPECT_TRUE(storage.has("loss"));
+  EXPECT_FALSE(storage.has("val/loss"));
+  EXPECT_TRUE(storage.has("train/lr"));
+  EXPECT_FALSE(storage.has("val/train/lr"));
+  EXPECT_TRUE(storage.has("val/accuracy"));
 }
 
 TEST(EventStorageTest, ExplicitIterationAndMissingNames) {

@@ -82,6 +82,12 @@ class Hook {
   virtual void before_save_checkpoint(State& /*checkpoint*/) {}
   virtual void after_load_checkpoint(const State& /*checkpoint*/) {}
 
+  // A hook that may call trainer().request_stop() returns true. In a
+  // distributed run the trainer then agrees on stops after every iteration
+  // (one tiny all-reduce), so that every rank stops at the same one; a stop
+  // requested where no registered hook declares this is an error there.
+  virtual bool may_request_stop() const { return false; }
+
   // Stateful hooks return true and implement state()/load_state().
   virtual bool stateful() const { return false; }
   virtual State state() const { return {}; }

@@ -10,6 +10,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
+#include "lockstep/core/ordered_worker.h"
 #include "lockstep/core/rng.h"
 #include "lockstep/data/data_loader.h"
 #include "lockstep/model/model.h"
@@ -55,74 +56,11 @@ std::string hook_priority_name(int priority) {
   return std::to_string(priority);
 }
 
-// Runs tasks one at a time, in submission order, on a background thread.
-// The first exception a task raises is kept and rethrown by rethrow_error().
-class Trainer::OrderedWorker {
- public:
-  OrderedWorker() : thread_([this] { loop(); }) {}
-  ~OrderedWorker() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    wake_.notify_all();
-    thread_.join();
-  }
-
-  void submit(std::function<void()> task) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      tasks_.push_back(std::move(task));
-    }
-    wake_.notify_all();
-  }
-
-  // Waits until every submitted task has run.
-  void drain() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    idle_.wait(lock, [this] { return tasks_.empty() && !busy_; });
-  }
-
-  void rethrow_error() {
-    std::exception_ptr error;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      std::swap(error, error_);
-    }
-    if (error) std::rethrow_exception(error);
-  }
-
- private:
-  void loop() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    while (true) {
-      wake_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
-      if (tasks_.empty()) return;  // stopping and nothing left
-      auto task = std::move(tasks_.front());
-      tasks_.pop_front();
-      busy_ = true;
-      lock.unlock();
-      try {
-        task();
-      } catch (...) {
-        std::lock_guard<std::mutex> error_lock(mutex_);
-        if (!error_) error_ = std::current_exception();
-      }
-      lock.lock();
-      busy_ = false;
-      if (tasks_.empty()) idle_.notify_all();
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::condition_variable idle_;
-  std::deque<std::function<void()>> tasks_;
-  std::exception_ptr error_;
-  bool busy_ = false;
-  bool stopping_ = false;
-  std::thread thread_;
-};
+// The metrics writer's bounds: a queue of 16 gathers is far ahead of any
+// writer, and a gather that has not returned within 30 minutes (the process
+// groups' own default timeout) waits for a rank that will not come.
+constexpr int kMetricsQueueCapacity = 16;
+constexpr double kMetricsWaitLimitSeconds = 1800;
 
 Trainer::Trainer(std::shared_ptr<Model> model, std::shared_ptr<DataLoader> data_loader,
                  std::shared_ptr<OptimWrapperBase> optim_wrapper, TrainerOptions options, MetricsGatherer gather)
@@ -137,7 +75,10 @@ Trainer::Trainer(std::shared_ptr<Model> model, std::shared_ptr<DataLoader> data_
   LOCKSTEP_CHECK(options_.gather_metric_period() >= 1, "gather_metric_period must be at least 1, got ",
                  options_.gather_metric_period());
   if (!gather_metrics_) gather_metrics_ = [](const LogVars& local) { return std::vector<LogVars>{local}; };
-  if (options_.async_write_metrics()) metrics_worker_ = std::make_unique<OrderedWorker>();
+  if (options_.async_write_metrics()) {
+    metrics_worker_ =
+        std::make_unique<OrderedWorker>("metrics writer", kMetricsQueueCapacity, kMetricsWaitLimitSeconds);
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -164,6 +105,11 @@ void Trainer::log_hook_order() const {
 int64_t Trainer::iters_per_epoch() const { return std::max<int64_t>(1, data_loader_->batches_per_epoch()); }
 
 void Trainer::request_stop(const std::string& reason) {
+  LOCKSTEP_CHECK(!stop_agreement_ || votes_on_stops_, "request_stop(\"", reason, "\") at iteration ", iter_,
+                 " of a distributed run, but no registered hook declares may_request_stop(): the ranks agree on "
+                 "stops only then, and without that this rank would stop alone while the others train on. Override "
+                 "may_request_stop() to return true in the hook that stops (EarlyStoppingHook does).");
+  stop_requested_here_ = true;
   const int64_t last = in_iteration_ ? iter_ + 1 : iter_;
   if (stopped_early_ && max_iter_ <= last) return;
   if (in_iteration_) {
@@ -173,6 +119,14 @@ void Trainer::request_stop(const std::string& reason) {
   }
   stopped_early_ = true;
   max_iter_ = std::min(max_iter_, last);
+}
+
+void Trainer::agree_on_stop() {
+  if (!votes_on_stops_) return;
+  const bool here = stop_requested_here_;
+  stop_requested_here_ = false;
+  if (stop_agreement_(here) && !here) request_stop("another rank asked to stop at this iteration");
+  stop_requested_here_ = false;
 }
 
 void Trainer::before_eval_epoch(bool test) {
@@ -205,8 +159,13 @@ void Trainer::train(int64_t start_iter, int64_t max_iter) {
   stopped_early_ = false;
   storage_.set_iter(start_iter);
   optim_wrapper_->initialize_count_status(start_iter, max_iter);
+  votes_on_stops_ = stop_agreement_ && std::any_of(hooks_.begin(), hooks_.end(), [](const std::shared_ptr<Hook>& hook) {
+                      return hook->may_request_stop();
+                    });
+  stop_requested_here_ = false;
   try {
     before_train();
+    agree_on_stop();
     // max_iter_ may shrink inside the loop (request_stop).
     const int64_t per_epoch = iters_per_epoch();
     for (iter_ = start_iter; iter_ < max_iter_; ++iter_) {
@@ -220,6 +179,7 @@ void Trainer::train(int64_t start_iter, int64_t max_iter) {
       if ((iter_ + 1) % per_epoch == 0) {
         for (auto& hook : hooks_) hook->after_train_epoch();
       }
+      agree_on_stop();
       in_iteration_ = false;
     }
     // iter_ == max_iter now: hooks tell a finished run from a failed one by it.
@@ -306,15 +266,26 @@ void Trainer::before_train() {
 
 void Trainer::after_train() {
   storage_.set_iter(iter_);
+  // Every hook's after_train runs, whatever an earlier one did: a hook that
+  // throws must not keep the final evaluation out of the writers, nor the
+  // writers from closing their files (detectron2 runs after_train in a
+  // `finally`). The first error is rethrown once all have run.
+  std::exception_ptr first_error;
   // Metrics still in flight belong to the run: record them before writers close.
-  std::exception_ptr metrics_error;
   try {
     flush_metrics();
   } catch (...) {
-    metrics_error = std::current_exception();
+    first_error = std::current_exception();
   }
-  for (auto& hook : hooks_) hook->after_train();
-  if (metrics_error) std::rethrow_exception(metrics_error);
+  for (auto& hook : hooks_) {
+    try {
+      hook->after_train();
+    } catch (...) {
+      logger().error("Hook '{}' failed in after_train: {}", hook->name(), describe_exception(std::current_exception()));
+      if (!first_error) first_error = std::current_exception();
+    }
+  }
+  if (first_error) std::rethrow_exception(first_error);
 }
 
 void Trainer::before_step() {

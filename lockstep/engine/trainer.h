@@ -33,6 +33,7 @@ namespace lockstep {
 
 class DataLoader;
 class Model;
+class OrderedWorker;
 
 struct TrainerOptions {
   // Zero gradients before the forward pass as well (the optim wrapper always
@@ -66,10 +67,16 @@ class Trainer {
   virtual void run_step();
 
   // Ends the run after the current iteration (before the first, when asked
-  // from before_train), on this rank: every rank must ask at the same
-  // iteration (a hook decides on metrics all ranks share). Hooks then see a
-  // finished run: iter() reaches max_iter().
+  // from before_train). Hooks then see a finished run: iter() reaches
+  // max_iter(). In a distributed run (set_stop_agreement) every rank stops at
+  // the same iteration: after each iteration the ranks agree whether any of
+  // them asked, which they do when a registered hook declares
+  // may_request_stop(); a request without such a hook is an error, since the
+  // other ranks would train on alone.
   void request_stop(const std::string& reason);
+  // How ranks agree on a stop: true when `local` is true on any rank
+  // (Strategy::any_rank). Unset: one process, nothing to agree.
+  void set_stop_agreement(std::function<bool(bool)> any_rank) { stop_agreement_ = std::move(any_rank); }
   bool stopped_early() const { return stopped_early_; }
 
   // Evaluation passes call these so that hooks see them (mmengine's
@@ -117,7 +124,6 @@ class Trainer {
   void log_hook_order() const;
 
  private:
-  class OrderedWorker;
   void record_metrics(const LogVars& log_vars, double data_time, int64_t iteration);
 
   std::shared_ptr<Model> model_;
@@ -127,12 +133,17 @@ class Trainer {
   std::vector<std::shared_ptr<Hook>> hooks_;
   EventStorage storage_;
   MetricsGatherer gather_metrics_;
-  std::unique_ptr<OrderedWorker> metrics_worker_;
+  std::unique_ptr<OrderedWorker> metrics_worker_;  // with async_write_metrics (lockstep/core/ordered_worker.h)
   int64_t iter_ = 0;
   int64_t start_iter_ = 0;
   int64_t max_iter_ = 0;
   bool stopped_early_ = false;
   bool in_iteration_ = false;
+  std::function<bool(bool)> stop_agreement_;
+  bool votes_on_stops_ = false;        // a registered hook may request a stop (set by train())
+  bool stop_requested_here_ = false;   // this rank asked since the last vote
+  // After each iteration (and after before_train): whether any rank asked to stop.
+  void agree_on_stop();
 };
 
 }  // namespace lockstep

@@ -8,6 +8,7 @@
 #include "lockstep/data/dataset.h"
 #include "lockstep/data/sampler.h"
 #include "lockstep/model/model.h"
+#include "tests/support/test_support.h"
 
 namespace lockstep {
 namespace {
@@ -88,6 +89,32 @@ TEST(TrainerTest, AfterTrainRunsWhenAStepThrowsAndTheErrorPropagates) {
   ASSERT_FALSE(log.empty());
   EXPECT_EQ(log.back(), "h.after_train@2");  // iter() != max_iter tells hooks the run failed
   EXPECT_LT(trainer.iter(), trainer.max_iter());
+}
+
+struct ThrowingAfterTrain : Hook {
+  explicit ThrowingAfterTrain(std::string message) : Hook("ThrowingAfterTrain", kHigh), message_(std::move(message)) {}
+  void after_train() override { throw Error(message_); }
+  std::string message_;
+};
+
+// detectron2 runs after_train in a `finally`: one hook failing there must not
+// keep the hooks after it (the final evaluation, the writers' last write)
+// from running. The first error still surfaces.
+TEST(TrainerTest, EveryAfterTrainRunsWhenOneThrowsAndTheFirstErrorSurfaces) {
+  auto model = std::make_shared<LinearModel>();
+  Trainer trainer(model, make_loader(), make_wrapper(*model));
+  std::vector<std::string> log;
+  trainer.register_hooks({std::make_shared<ThrowingAfterTrain>("first failure"),
+                          std::make_shared<ThrowingAfterTrain>("second failure"),
+                          std::make_shared<RecordingHook>("writer", &log)});
+  try {
+    trainer.train(0, 2);
+    FAIL() << "the after_train error was swallowed";
+  } catch (const Error& error) {
+    EXPECT_EQ(std::string(error.what()), "first failure");
+  }
+  ASSERT_FALSE(log.empty());
+  EXPECT_EQ(log.back(), "writer.after_train@2");
 }
 
 TEST(TrainerTest, StepMetricsLandInTheStorage) {
@@ -311,6 +338,50 @@ TEST(HookPoints, RequestStopEndsTheRunAfterTheCurrentIteration) {
   EXPECT_EQ(trainer.iter(), 6);
   EXPECT_EQ(trainer.max_iter(), 6);
   EXPECT_EQ(stop->seen_at_end, 6);
+}
+
+struct StopsAlone : Hook {
+  StopsAlone() : Hook("StopsAlone") {}
+  void after_step() override {
+    if (trainer().iter() == 2) trainer().request_stop("this rank alone");
+  }
+};
+
+struct DeclaredStopper : Hook {
+  explicit DeclaredStopper(int64_t at) : Hook("DeclaredStopper"), at_(at) {}
+  bool may_request_stop() const override { return true; }
+  void after_step() override {
+    if (trainer().iter() == at_) trainer().request_stop("declared");
+  }
+  int64_t at_;
+};
+
+// In a distributed run a stop must be every rank's: a hook that stops
+// without declaring it is refused instead of leaving the other ranks to train
+// on alone, and a declared stop on any rank stops this one at the same
+// iteration (the agreement stands in for the other ranks).
+TEST(HookPoints, StopsAreAgreedAcrossRanks) {
+  {
+    auto model = std::make_shared<LinearModel>();
+    Trainer trainer(model, make_loader(), make_wrapper(*model));
+    trainer.set_stop_agreement([](bool local) { return local; });
+    trainer.register_hooks({std::make_shared<StopsAlone>()});
+    EXPECT_NE(testing::error_of([&] { trainer.train(0, 10); }).find("no registered hook declares may_request_stop()"),
+              std::string::npos);
+  }
+  auto model = std::make_shared<LinearModel>();
+  Trainer trainer(model, make_loader(), make_wrapper(*model));
+  std::vector<bool> asked;
+  // "Another rank" asks after iteration 3; this one never does.
+  trainer.set_stop_agreement([&](bool local) {
+    asked.push_back(local);
+    return local || asked.size() == 5;  // votes: after before_train, then after iterations 0, 1, 2, 3
+  });
+  trainer.register_hooks({std::make_shared<DeclaredStopper>(/*at=*/100)});
+  trainer.train(0, 10);
+  EXPECT_TRUE(trainer.stopped_early());
+  EXPECT_EQ(trainer.iter(), 4);
+  EXPECT_EQ(asked.size(), 5u);
 }
 
 }  // namespace

@@ -80,11 +80,11 @@ void EarlyStoppingHook::after_val_epoch(const std::map<std::string, double>& met
   } else {
     stop = check_stop(found->second, &reason);
   }
-  // Every rank takes rank 0's decision, so that none trains on alone.
+  // Every rank takes a stop any rank decided, so that none trains on alone.
   if (agree_) stop = agree_(stop);
   if (!stop) return;
   stopped_ = true;
-  stop_reason_ = reason.empty() ? "rank 0 stopped" : reason;
+  stop_reason_ = reason.empty() ? "another rank stopped" : reason;
   trainer().request_stop(stop_reason_);
 }
 
@@ -125,8 +125,7 @@ LOCKSTEP_REGISTER(hook_registry(), "EarlyStoppingHook", [](const Config& cfg, co
   std::function<bool(bool)> agree;
   if (context.strategy && context.strategy->world_size() > 1) {
     auto strategy = context.strategy;
-    // Rank 0's decision for every rank: the strategy's one broadcast of a scalar.
-    agree = [strategy](bool stop) { return strategy->broadcast_seed(stop ? 1 : 0) != 0; };
+    agree = [strategy](bool stop) { return strategy->any_rank(stop); };
   }
   return std::make_shared<EarlyStoppingHook>(options, agree);
 });

@@ -6,7 +6,8 @@
 //   - a value not better than best + min_delta (by `rule`) counts one
 //     patience step, and `patience` of them in a row stop;
 //   - otherwise it is the new best and the count restarts.
-// Every rank stops at the same iteration: rank 0 decides and broadcasts. The
+// Every rank stops at the same iteration: a stop any rank decides is every
+// rank's (the ranks see the same gathered metrics, so they decide alike). The
 // run then ends like a finished one (final evaluation results, the final
 // checkpoint), and its state remembers the stop, so a resumed run does not
 // train on.
@@ -37,12 +38,13 @@ class EarlyStoppingHook : public Hook {
     bool strict = false;       // a missing metric is an error (else a warning)
     bool check_finite = true;  // stop on NaN or infinity
   };
-  // `agree` makes every rank take rank 0's decision (identity on one process).
+  // `agree` makes a decision of any rank every rank's (identity on one process).
   explicit EarlyStoppingHook(Options options, std::function<bool(bool)> agree = nullptr);
 
   void before_train() override;
   void after_val_epoch(const std::map<std::string, double>& metrics) override;
 
+  bool may_request_stop() const override { return true; }
   bool stateful() const override { return true; }
   State state() const override;
   void load_state(const State& state) override;

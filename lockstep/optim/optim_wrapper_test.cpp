@@ -5,6 +5,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/model/model.h"
+#include "tests/support/log_capture.h"
 
 namespace lockstep {
 namespace {
@@ -79,6 +80,25 @@ TEST(OptimWrapperTest, LastShorterWindowIsScaledByItsRealLength) {
   EXPECT_EQ(factors, (std::vector<double>{4, 4, 4, 4, 2, 2}));
   EXPECT_EQ(syncs, (std::vector<bool>{false, false, false, true, false, true}));
   EXPECT_EQ(updates, (std::vector<bool>{false, false, false, true, false, true}));
+}
+
+// A checkpoint saved inside an accumulation window cannot resume exactly (the
+// window's first gradients are not saved): say so instead of diverging quietly.
+TEST(OptimWrapperTest, StartingInsideAnAccumulationWindowWarnsWhatIsLost) {
+  auto net = std::make_shared<TinyNet>();
+  OptimWrapper wrapper(std::make_shared<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(0.1)),
+                       OptimWrapperOptions().accumulative_counts(4));
+  {
+    testing::LogCapture log;
+    wrapper.initialize_count_status(8, 20);
+    EXPECT_EQ(log.text(), "") << "a window boundary loses nothing";
+  }
+  testing::LogCapture log;
+  wrapper.initialize_count_status(10, 20);
+  EXPECT_NE(log.text().find("warning Starting at iteration 10, inside an accumulation window of 4 micro-steps "
+                            "(iterations 8-11): the gradients of its first 2 micro-step(s) were not saved"),
+            std::string::npos)
+      << log.text();
 }
 
 TEST(OptimWrapperTest, ClipByNormMatchesLibtorchAndLogsTheNorm) {

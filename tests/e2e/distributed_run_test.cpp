@@ -106,6 +106,24 @@ LOCKSTEP_WORKER_TEST(DistributedRunWorker, NanOnOneRankStopsEveryRank) {
   }
 }
 
+// The asynchronous metrics writer gathers on its own thread while the main
+// thread gathers evaluation records after every iteration: if the two shared
+// a process group, ranks could issue their collectives in different orders
+// (a hang, or one call's payload delivered to the other).
+LOCKSTEP_WORKER_TEST(DistributedRunWorker, AsyncMetricsBesideEvaluationEveryIteration) {
+  Config config = Config::parse(kConfig, "distributed.yaml");
+  config.apply_override("trainer={async_write_metrics: true}");
+  config.apply_override("train_cfg={max_iters: 48, val_interval: 1}");
+  config.apply_override("val_dataloader.batch_size=2");
+  config.apply_override("default_hooks.logger.interval=1");
+  Runner runner(config, RunnerOptions().work_dir(work_dir_from_env()));
+  auto metrics = runner.train();
+  EXPECT_EQ(runner.trainer().storage().history("loss").size(), 48u);
+  EXPECT_EQ(runner.trainer().storage().history("accuracy/top1").size(), 48u);
+  auto all = all_gather_object(nlohmann::json(metrics.at("accuracy/top1")));
+  EXPECT_EQ(all[0], all[1]);
+}
+
 TEST(DistributedRun, TwoRanksTrainEvaluateAndOnlyRankZeroWritesSharedFiles) {
   LOCKSTEP_REQUIRE_LAUNCHER();
   testing::TempDir dir;
@@ -135,6 +153,16 @@ TEST(DistributedRun, NanOnOneRankStopsEveryRankWithoutAHang) {
   options.env = {"RUN_DIR=" + dir.path(), "LOCKSTEP_TIMEOUT_S=30"};
   options.timeout_s = 120;
   auto result = testing::run_workers(2, "DistributedRunWorker.NanOnOneRankStopsEveryRank", options);
+  EXPECT_WORKERS_OK(result);
+}
+
+TEST(DistributedRun, AsyncMetricsAndEvaluationEveryIterationNeverCross) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  testing::TempDir dir;
+  testing::WorkersOptions options;
+  options.env = {"RUN_DIR=" + dir.path(), "LOCKSTEP_TIMEOUT_S=60"};
+  options.timeout_s = 240;
+  auto result = testing::run_workers(2, "DistributedRunWorker.AsyncMetricsBesideEvaluationEveryIteration", options);
   EXPECT_WORKERS_OK(result);
 }
 
