@@ -30,6 +30,8 @@ void rethrow_with_context(const std::string& context) {
     throw;
   } catch (const TimeoutError& error) {
     throw TimeoutError(context + ": " + error.what());
+  } catch (const DistributedError& error) {
+    throw DistributedError(context + ": " + error.what());
   } catch (const std::exception& error) {
     std::string message = short_torch_message(error);
     // Keep only the first line of libtorch's message; the rest is a C++ trace.

@@ -26,10 +26,18 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
-// Raised when a collective or rendezvous wait runs past its timeout.
-class TimeoutError : public Error {
+// Raised where ranks fail together: a collective that failed (a peer that
+// died, a closed connection), ranks out of step, or another rank's failure
+// that every rank agreed on (dist/agreement.h).
+class DistributedError : public Error {
  public:
   using Error::Error;
+};
+
+// Raised when a collective or rendezvous wait runs past its timeout.
+class TimeoutError : public DistributedError {
+ public:
+  using DistributedError::DistributedError;
 };
 
 // Concatenates anything streamable into one string.

@@ -21,7 +21,7 @@ void agree_on_outcome(ProcessGroup& group, const std::string& phase, const std::
 void agree_on_outcome(ProcessGroup& group, const std::string& phase, const std::exception_ptr& local_error) {
   const std::string mine = describe_exception(local_error);
   if (group.size() == 1) {
-    if (local_error) LOCKSTEP_FAIL(phase, ": ", mine);
+    if (local_error) throw Error(str_cat(phase, ": ", mine));
     return;
   }
   bool any_failed = false;
@@ -34,9 +34,10 @@ void agree_on_outcome(ProcessGroup& group, const std::string& phase, const std::
     }
   } catch (...) {
     // A peer that died in the phase breaks the agreement itself.
-    LOCKSTEP_FAIL(phase, ": could not agree on the outcome with the other ranks of group '", group.name(), "' (",
-                  describe_exception(std::current_exception()), ")",
-                  local_error ? "; on this rank it failed: " + mine : std::string("; on this rank it succeeded"));
+    throw DistributedError(str_cat(
+        phase, ": could not agree on the outcome with the other ranks of group '", group.name(), "' (",
+        describe_exception(std::current_exception()), ")",
+        local_error ? "; on this rank it failed: " + mine : std::string("; on this rank it succeeded")));
   }
   if (!any_failed) return;
   int first = -1;
@@ -50,9 +51,9 @@ void agree_on_outcome(ProcessGroup& group, const std::string& phase, const std::
     }
   }
   LOCKSTEP_CHECK(first >= 0, phase, ": a rank reported a failure but none described it");
-  LOCKSTEP_FAIL(phase, ": failed on rank ", group.global_rank(first), " of ", group.size(), ": ",
-                outcomes[static_cast<size_t>(first)].value("message", std::string()),
-                others.empty() ? "" : " (it failed on rank(s) " + others + " too)");
+  throw DistributedError(str_cat(phase, ": failed on rank ", group.global_rank(first), " of ", group.size(), ": ",
+                                 outcomes[static_cast<size_t>(first)].value("message", std::string()),
+                                 others.empty() ? "" : " (it failed on rank(s) " + others + " too)"));
 }
 
 bool any_rank_true(ProcessGroup& group, bool local) {

@@ -31,8 +31,9 @@ class ProcessGroup;
 
 // Runs `body` on this rank, then agrees with every rank of `group` on whether
 // all of them succeeded (collective: every rank calls it, with its own body).
-// Throws lockstep::Error on every rank if any body threw. `phase` says what
-// the ranks were doing, for the message.
+// Throws lockstep::DistributedError on every rank if any body threw (on one
+// process: lockstep::Error). `phase` says what the ranks were doing, for the
+// message.
 void agree_on_outcome(ProcessGroup& group, const std::string& phase, const std::function<void()>& body);
 
 // The same, for a phase whose outcome this rank already knows (`local_error`

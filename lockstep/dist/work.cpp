@@ -226,7 +226,7 @@ void Work::fail(const std::exception& error) {
       message.find("Broken pipe") != std::string::npos) {
     hint = " (a peer process probably exited)";
   }
-  throw Error(str_cat("rank ", group_->global_rank(group_->rank()), ": ", description(), " failed: ", message, hint));
+  throw DistributedError(str_cat("rank ", group_->global_rank(group_->rank()), ": ", description(), " failed: ", message, hint));
 }
 
 }  // namespace lockstep

@@ -107,6 +107,16 @@ nlohmann::json DistributedStrategy::broadcast_from_main(const nlohmann::json& va
 
 bool DistributedStrategy::any_rank(bool local) { return any_rank_true(*world_, local); }
 
+bool DistributedStrategy::same_on_every_rank(int64_t value) {
+  torch::Tensor extremes = torch::tensor({value, -value}, torch::kLong);  // max and -min in one all-reduce
+  world_->all_reduce(extremes, ReduceOp::kMax);
+  return extremes[0].item<int64_t>() == -extremes[1].item<int64_t>();
+}
+
+std::vector<nlohmann::json> DistributedStrategy::all_gather_json(const nlohmann::json& value) {
+  return all_gather_object(value, world_);
+}
+
 void DistributedStrategy::agree(const std::string& phase, const std::function<void()>& body) {
   agree_on_outcome(*world_, phase, body);
 }

@@ -49,6 +49,8 @@ class DistributedStrategy : public Strategy {
   uint64_t broadcast_seed(uint64_t seed) override;
   nlohmann::json broadcast_from_main(const nlohmann::json& value) override;
   bool any_rank(bool local) override;
+  bool same_on_every_rank(int64_t value) override;
+  std::vector<nlohmann::json> all_gather_json(const nlohmann::json& value) override;
   void agree(const std::string& phase, const std::function<void()>& body) override;
   std::vector<nlohmann::json> collect_results(const std::vector<nlohmann::json>& local, int64_t dataset_size) override;
   std::shared_ptr<ProcessGroup> world_group() const { return world_; }

@@ -80,6 +80,10 @@ class Strategy {
   virtual nlohmann::json broadcast_from_main(const nlohmann::json& value) { return value; }
   // Whether `local` is true on any rank (collective, one tiny all-reduce).
   virtual bool any_rank(bool local) { return local; }
+  // Whether every rank passed the same `value` (collective, one tiny all-reduce).
+  virtual bool same_on_every_rank(int64_t value) { return true; }
+  // Every rank's `value`, in rank order (collective).
+  virtual std::vector<nlohmann::json> all_gather_json(const nlohmann::json& value) { return {value}; }
   // Runs `body` on this rank, then agrees with every rank on whether all of
   // theirs succeeded (dist/agreement.h, Note [Failing together]): when any
   // threw, every rank throws the same error naming the first failing rank.

@@ -345,9 +345,10 @@ void Reducer::verify_check() {
               std::to_string(sequence[static_cast<size_t>(r)]);
     }
     end_pass();
-    LOCKSTEP_FAIL("DDP ranks are out of step: they reduced gradients of different iterations together (", text,
-                  "). A rank skipped a step's backward pass (or ran an extra one); every rank must run "
-                  "backward in the same iterations.");
+    throw DistributedError(str_cat(
+        "DDP ranks are out of step: they reduced gradients of different iterations together (", text,
+        "). A rank skipped a step's backward pass (or ran an extra one); every rank must run backward in the same "
+        "iterations."));
   }
   std::string diverged;
   for (int r = 0; r < group_->size(); ++r) {
@@ -355,10 +356,11 @@ void Reducer::verify_check() {
   }
   if (!diverged.empty()) {
     end_pass();
-    LOCKSTEP_FAIL("DDP: rank(s) ", diverged, " failed after the gradients of an earlier step were reduced (",
-                  diverged_reason_.empty() ? std::string("see that rank's error") : diverged_reason_,
-                  "), so their weights may differ from the other ranks': such a step cannot be dropped. Restart "
-                  "from the last checkpoint.");
+    throw DistributedError(str_cat(
+        "DDP: rank(s) ", diverged, " failed after the gradients of an earlier step were reduced (",
+        diverged_reason_.empty() ? std::string("see that rank's error") : diverged_reason_,
+        "), so their weights may differ from the other ranks': such a step cannot be dropped. Restart from the "
+        "last checkpoint."));
   }
   if (exchange_used_map_) {
     for (size_t i = 0; i < params_.size(); ++i) {
