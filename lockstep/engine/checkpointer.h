@@ -63,6 +63,7 @@ class Checkpointer {
   void remove(const std::string& path);
 
   const std::string& save_dir() const { return save_dir_; }
+  const RunInfo& run_info() const { return run_; }
   std::string path_of(const std::string& name) const { return save_dir_ + "/" + name + ".ckpt"; }
   // The file the pointer names, if the pointer exists.
   std::optional<std::string> last_checkpoint() const;

@@ -70,7 +70,6 @@ Trainer::Trainer(std::shared_ptr<Model> model, std::shared_ptr<DataLoader> data_
       options_(options),
       gather_metrics_(std::move(gather)) {
   LOCKSTEP_CHECK(model_ != nullptr, "Trainer needs a model");
-  LOCKSTEP_CHECK(data_loader_ != nullptr, "Trainer needs a data loader");
   LOCKSTEP_CHECK(optim_wrapper_ != nullptr, "Trainer needs an optim wrapper");
   LOCKSTEP_CHECK(options_.gather_metric_period() >= 1, "gather_metric_period must be at least 1, got ",
                  options_.gather_metric_period());
@@ -102,7 +101,16 @@ void Trainer::log_hook_order() const {
   logger().info("Hooks, in the order every stage runs them:{}", text);
 }
 
-int64_t Trainer::iters_per_epoch() const { return std::max<int64_t>(1, data_loader_->batches_per_epoch()); }
+int64_t Trainer::iters_per_epoch() const {
+  // Without a data loader the run is one epoch (the caller's batches have no epochs).
+  if (!data_loader_) return std::max<int64_t>(1, max_iter_);
+  return std::max<int64_t>(1, data_loader_->batches_per_epoch());
+}
+
+DataLoader& Trainer::data_loader() const {
+  LOCKSTEP_CHECK(data_loader_ != nullptr, "this trainer has no data loader: its batches come through step()");
+  return *data_loader_;
+}
 
 void Trainer::request_stop(const std::string& reason) {
   LOCKSTEP_CHECK(!stop_agreement_ || votes_on_stops_, "request_stop(\"", reason, "\") at iteration ", iter_,
@@ -149,7 +157,8 @@ void Trainer::after_eval_iter(bool test, int64_t batch_index, const Batch& batch
   }
 }
 
-void Trainer::train(int64_t start_iter, int64_t max_iter) {
+void Trainer::begin(int64_t start_iter, int64_t max_iter) {
+  LOCKSTEP_CHECK(!running_, "begin(): the trainer is already running (call end() first)");
   LOCKSTEP_CHECK(start_iter >= 0 && start_iter <= max_iter, "train(start_iter=", start_iter,
                  ", max_iter=", max_iter, "): need 0 <= start_iter <= max_iter");
   log_hook_order();
@@ -163,49 +172,107 @@ void Trainer::train(int64_t start_iter, int64_t max_iter) {
                       return hook->may_request_stop();
                     });
   stop_requested_here_ = false;
+  running_ = true;
   try {
     before_train();
     agree_on_stop();
-    // max_iter_ may shrink inside the loop (request_stop).
-    const int64_t per_epoch = iters_per_epoch();
-    for (iter_ = start_iter; iter_ < max_iter_; ++iter_) {
-      if (iter_ % per_epoch == 0) {
-        for (auto& hook : hooks_) hook->before_train_epoch();
-      }
-      in_iteration_ = true;
-      before_step();
-      run_step();
-      after_step();
-      if ((iter_ + 1) % per_epoch == 0) {
-        for (auto& hook : hooks_) hook->after_train_epoch();
-      }
-      agree_on_stop();
-      in_iteration_ = false;
+  } catch (...) {
+    fail_run();
+    throw;
+  }
+}
+
+void Trainer::run_iteration(const std::function<void()>& body) {
+  const int64_t per_epoch = iters_per_epoch();
+  if (iter_ % per_epoch == 0) {
+    for (auto& hook : hooks_) hook->before_train_epoch();
+  }
+  in_iteration_ = true;
+  try {
+    before_step();
+    body();
+    after_step();
+    if ((iter_ + 1) % per_epoch == 0) {
+      for (auto& hook : hooks_) hook->after_train_epoch();
     }
-    // iter_ == max_iter now: hooks tell a finished run from a failed one by it.
+    agree_on_stop();
   } catch (...) {
     in_iteration_ = false;
-    logger().error("Exception during training at iteration {}", iter_);
-    try {
-      after_train();
-    } catch (const std::exception& secondary) {
-      logger().error("after_train also failed: {}", short_torch_message(secondary));
-    }
     throw;
+  }
+  in_iteration_ = false;
+  ++iter_;
+}
+
+LogVars Trainer::step(const Batch& batch, double data_time) {
+  LOCKSTEP_CHECK(running_, "step(): the trainer is not running (call begin() first)");
+  LOCKSTEP_CHECK(iter_ < max_iter_, "step(): the run is over at iteration ", iter_, " of ", max_iter_,
+                 stopped_early_ ? " (a hook stopped it early)" : "");
+  LogVars log_vars;
+  run_iteration([&] { log_vars = run_batch(batch, data_time); });
+  return log_vars;
+}
+
+void Trainer::continue_at(int64_t next_iteration) {
+  LOCKSTEP_CHECK(running_ && !in_iteration_, "continue_at(", next_iteration, "): only between the steps of a running "
+                 "trainer");
+  LOCKSTEP_CHECK(next_iteration >= 0 && next_iteration <= max_iter_, "continue_at(", next_iteration,
+                 "): outside the run's iterations [0, ", max_iter_, "]");
+  iter_ = next_iteration;
+  storage_.set_iter(iter_);
+  optim_wrapper_->initialize_count_status(iter_, max_iter_);
+}
+
+void Trainer::end() {
+  LOCKSTEP_CHECK(running_, "end(): the trainer is not running");
+  running_ = false;
+  // The caller ends its run here: hooks see it finished (final checkpoint,
+  // final evaluation), as after a stop.
+  if (iter_ < max_iter_) {
+    stopped_early_ = true;
+    max_iter_ = iter_;
   }
   after_train();
 }
 
+void Trainer::fail_run() {
+  running_ = false;
+  in_iteration_ = false;
+  logger().error("Exception during training at iteration {}", iter_);
+  try {
+    after_train();
+  } catch (const std::exception& secondary) {
+    logger().error("after_train also failed: {}", short_torch_message(secondary));
+  }
+}
+
+void Trainer::train(int64_t start_iter, int64_t max_iter) {
+  LOCKSTEP_CHECK(data_loader_ != nullptr, "train(): this trainer has no data loader; feed its batches with step()");
+  begin(start_iter, max_iter);
+  try {
+    // max_iter_ may shrink inside the loop (request_stop).
+    while (iter_ < max_iter_) run_iteration([this] { run_step(); });
+    // iter_ == max_iter now: hooks tell a finished run from a failed one by it.
+  } catch (...) {
+    fail_run();
+    throw;
+  }
+  end();
+}
+
 void Trainer::run_step() {
-  LOCKSTEP_CHECK(model_->is_training(), "the model is in eval mode at iteration ", iter_,
-                 ": a hook switched it with eval() and did not switch it back with train()");
   auto start = std::chrono::steady_clock::now();
   Batch batch;
   {
     RECORD_USER_SCOPE("lockstep::data");
-    batch = data_loader_->next();
+    batch = data_loader().next();
   }
-  double data_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  run_batch(batch, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+LogVars Trainer::run_batch(const Batch& batch, double data_time) {
+  LOCKSTEP_CHECK(model_->is_training(), "the model is in eval mode at iteration ", iter_,
+                 ": a hook switched it with eval() and did not switch it back with train()");
   if (options_.zero_grad_before_forward()) optim_wrapper_->zero_grad();
   StepContext step{iter_, [this] { after_backward(); }};
   LogVars log_vars = model_->run_train_step(batch, *optim_wrapper_, step);
@@ -215,6 +282,7 @@ void Trainer::run_step() {
     for (const auto& metric : optim_wrapper_->last_update_metrics()) log_vars[metric.first] = metric.second;
   }
   write_metrics(log_vars, data_time, iter_);
+  return log_vars;
 }
 
 void Trainer::write_metrics(const LogVars& log_vars, double data_time, int64_t iteration) {
@@ -311,12 +379,16 @@ void Trainer::reset_data_loader(const std::function<std::shared_ptr<DataLoader>(
 State Trainer::state() const {
   State state;
   state.values["iteration"] = iter_;
+  // Where a resumed run goes on: after the iteration in progress (a hook's
+  // save), or at iter() itself between iterations (a save by the caller of
+  // step(), or after the run). Checkpoints without it go on after "iteration".
+  state.values["next_iteration"] = in_iteration_ ? iter_ + 1 : iter_;
   State hooks;
   for (const auto& hook : hooks_) {
     if (hook->stateful()) hooks.put(hook->name(), hook->state());
   }
   state.put("hooks", std::move(hooks));
-  state.put("data_loader", data_loader_->state());
+  if (data_loader_) state.put("data_loader", data_loader_->state());
   state.put("rng", capture_rng_state());
   for (const auto& hook : hooks_) hook->before_save_checkpoint(state);
   return state;
@@ -325,6 +397,7 @@ State Trainer::state() const {
 void Trainer::load_state(const State& state) {
   LOCKSTEP_CHECK(state.values.contains("iteration"), "the trainer state in the checkpoint has no iteration");
   iter_ = state.values.at("iteration").get<int64_t>();
+  resume_iteration_ = state.values.value("next_iteration", iter_ + 1);
   State hooks = state.get("hooks");
   std::set<std::string> claimed;
   for (auto& hook : hooks_) {
@@ -339,7 +412,7 @@ void Trainer::load_state(const State& state) {
       }
     }
   }
-  if (state.contains("data_loader")) data_loader_->load_state(state.get("data_loader"));
+  if (state.contains("data_loader") && data_loader_) data_loader_->load_state(state.get("data_loader"));
   if (state.contains("rng")) restore_rng_state(state.get("rng"));
   for (auto& hook : hooks_) hook->after_load_checkpoint(state);
 }

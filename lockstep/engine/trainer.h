@@ -18,6 +18,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -47,8 +48,13 @@ struct TrainerOptions {
 
 class Trainer {
  public:
+  // max_iter of a run without an end (a program that trains as it goes):
+  // large, and far from overflowing when counted up to.
+  static constexpr int64_t kNoEnd = std::numeric_limits<int64_t>::max() / 4;
+
   // `gather` collects step metrics from every rank (Strategy::metrics_gatherer);
-  // null: this process's only.
+  // null: this process's only. `data_loader` null: the batches come through
+  // step(), and the run is one epoch.
   Trainer(std::shared_ptr<Model> model, std::shared_ptr<DataLoader> data_loader,
           std::shared_ptr<OptimWrapperBase> optim_wrapper, TrainerOptions options = TrainerOptions(),
           MetricsGatherer gather = nullptr);
@@ -61,10 +67,24 @@ class Trainer {
   void register_hooks(const std::vector<std::shared_ptr<Hook>>& hooks);
   const std::vector<std::shared_ptr<Hook>>& hooks() const { return hooks_; }
 
-  // Runs iterations [start_iter, max_iter). after_train always runs; on
-  // success iter() == max_iter afterwards.
+  // Runs iterations [start_iter, max_iter) on the data loader's batches.
+  // after_train always runs; on success iter() == max_iter afterwards.
   void train(int64_t start_iter, int64_t max_iter);
+  // The data loader's next batch through run_batch (detectron2's run_step;
+  // override to change what one iteration does).
   virtual void run_step();
+
+  // A run whose loop is the caller's (lockstep::StepTrainer), the same run
+  // train() makes: begin() once (before_train), step(batch) per iteration
+  // (the iteration's hooks around the model's train_step on `batch`; returns
+  // its losses and metrics), end() once (after_train). A step that throws is
+  // not counted: iter() stays, and the caller may step again.
+  void begin(int64_t start_iter, int64_t max_iter);
+  LogVars step(const Batch& batch, double data_time = 0);
+  void end();
+  bool running() const { return running_; }
+  // One iteration's work on `batch`: the model's train_step, then its metrics.
+  LogVars run_batch(const Batch& batch, double data_time);
 
   // Ends the run after the current iteration (before the first, when asked
   // from before_train). Hooks then see a finished run: iter() reaches
@@ -95,7 +115,9 @@ class Trainer {
   EventStorage& storage() { return storage_; }
   Model& model() const { return *model_; }
   std::shared_ptr<Model> model_ptr() const { return model_; }
-  DataLoader& data_loader() const { return *data_loader_; }
+  // An error when the trainer has none (its batches come through step()).
+  DataLoader& data_loader() const;
+  bool has_data_loader() const { return data_loader_ != nullptr; }
   OptimWrapperBase& optim_wrapper() const { return *optim_wrapper_; }
   const TrainerOptions& options() const { return options_; }
 
@@ -103,10 +125,17 @@ class Trainer {
   // destroyed first so its workers stop before new ones start.
   void reset_data_loader(const std::function<std::shared_ptr<DataLoader>()>& build);
 
-  // {iteration, hooks: {name: state}, data_loader, rng}
+  // {iteration, next_iteration, hooks: {name: state}, data_loader, rng}
   State state() const;
   // Restores what state() saved; warns about hook states no hook claims.
+  // iter() is then the saved iteration and resume_iteration() the one a
+  // resumed run starts at.
   void load_state(const State& state);
+  int64_t resume_iteration() const { return resume_iteration_; }
+  // Between the steps of a running trainer (begin() ... end()): the next
+  // step() runs iteration `next_iteration` (after load_state, resume_iteration()),
+  // with the accumulation window where that iteration sits.
+  void continue_at(int64_t next_iteration);
 
   // Records one step's metrics (see class comment). Public for custom run_step overrides.
   void write_metrics(const LogVars& log_vars, double data_time, int64_t iteration);
@@ -117,6 +146,10 @@ class Trainer {
 
  protected:
   void before_train();
+  // The hooks of one iteration around `body`; iter() moves on if it returns.
+  void run_iteration(const std::function<void()>& body);
+  // after_train after a failure, isolated; the run is over.
+  void fail_run();
   void after_train();
   void before_step();
   void after_backward();
@@ -139,6 +172,8 @@ class Trainer {
   int64_t max_iter_ = 0;
   bool stopped_early_ = false;
   bool in_iteration_ = false;
+  bool running_ = false;  // between begin() and end()
+  int64_t resume_iteration_ = 0;
   std::function<bool(bool)> stop_agreement_;
   bool votes_on_stops_ = false;        // a registered hook may request a stop (set by train())
   bool stop_requested_here_ = false;   // this rank asked since the last vote

@@ -1,6 +1,7 @@
 #include "lockstep/hooks/periodic_checkpointer.h"
 
 #include <algorithm>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -71,11 +72,20 @@ void PeriodicCheckpointer::load_state(const State& state) {
 }
 
 namespace {
-// interval (in epochs with by_epoch, the default, else iterations), max_keep_ckpts (-1: all),
+// interval (in epochs with by_epoch, the default, else iterations; a run without
+// epochs saves no periodic checkpoint unless it gives one), max_keep_ckpts (-1: all),
 // file_prefix, save_last (also a "<prefix>_final" checkpoint at the end).
 std::shared_ptr<Hook> build_periodic_checkpointer(const Config& config, const HookContext& context) {
-  const bool by_epoch = config.get<bool>("by_epoch", true);
-  int64_t interval = config.get<int64_t>("interval", 1);
+  // A run without epochs (fed through the step API: iters_per_epoch 0) counts iterations by default.
+  const bool by_epoch = config.get<bool>("by_epoch", context.iters_per_epoch > 0);
+  LOCKSTEP_CHECK(!by_epoch || context.iters_per_epoch > 0, config.where("by_epoch"),
+                 ": this run has no epochs (its batches come through the step API); count in iterations with "
+                 "by_epoch: false");
+  // Without epochs and without an interval (a simulation calling train_step
+  // every time step), a checkpoint every iteration would fill its disk: such a
+  // run saves only its final checkpoint and the ones it asks for.
+  const bool step_run = context.iters_per_epoch == 0;
+  int64_t interval = config.get<int64_t>("interval", step_run ? std::numeric_limits<int64_t>::max() : 1);
   LOCKSTEP_CHECK(interval >= 1, config.where("interval"), ": interval must be at least 1, got ", interval);
   if (by_epoch) interval *= context.iters_per_epoch;
   const int64_t max_keep = config.get<int64_t>("max_keep_ckpts", -1);

@@ -72,6 +72,16 @@ class Model : public torch::nn::Module {
   virtual Batch val_step(const Batch& batch);
   virtual Batch test_step(const Batch& batch);
 
+  // The batch entries a caller that holds plain tensors fills and reads (the
+  // C API's input and target, and the prediction it returns): lockstep's
+  // classifiers' "image", "label" and "logits" unless a model says otherwise.
+  struct TensorKeys {
+    std::string input = "image";
+    std::string target = "label";
+    std::string output = "logits";
+  };
+  virtual TensorKeys tensor_keys() const { return TensorKeys(); }
+
   DataPreprocessor& data_preprocessor() const { return *data_preprocessor_; }
   void set_data_preprocessor(std::shared_ptr<DataPreprocessor> preprocessor);
   // Moves the module and tells the preprocessor where data must go.

@@ -1,5 +1,7 @@
 #include "lockstep/models/torchscript_model.h"
 
+#include "lockstep/model/named_loss.h"
+
 #include <filesystem>
 #include <sstream>
 
@@ -76,7 +78,7 @@ TorchScriptModel::TorchScriptModel(const TorchScriptModelOptions& options) : opt
     }
   } else {
     const std::string& loss = options_.loss();
-    LOCKSTEP_CHECK(loss == "cross_entropy" || loss == "mse" || loss == "l1" || loss == "bce_with_logits",
+    LOCKSTEP_CHECK(is_named_loss(loss),
                    "TorchScriptModel: loss must be cross_entropy, mse, l1 or bce_with_logits, got '", loss, "'");
   }
   mirror(module_, *this);
@@ -105,19 +107,7 @@ LossDict TorchScriptModel::loss(const Batch& data) {
     }
     return losses;
   }
-  namespace F = torch::nn::functional;
-  const torch::Tensor logits = forward(input);
-  const std::string& loss = options_.loss();
-  if (loss == "cross_entropy") {
-    losses.insert("loss_cls", F::cross_entropy(logits, target));
-  } else if (loss == "bce_with_logits") {
-    losses.insert("loss_cls", F::binary_cross_entropy_with_logits(logits, target.to(logits.scalar_type())));
-  } else if (loss == "mse") {
-    losses.insert("loss_mse", F::mse_loss(logits, target.to(logits.scalar_type())));
-  } else {
-    losses.insert("loss_l1", F::l1_loss(logits, target.to(logits.scalar_type())));
-  }
-  return losses;
+  return named_loss(options_.loss(), forward(input), target, options_.path());
 }
 
 Batch TorchScriptModel::predict(const Batch& data) { return Batch{{"logits", forward(data.at(options_.input_key()))}}; }

@@ -50,6 +50,7 @@ class TorchScriptModel : public Model {
   Batch predict(const Batch& data) override;
   torch::Tensor forward(const torch::Tensor& input);
   void train(bool on = true) override;
+  TensorKeys tensor_keys() const override { return {options_.input_key(), options_.target_key(), "logits"}; }
 
   torch::jit::Module& scripted() { return module_; }
   // torch.jit.save of the module with its current weights, atomically.

@@ -23,8 +23,9 @@ class IterReader {
                      "schedules to iterations; convert_to_iter_based can only be true");
     }
     LOCKSTEP_CHECK(!by_epoch_ || context.iters_per_epoch > 0, cfg.where("by_epoch"),
-                   ": a by_epoch schedule needs the number of iterations per epoch, got ",
-                   context.iters_per_epoch);
+                   ": a by_epoch schedule needs the number of iterations per epoch, got ", context.iters_per_epoch,
+                   context.iters_per_epoch == 0 ? " (a run fed through the step API has no epochs: by_epoch: false)"
+                                                : "");
   }
 
   int64_t period(const std::string& key) const { return scale(cfg_.get<int64_t>(key)); }

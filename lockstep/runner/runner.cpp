@@ -107,6 +107,11 @@ Trainer& Runner::trainer() const {
   return *trainer_;
 }
 
+Checkpointer& Runner::checkpointer() const {
+  LOCKSTEP_CHECK(checkpointer_ != nullptr, "the runner has not built its checkpointer (call train() or begin_steps() first)");
+  return *checkpointer_;
+}
+
 void Runner::setup_environment() {
   work_dir_ = !options_.work_dir().empty() ? options_.work_dir()
                                            : config_.get<std::string>("work_dir", default_work_dir(config_));
@@ -166,19 +171,37 @@ void Runner::setup_environment() {
   if (strategy_->is_main_process()) write_file_atomically(work_dir_ + "/config.yaml", config_.to_yaml());
 }
 
-void Runner::build_for_training() {
+void Runner::build_for_training(bool with_train_data) {
   SamplerContext sampler_context{strategy_->rank(), strategy_->world_size(), seed_};
-  auto model = strategy_->build_model(config_.at("model"));
+  std::shared_ptr<Model> model = options_.model();
+  if (model) {
+    LOCKSTEP_CHECK(!config_.has("model"), config_.where("model"), ": this run's model was built in code (RunnerOptions "
+                   "/ StepTrainer's model); give it there or in the config, not both");
+  } else {
+    model = strategy_->build_model(config_.at("model"));
+  }
   const bool checkpointing = apply_activation_checkpointing_config(*model);
-  train_loader_ = build_data_loader(config_.at("train_dataloader"), sampler_context);
-  const int64_t iters_per_epoch = train_loader_->batches_per_epoch();
-  LOCKSTEP_CHECK(iters_per_epoch > 0, config_.where("train_dataloader"),
-                 ": the training set gives this rank no batch per epoch (dataset smaller than batch_size with "
-                 "drop_last?)");
+  // A run fed by its caller (begin_steps) has no epochs: 0 iterations per
+  // epoch makes anything counted in epochs an error that says so.
+  int64_t iters_per_epoch = 0;
+  if (with_train_data) {
+    train_loader_ = build_data_loader(config_.at("train_dataloader"), sampler_context);
+    iters_per_epoch = train_loader_->batches_per_epoch();
+    LOCKSTEP_CHECK(iters_per_epoch > 0, config_.where("train_dataloader"),
+                   ": the training set gives this rank no batch per epoch (dataset smaller than batch_size with "
+                   "drop_last?)");
+  } else {
+    LOCKSTEP_CHECK(!config_.has("train_dataloader"), config_.where("train_dataloader"),
+                   ": a program that trains through the step API feeds its own batches; this key has no use here");
+  }
 
-  Config train_cfg = config_.at("train_cfg");
+  Config train_cfg = with_train_data ? config_.at("train_cfg") : config_.child("train_cfg");
   int64_t max_iters = 0;
-  if (train_cfg.has("max_iters")) {
+  if (!with_train_data) {
+    LOCKSTEP_CHECK(!train_cfg.has("max_epochs"), train_cfg.where("max_epochs"),
+                   ": a run fed through the step API has no epochs; give max_iters (or nothing: no end)");
+    max_iters = train_cfg.is_null() ? kNoEnd : train_cfg.get<int64_t>("max_iters", kNoEnd);
+  } else if (train_cfg.has("max_iters")) {
     LOCKSTEP_CHECK(!train_cfg.has("max_epochs"), train_cfg.where(), ": give max_iters or max_epochs, not both");
     max_iters = train_cfg.get<int64_t>("max_iters");
   } else {
@@ -187,11 +210,11 @@ void Runner::build_for_training() {
     max_iters = epochs * iters_per_epoch;
   }
   LOCKSTEP_CHECK(max_iters > 0, train_cfg.where(), ": the run must have at least one iteration");
-  const bool by_epoch = train_cfg.get<bool>("by_epoch", train_cfg.has("max_epochs"));
-  int64_t val_interval = train_cfg.get<int64_t>("val_interval", 1);
+  const bool by_epoch = with_train_data && train_cfg.get<bool>("by_epoch", train_cfg.has("max_epochs"));
+  int64_t val_interval = train_cfg.is_null() ? 1 : train_cfg.get<int64_t>("val_interval", 1);
   LOCKSTEP_CHECK(val_interval >= 1, train_cfg.where("val_interval"), ": val_interval must be at least 1");
   if (by_epoch) val_interval *= iters_per_epoch;
-  train_cfg.check_all_used("train_cfg");
+  if (!train_cfg.is_null()) train_cfg.check_all_used("train_cfg");
   max_iters_ = max_iters;
   by_epoch_ = by_epoch;
 
@@ -242,7 +265,21 @@ bool Runner::apply_activation_checkpointing_config(Model& model) {
 }
 
 std::map<std::string, double> Runner::train() {
-  build_for_training();
+  build_for_training(/*with_train_data=*/true);
+  const int64_t start_iter = restore();
+  trainer_->train(std::min(start_iter, max_iters_), max_iters_);
+  return last_val_metrics_;
+}
+
+Trainer& Runner::begin_steps() {
+  LOCKSTEP_CHECK(trainer_ == nullptr, "begin_steps(): this runner has already built its trainer");
+  build_for_training(/*with_train_data=*/false);
+  const int64_t start_iter = restore();
+  trainer_->begin(std::min(start_iter, max_iters_), max_iters_);
+  return *trainer_;
+}
+
+int64_t Runner::restore() {
   int64_t start_iter = 0;
   const bool resuming = should_resume(options_, config_);
   if (resuming && job_attempt() != restart_count()) {
@@ -270,23 +307,24 @@ std::map<std::string, double> Runner::train() {
     }
     LOCKSTEP_CHECK(resumed->trainer.has_value(), work_dir_, ": the checkpoint resumed holds no trainer state");
     trainer_->load_state(*resumed->trainer);
-    start_iter = trainer_->iter() + 1;
+    start_iter = trainer_->resume_iteration();
     // A run counted in epochs goes on from where its data is: at another world
     // size an epoch has another number of iterations.
-    const DataLoader& loader = trainer_->data_loader();
-    const int64_t position = loader.epoch() * loader.batches_per_epoch() + loader.batch_in_epoch();
-    if (by_epoch_ && position != start_iter) {
-      logger().info("Iteration {} of the checkpoint is iteration {} here (epoch {}, batch {} of {})", start_iter,
-                    position, loader.epoch(), loader.batch_in_epoch(), loader.batches_per_epoch());
-      start_iter = position;
+    if (by_epoch_) {
+      const DataLoader& loader = trainer_->data_loader();
+      const int64_t position = loader.epoch() * loader.batches_per_epoch() + loader.batch_in_epoch();
+      if (position != start_iter) {
+        logger().info("Iteration {} of the checkpoint is iteration {} here (epoch {}, batch {} of {})", start_iter,
+                      position, loader.epoch(), loader.batch_in_epoch(), loader.batches_per_epoch());
+        start_iter = position;
+      }
     }
     // Saved scheduler steps count iterations of the saved world size (Strategy::load_checkpoint skipped them).
     if (saved_world != strategy_->world_size()) strategy_->replay_schedulers(start_iter);
   } else if (!load_from.path().empty()) {
     load_pretrained(*strategy_, load_from);
   }
-  trainer_->train(std::min(start_iter, max_iters_), max_iters_);
-  return last_val_metrics_;
+  return start_iter;
 }
 
 std::map<std::string, double> Runner::evaluate(const std::string& split) {

@@ -21,6 +21,7 @@
 // them in RunnerOptions::extra_config_keys.
 #pragma once
 
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -47,6 +48,9 @@ struct RunnerOptions {
   TORCH_ARG(std::string, load_from) = "";
   // Top-level config keys the program reads itself (accepted besides the runner's own).
   TORCH_ARG(std::vector<std::string>, extra_config_keys);
+  // A model built in code (e.g. a ModuleModel) instead of the config's `model`
+  // section, which must then be absent.
+  TORCH_ARG(std::shared_ptr<Model>, model);
 };
 
 class Runner {
@@ -56,6 +60,14 @@ class Runner {
 
   // Trains to the end; returns the last validation metrics (empty without a val set).
   std::map<std::string, double> train();
+  // For a program that owns its loop (see step_trainer.h): builds what
+  // train() builds except the training data, resumes or loads weights as
+  // train() does, and returns the trainer begun (before_train has run): the
+  // caller feeds it with Trainer::step(batch) and closes it with end().
+  // train_cfg may give max_iters (default: no end) and nothing in epochs.
+  Trainer& begin_steps();
+  // max_iters of a run fed through begin_steps() without one.
+  static constexpr int64_t kNoEnd = Trainer::kNoEnd;
   // One pass over the val / test set with the current weights.
   std::map<std::string, double> val();
   std::map<std::string, double> test();
@@ -63,12 +75,20 @@ class Runner {
   const Config& config() const { return config_; }
   const std::string& work_dir() const { return work_dir_; }
   Strategy& strategy() const { return *strategy_; }
+  std::shared_ptr<Strategy> strategy_ptr() const { return strategy_; }
+  // Built with the trainer (train() or begin_steps()); an error before.
+  Checkpointer& checkpointer() const;
   Trainer& trainer() const;
   uint64_t seed() const { return seed_; }
 
  private:
   void setup_environment();
-  void build_for_training();
+  // Model, strategy, optim wrapper, schedulers, evaluation, checkpointer,
+  // trainer and hooks; the training data loader only `with_train_data`.
+  void build_for_training(bool with_train_data);
+  // Resumes (or loads load_from) as the config and options say; returns the
+  // iteration to start from.
+  int64_t restore();
   std::map<std::string, double> evaluate(const std::string& split);
   std::vector<std::shared_ptr<Hook>> build_hooks(int64_t iters_per_epoch, int64_t max_iters);
   // `activation_checkpointing: {module_types: [...]}`; true when it is on.

@@ -1,5 +1,7 @@
 #include "lockstep/writers/console_writer.h"
 
+#include "lockstep/engine/trainer.h"
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -26,6 +28,7 @@ ConsoleWriter::ConsoleWriter(size_t window, std::optional<bool> live)
     : window_(window), live_(live.value_or(::isatty(STDERR_FILENO) != 0)) {}
 
 std::optional<double> ConsoleWriter::eta_seconds(EventStorage& storage, int64_t iteration, int64_t max_iter) {
+  if (max_iter >= Trainer::kNoEnd) return std::nullopt;  // a run without an end has no ETA
   const int64_t remaining = max_iter - iteration - 1;
   if (remaining <= 0) return 0.0;
   if (storage.has("time")) {
@@ -47,7 +50,8 @@ std::string ConsoleWriter::format_line(EventStorage& storage, int64_t max_iter) 
   const int64_t iteration = storage.iter();
   std::ostringstream line;
   if (auto eta = eta_seconds(storage, iteration, max_iter)) line << "eta: " << format_duration(*eta) << "  ";
-  line << "iter: " << iteration << "/" << max_iter;
+  line << "iter: " << iteration;
+  if (max_iter < Trainer::kNoEnd) line << "/" << max_iter;
   auto latest = storage.latest();
   auto histories = storage.histories();
   // Losses first (smoothed), then the step's timing, then everything else.
