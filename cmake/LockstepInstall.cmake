@@ -28,6 +28,15 @@ install(TARGETS lockstep lockstep_torch EXPORT LockstepTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS lockstep_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+if(TARGET lockstep_fortran)
+  install(TARGETS lockstep_fortran EXPORT LockstepTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(FILES ${PROJECT_BINARY_DIR}/fortran_modules/lockstep.mod DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/lockstep/fortran)
+  set_target_properties(lockstep_fortran PROPERTIES EXPORT_NAME fortran)
+endif()
+
+# pkg-config, for programs built with make: `cc app.c $(pkg-config --cflags --libs lockstep)`.
+configure_file(${PROJECT_SOURCE_DIR}/cmake/lockstep.pc.in ${PROJECT_BINARY_DIR}/lockstep.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/lockstep.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
 # Headers keep their lockstep/<folder>/ paths; test helpers and test data stay behind.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/lockstep/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/lockstep

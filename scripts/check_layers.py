@@ -53,7 +53,9 @@ from collections import defaultdict
 #                      Strategy and belong above it.
 #   engine < writers < hooks  writers consume EventStorage, hooks drive
 #                      writers; the Runner and its default hooks assemble
-#                      everything and sit on top ("runner", to be made).
+#                      everything and sit on top ("runner"); the C API
+#                      (lockstep/lockstep.h, implemented in capi/) wraps the
+#                      runner's StepTrainer for other languages.
 LAYERS = [
     ["core"],
     ["compat"],
@@ -73,6 +75,7 @@ LAYERS = [
     ["writers"],
     ["hooks"],
     ["runner"],
+    ["capi"],
 ]
 
 # (from_folder, to_folder) pairs in the same layer that may include each other

@@ -19,6 +19,7 @@ packages=(
   protobuf-compiler
   fortunes
   iproute2 procps psmisc
+  gfortran openmpi-bin libopenmpi-dev
 )
 case "${1:-}" in
   --chroot) packages+=(debootstrap) ;;

@@ -5,6 +5,7 @@
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/dist/comm.h"
+#include "lockstep/dist/init.h"
 #include "lockstep/dist/env.h"
 #include "lockstep/dist/process_group.h"
 
@@ -16,7 +17,10 @@ std::vector<int> node_of_each_rank(ProcessGroup& group, int ranks_per_node) {
     for (int r = 0; r < group.size(); ++r) nodes[static_cast<size_t>(r)] = r / ranks_per_node;
     return nodes;
   }
-  auto all = all_gather_object(nlohmann::json(detect_dist_env().node_rank), group.shared_from_this());
+  // The world's own record when there is one (a group made from an MPI
+  // communicator has no launcher variables to read).
+  const int node_rank = is_initialized() ? dist_env().node_rank : detect_dist_env().node_rank;
+  auto all = all_gather_object(nlohmann::json(node_rank), group.shared_from_this());
   for (int r = 0; r < group.size(); ++r) {
     nodes[static_cast<size_t>(r)] = all[static_cast<size_t>(r)].get<int>();
     if (nodes[static_cast<size_t>(r)] < 0) return {};

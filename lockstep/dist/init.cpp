@@ -2,6 +2,7 @@
 
 #include "lockstep/dist/env.h"
 
+#include <atomic>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -94,6 +95,18 @@ std::shared_ptr<ProcessGroup> make_local_group(const std::shared_ptr<ProcessGrou
 
 }  // namespace
 
+namespace {
+std::atomic<int64_t>& process_default_timeout_ms() {
+  static std::atomic<int64_t> milliseconds{30LL * 60 * 1000};  // torch's default
+  return milliseconds;
+}
+}  // namespace
+
+void set_default_timeout(std::chrono::milliseconds timeout) {
+  LOCKSTEP_CHECK(timeout.count() > 0, "set_default_timeout: the timeout must be positive, got ", timeout.count(), " ms");
+  process_default_timeout_ms() = timeout.count();
+}
+
 std::chrono::milliseconds default_timeout() {
   const char* text = std::getenv("LOCKSTEP_TIMEOUT_S");
   if (text != nullptr && *text != '\0') {
@@ -103,18 +116,18 @@ std::chrono::milliseconds default_timeout() {
                    "' is not a positive number of seconds");
     return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
   }
-  return std::chrono::minutes(30);
+  return std::chrono::milliseconds(process_default_timeout_ms().load());
 }
 
 static std::shared_ptr<ProcessGroup> init_with_env(const InitOptions& options, DistEnv env);
 
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   DistEnv env;
-  env.launcher = "explicit";
+  env.launcher = options.launcher();
   env.rank = options.rank();
   env.world_size = options.world_size();
-  env.local_rank = -1;
-  env.local_world_size = -1;
+  env.local_rank = options.local_rank();
+  env.local_world_size = options.local_world_size();
   env.node_rank = options.node_rank();
   env.master_addr = options.master_addr();
   env.master_port = options.master_port();

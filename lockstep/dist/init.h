@@ -33,8 +33,12 @@
 
 namespace lockstep {
 
-// 30 minutes (torch's default), or LOCKSTEP_TIMEOUT_S seconds when set.
+// 30 minutes (torch's default), or LOCKSTEP_TIMEOUT_S seconds when set, or
+// what set_default_timeout() made it for this process (the variable still wins).
 std::chrono::milliseconds default_timeout();
+// The default of groups created from now on in this process (StepTrainer
+// makes it 5 minutes); LOCKSTEP_TIMEOUT_S still overrides it.
+void set_default_timeout(std::chrono::milliseconds timeout);
 
 struct InitOptions {
   TORCH_ARG(int, rank) = 0;
@@ -48,6 +52,12 @@ struct InitOptions {
   TORCH_ARG(std::chrono::milliseconds, timeout) = default_timeout();
   // Which machine this rank is on (GROUP_RANK); -1 groups ranks by host name.
   TORCH_ARG(int, node_rank) = -1;
+  // This rank among those of its machine, and how many they are (LOCAL_RANK,
+  // LOCAL_WORLD_SIZE); -1 when unknown. The local rank picks the GPU.
+  TORCH_ARG(int, local_rank) = -1;
+  TORCH_ARG(int, local_world_size) = -1;
+  // Where the ranks came from, for messages ("mpi", ...).
+  TORCH_ARG(std::string, launcher) = "explicit";
 };
 
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options);

@@ -19,7 +19,7 @@
 // another order (see kFsdpTolerance). The relative difference of a tensor is
 // max|lockstep - pytorch| / max|pytorch|; each case states its reason.
 //
-// Cost: 35 runs of `lockstep train` (about 4 s each on 2 cores) plus one
+// Cost: 37 runs of `lockstep train` (or of the C API's test program) (about 4 s each on 2 cores) plus one
 // Python process for the references when the cache in the build tree is cold.
 #include <gtest/gtest.h>
 
@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tests/support/capi_support.h"
 #include "tests/support/test_support.h"
 
 namespace lockstep {
@@ -240,6 +241,11 @@ const std::vector<DiffCase>& all_cases() {
                                       {{"type", "PowerSGD"}, {"matrix_approximation_rank", 2}, {"start_powerSGD_iter", 3}});
     return std::vector<DiffCase>{
         {"DDP_2ranks", base_case(2), kDDP, 0, same_ops},
+        // The same through the C API, from a C program that owns its loop (tests/capi/capi_train.c).
+        {"CApi_DDP_2ranks", with(base_case(2), "driver", "capi"), kDDP, 0,
+         same_ops + " (a C program's batches through lockstep_train_step, under lockstep run)"},
+        {"CApi_DDP_2ranks_Mpirun", with(base_case(2), "driver", "capi_mpirun"), kDDP, 0,
+         same_ops + " (the same under mpirun, the group made from MPI_COMM_WORLD)"},
         {"DDP_4ranks", base_case(4), kDDP, 0, same_ops + ", first-iteration buckets included"},
         // 3 ranks, where x / 3 and x * (1/3) differ: gradients dropped by
         // zero_grad are copied into the bucket views times 1/3, as PyTorch's
@@ -361,13 +367,29 @@ double train_and_compare(const json& c, const std::string& strategy) {
   const std::string config = dir.file("case.yaml");
   testing::write_file(config, lockstep_config(c, strategy, ref.init));
   const std::string nproc = std::to_string(c["world"].get<int>());
-  // The GAN is a user's own program (examples/gan), started by the launcher.
-  const std::vector<std::string> command =
-      c["model"]["type"] == "DCGAN"
-          ? std::vector<std::string>{testing::lockstep_binary(), "run", "--standalone", "--nproc-per-node", nproc, "--",
-                                     testing::binary_dir() + "/examples/gan", config, "--work-dir", dir.file("work")}
-          : std::vector<std::string>{testing::lockstep_binary(), "train", config, "--work-dir", dir.file("work"),
-                                     "--nproc", nproc};
+  std::vector<std::string> command{testing::lockstep_binary(), "train", config, "--work-dir", dir.file("work"),
+                                   "--nproc", nproc};
+  if (c["model"]["type"] == "DCGAN") {
+    // The GAN is a user's own program (examples/gan), started by the launcher.
+    command = {testing::lockstep_binary(), "run",    "--standalone", "--nproc-per-node", nproc,
+               "--",                       testing::binary_dir() + "/examples/gan", config, "--work-dir",
+               dir.file("work")};
+  } else if (c.contains("driver")) {
+    // A C program that owns its loop and feeds lockstep's C API the batches
+    // lockstep's loader would give each rank (tests/capi/capi_train.c),
+    // started by lockstep's launcher or by Open MPI's mpirun.
+    const int64_t samples = c["iters"].get<int64_t>() * c["batch"].get<int64_t>() * c["world"].get<int64_t>();
+    testing::write_capi_training_data(dir.file("data.bin"), samples);
+    const std::vector<std::string> program{testing::binary_dir() + "/tests/capi_train", config, dir.file("data.bin"),
+                                           dir.file("work"), std::to_string(c["iters"].get<int64_t>()),
+                                           std::to_string(c["batch"].get<int64_t>())};
+    if (c["driver"] == "capi_mpirun") {
+      command = testing::mpirun_command(c["world"].get<int>(), program, /*use_communicator=*/true);
+    } else {
+      command = {testing::lockstep_binary(), "run", "--standalone", "--nproc-per-node", nproc, "--"};
+      command.insert(command.end(), program.begin(), program.end());
+    }
+  }
   auto run = testing::run_command(command, {}, 600);
   EXPECT_EQ(run.exit_code, 0) << run.output;
   if (run.exit_code != 0) return 1e9;
@@ -397,6 +419,9 @@ class Differential : public ::testing::TestWithParam<DiffCase> {
 
 TEST_P(Differential, FinalWeightsMatchPyTorch) {
   const DiffCase& c = GetParam();
+  if (c.reference.value("driver", std::string()) == "capi_mpirun") {
+    if (auto problem = testing::mpirun_problem(); !problem.empty()) GTEST_SKIP() << problem;
+  }
   SCOPED_TRACE(c.name + ": " + (c.tolerance == 0 ? std::string("bitwise, ") : "within 1e-5 relative, ") + c.why);
   const double worst = train_and_compare(c.reference, c.strategy);
   if (c.tolerance == 0) {

@@ -1,0 +1,99 @@
+// lockstep's C API, driven by C programs (tests/capi/*.c) as a simulation
+// code would drive it, under the launcher:
+//   - a run stopped after a checkpoint and resumed through the C API ends
+//     bitwise equal to the run that was not stopped (scheduler, momentum and
+//     the iteration count included);
+//   - every kind of bad input is a status and a message naming it, and the
+//     program goes on; a rank that calls predict while another trains fails
+//     every rank at once, and both go on.
+// (That the C API trains to PyTorch's own DDP weights, bitwise, is the
+// differential suite's case CApi_DDP_2ranks.)
+#include <gtest/gtest.h>
+
+#include "tests/reliability/reliability_util.h"
+#include "tests/support/capi_support.h"
+#include "tests/support/multiprocess.h"
+
+namespace lockstep {
+namespace {
+
+using testing::contains;
+
+const char* const kConfig = R"YAML(
+randomness: {seed: 3}
+env: {num_threads: 1}
+strategy: {type: DDPStrategy, launcher: pytorch, backend: gloo}
+model:
+  type: ConvNet
+  channels: [4, 8]
+  hidden: 16
+  data_preprocessor: {type: ImgDataPreprocessor, mean: [72.94], std: [90.02]}
+train_cfg: {max_iters: 20}
+optim_wrapper:
+  optimizer: {type: SGD, lr: 0.05, momentum: 0.9, weight_decay: 0.0005}
+param_scheduler:
+  - {type: LinearLR, by_epoch: false, start_factor: 0.2, begin: 0, end: 8}
+default_hooks:
+  logger: {interval: 5}
+  checkpoint: {interval: 20}
+)YAML";
+
+std::string capi_program(const std::string& name) { return testing::binary_dir() + "/tests/" + name; }
+
+testing::CommandResult run_capi_train(const testing::TempDir& dir, const std::string& work,
+                                      const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> command{capi_program("capi_train"), dir.file("run.yaml"), dir.file("data.bin"),
+                                   dir.file(work), "20", "8"};
+  command.insert(command.end(), extra.begin(), extra.end());
+  return testing::run_command(testing::launched(2, {}, command), {}, 240);
+}
+
+TEST(CApi, AStoppedRunResumedThroughTheCApiEndsBitwiseEqual) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  testing::TempDir dir;
+  testing::write_file(dir.file("run.yaml"), kConfig);
+  testing::write_capi_training_data(dir.file("data.bin"), 20 * 8 * 2);
+
+  auto straight = run_capi_train(dir, "straight");
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  auto stopped = run_capi_train(dir, "stopped", {"9"});
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.output;
+  ASSERT_TRUE(testing::file_exists(dir.file("stopped/interrupted.ckpt"))) << stopped.output;
+  EXPECT_FALSE(testing::file_exists(dir.file("stopped/model_final.ckpt")));
+  auto resumed = run_capi_train(dir, "stopped", {"-1", dir.file("stopped/interrupted.ckpt")});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_TRUE(contains(resumed.output, "capi_train: resumed after iteration 9")) << resumed.output;
+  EXPECT_TRUE(testing::bitwise_equal(testing::checkpoint_weights(dir.file("straight/model_final.ckpt")),
+                                     testing::checkpoint_weights(dir.file("stopped/model_final.ckpt"))));
+}
+
+TEST(CApi, BadInputIsAStatusAndAMessageAndTheProgramGoesOn) {
+  testing::TempDir dir;
+  std::string single = kConfig;
+  single.replace(single.find("strategy: {type: DDPStrategy, launcher: pytorch, backend: gloo}"),
+                 std::string("strategy: {type: DDPStrategy, launcher: pytorch, backend: gloo}").size(),
+                 "strategy: {type: SingleDeviceStrategy, device: cpu}");
+  testing::write_file(dir.file("run.yaml"), single);
+  testing::write_file(dir.file("bad.yaml"), std::string(kConfig) + "trian_cfg: {max_iters: 3}\n");
+  auto result = testing::run_command({capi_program("capi_errors"), dir.file("run.yaml"), dir.file("bad.yaml"),
+                                      dir.file("work")},
+                                     {}, 120);
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_TRUE(contains(result.output, "capi_errors: 0 failed")) << result.output;
+}
+
+TEST(CApi, ARankThatPredictsWhileAnotherTrainsFailsBothAtOnceAndBothGoOn) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  testing::TempDir dir;
+  testing::write_file(dir.file("run.yaml"), kConfig);
+  auto result = testing::run_command(
+      testing::launched(2, {}, {capi_program("capi_errors"), dir.file("run.yaml"), "-", dir.file("work"), "mismatch"}),
+      {}, 120);
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_TRUE(contains(result.output, "[rank0]: capi_errors: 0 failed")) << result.output;
+  EXPECT_TRUE(contains(result.output, "[rank1]: capi_errors: 0 failed")) << result.output;
+  EXPECT_LT(result.seconds, 60) << "the mismatch must fail at once, not at the timeout";
+}
+
+}  // namespace
+}  // namespace lockstep
