@@ -40,6 +40,9 @@ CLI::App* add_run_command(CLI::App& app) {
                                 "Restart all workers up to K times after a failure")->default_str("0");
   run->add_option_function<double>("--join-timeout,--join_timeout", [options](double s) { options->join_timeout(s); },
                                    "Seconds a node waits for the other nodes to join a restart")->default_str("600");
+  run->add_option_function<double>("--signal-grace,--signal_grace", [options](double s) { options->signal_grace(s); },
+                                   "Seconds the workers get to save and exit after a forwarded SIGTERM, SIGINT or "
+                                   "SIGHUP before they are killed")->default_str("60");
   run->add_option_function<double>("--monitor-interval,--monitor_interval",
                                    [options](double s) { options->monitor_interval(s); },
                                    "Seconds between worker state checks")->default_str("0.1");

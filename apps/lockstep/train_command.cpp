@@ -9,6 +9,7 @@
 
 #include "lockstep/config/config.h"
 #include "lockstep/core/logging.h"
+#include "lockstep/core/stop_signals.h"
 #include "lockstep/runner/runner.h"
 #include "lockstep/strategy/strategy.h"
 
@@ -30,6 +31,7 @@ int run_train(const TrainArguments& args) {
   for (const auto& assignment : args.overrides) config.apply_override(assignment);
   Runner runner(config, RunnerOptions().work_dir(args.work_dir).resume(args.resume).load_from(args.load_from));
   auto val_metrics = runner.train();
+  if (runner.preempted()) return kExitRequeue;  // saved; the test set waits for the finished run
   std::map<std::string, double> test_metrics;
   if (!args.no_test && config.has("test_dataloader")) test_metrics = runner.test();
   if (runner.strategy().is_main_process()) {

@@ -14,12 +14,12 @@ namespace {
 struct FaultSpec {
   std::string point;  // empty: no fault point armed
   long long nth = 1;
-  bool throws = false;  // LOCKSTEP_FAULT_THROW_AT: throw instead of SIGKILL
+  enum Action { kKill, kThrow, kStall } action = kKill;
 };
 
-FaultSpec parse_fault(const char* variable, bool throws) {
+FaultSpec parse_fault(const char* variable, FaultSpec::Action action) {
   FaultSpec parsed;
-  parsed.throws = throws;
+  parsed.action = action;
   const char* value = std::getenv(variable);
   if (value == nullptr || *value == '\0') return parsed;
   // LOCKSTEP_FAULT_RANK=r arms the point on that rank (the launcher's RANK) only.
@@ -40,8 +40,10 @@ FaultSpec parse_fault(const char* variable, bool throws) {
 
 const FaultSpec& armed_fault() {
   static const FaultSpec spec = [] {
-    FaultSpec kill = parse_fault("LOCKSTEP_FAULT_KILL_AT", false);
-    return kill.point.empty() ? parse_fault("LOCKSTEP_FAULT_THROW_AT", true) : kill;
+    FaultSpec kill = parse_fault("LOCKSTEP_FAULT_KILL_AT", FaultSpec::kKill);
+    if (!kill.point.empty()) return kill;
+    FaultSpec thrown = parse_fault("LOCKSTEP_FAULT_THROW_AT", FaultSpec::kThrow);
+    return thrown.point.empty() ? parse_fault("LOCKSTEP_FAULT_STALL_AT", FaultSpec::kStall) : thrown;
   }();
   return spec;
 }
@@ -63,7 +65,13 @@ void fault_point(const std::string& point) {
   static std::atomic<long long> reached{0};
   if (++reached != spec.nth) return;
   const std::string why = str_cat("reached fault point '", point, "' (time ", spec.nth, ")");
-  if (spec.throws) LOCKSTEP_FAIL("lockstep fault injection: ", why);
+  if (spec.action == FaultSpec::kThrow) LOCKSTEP_FAIL("lockstep fault injection: ", why);
+  if (spec.action == FaultSpec::kStall) {
+    const std::string line = "lockstep fault injection: " + why + "; stalling until killed\n";
+    ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
+    (void)ignored;
+    while (true) ::pause();
+  }
   die_by_fault_injection(why);
 }
 

@@ -18,7 +18,9 @@
 // ("lockstep fault injection: reached fault point ..."): a failure the process
 // survives, as a full disk or an unreadable file is, for tests of what the
 // other ranks do when one fails and carries on. LOCKSTEP_FAULT_RANK=<r> arms
-// either only in the process whose RANK is r.
+// either only in the process whose RANK is r. LOCKSTEP_FAULT_STALL_AT=<point>[@n]
+// stops there for good (a disk that stopped answering, a peer that never
+// replies), for tests of what ends a process that is stuck.
 #pragma once
 
 #include <string>

@@ -270,7 +270,11 @@ int restart_count(const Environment& env) {
 
 int job_attempt(const Environment& env) {
   const int round = optional_int(env, "LOCKSTEP_RDZV_ROUND", "pytorch", -1);
-  return round >= 0 ? round : restart_count(env);
+  // A SLURM job requeued (after a preemption, or by auto_requeue) runs its
+  // batch script again with SLURM_RESTART_COUNT one higher.
+  const int requeues = optional_int(env, "SLURM_RESTART_COUNT", "slurm", 0);
+  LOCKSTEP_CHECK(requeues >= 0, "SLURM_RESTART_COUNT=", requeues, " is negative");
+  return (round >= 0 ? round : restart_count(env)) + requeues;
 }
 
 std::vector<std::string> gloo_socket_interfaces(const Environment& env) {

@@ -55,7 +55,8 @@ int restart_count(const Environment& env = current_environment());
 
 // Which start of the workers this is: an elastic job's rendezvous round
 // (LOCKSTEP_RDZV_ROUND, from `lockstep run --nnodes MIN:MAX`: a new round
-// also when a node joins), else restart_count(). 0 only for the first.
+// also when a node joins), else restart_count(); plus the times SLURM
+// requeued the job (SLURM_RESTART_COUNT). 0 only for the first.
 int job_attempt(const Environment& env = current_environment());
 
 // The network interfaces GLOO_SOCKET_IFNAME names (comma separated; empty

@@ -129,11 +129,43 @@ void Trainer::request_stop(const std::string& reason) {
   max_iter_ = std::min(max_iter_, last);
 }
 
+void Trainer::request_preemption_stop(const std::string& reason) {
+  LOCKSTEP_CHECK(!stop_agreement_ || votes_on_stops_, "request_preemption_stop(\"", reason, "\") at iteration ", iter_,
+                 " of a distributed run, but no registered hook declares may_request_stop()");
+  if (preemption_requested_here_ || preempted_) return;
+  preemption_requested_here_ = true;
+  if (stop_agreement_) {
+    logger().info("{}: stopping at the iteration every rank agrees on, to save and exit", reason);
+    return;
+  }
+  // One process: nothing to agree, the stop is now.
+  stop_for_preemption(reason);
+}
+
+void Trainer::stop_for_preemption(const std::string& reason) {
+  // On the last iteration the run simply finishes.
+  const int64_t last = in_iteration_ ? iter_ + 1 : iter_;
+  if (last >= max_iter_) return;
+  preempted_ = true;
+  request_stop(reason + "; saving to resume later");
+}
+
 void Trainer::agree_on_stop() {
   if (!votes_on_stops_) return;
-  const bool here = stop_requested_here_;
+  const bool stop_here = stop_requested_here_;
+  const bool preemption_here = preemption_requested_here_;
   stop_requested_here_ = false;
-  if (stop_agreement_(here) && !here) request_stop("another rank asked to stop at this iteration");
+  // Note [Stopping for a preemption]: a rank's signal is a vote, not a stop:
+  // the signal reaches the ranks up to an iteration apart, and hooks that
+  // save (collectively) must see the same run on every rank. A second vote,
+  // only on the iteration that stops, tells a preemption from an early stop.
+  if (!stop_agreement_(stop_here || preemption_here)) return;
+  const bool preemption_anywhere = stop_agreement_(preemption_here);
+  if (preemption_anywhere) {
+    stop_for_preemption(preemption_here ? "stop signal received" : "another rank received a stop signal");
+  } else if (!stop_here) {
+    request_stop("another rank asked to stop at this iteration");
+  }
   stop_requested_here_ = false;
 }
 
@@ -171,7 +203,7 @@ void Trainer::begin(int64_t start_iter, int64_t max_iter) {
   votes_on_stops_ = stop_agreement_ && std::any_of(hooks_.begin(), hooks_.end(), [](const std::shared_ptr<Hook>& hook) {
                       return hook->may_request_stop();
                     });
-  stop_requested_here_ = false;
+  stop_requested_here_ = preemption_requested_here_ = preempted_ = false;
   running_ = true;
   try {
     before_train();

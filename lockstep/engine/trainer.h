@@ -94,6 +94,14 @@ class Trainer {
   // may_request_stop(); a request without such a hook is an error, since the
   // other ranks would train on alone.
   void request_stop(const std::string& reason);
+  // A stop because the job is being preempted (a scheduler's signal,
+  // hooks/preemption_hook.h). In a distributed run it is a vote: the ranks
+  // stop after the iteration at which they agree (Note [Stopping for a
+  // preemption]), and preempted() is then true on every rank, so that hooks
+  // save a checkpoint to resume from instead of a final one. On the run's
+  // last iteration it is ignored: the run finishes.
+  void request_preemption_stop(const std::string& reason);
+  bool preempted() const { return preempted_; }
   // How ranks agree on a stop: true when `local` is true on any rank
   // (Strategy::any_rank). Unset: one process, nothing to agree.
   void set_stop_agreement(std::function<bool(bool)> any_rank) { stop_agreement_ = std::move(any_rank); }
@@ -177,8 +185,11 @@ class Trainer {
   std::function<bool(bool)> stop_agreement_;
   bool votes_on_stops_ = false;        // a registered hook may request a stop (set by train())
   bool stop_requested_here_ = false;   // this rank asked since the last vote
+  bool preemption_requested_here_ = false;
+  bool preempted_ = false;
   // After each iteration (and after before_train): whether any rank asked to stop.
   void agree_on_stop();
+  void stop_for_preemption(const std::string& reason);
 };
 
 }  // namespace lockstep

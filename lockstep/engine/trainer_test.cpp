@@ -381,7 +381,55 @@ TEST(HookPoints, StopsAreAgreedAcrossRanks) {
   trainer.train(0, 10);
   EXPECT_TRUE(trainer.stopped_early());
   EXPECT_EQ(trainer.iter(), 4);
-  EXPECT_EQ(asked.size(), 5u);
+  // The stopping iteration votes once more: was it a preemption? (no)
+  ASSERT_EQ(asked.size(), 6u);
+  EXPECT_FALSE(asked[5]);
+  EXPECT_FALSE(trainer.preempted());
+}
+
+struct Preempter : Hook {
+  explicit Preempter(int64_t at) : Hook("Preempter"), at_(at) {}
+  bool may_request_stop() const override { return true; }
+  void after_step() override {
+    if (trainer().iter() == at_) trainer().request_preemption_stop("SIGTERM received");
+  }
+  int64_t at_;
+};
+
+// A preemption is a vote: this rank, told after iteration 2, trains on until
+// the ranks agree (here after iteration 3, when "the other rank" votes too),
+// and then every rank knows the stop was a preemption.
+TEST(HookPoints, APreemptionIsAVoteAndEveryRankLearnsIt) {
+  auto model = std::make_shared<LinearModel>();
+  Trainer trainer(model, make_loader(), make_wrapper(*model));
+  std::vector<bool> asked;
+  int votes_after_iteration_3 = 0;
+  trainer.set_stop_agreement([&](bool local) {
+    asked.push_back(local);
+    // votes: before_train, iterations 0, 1, 2 (this rank's preemption, the
+    // other rank outvotes it), then iteration 3: stop, and preemption.
+    if (asked.size() == 4) return false;
+    if (asked.size() >= 5) ++votes_after_iteration_3;
+    return local || asked.size() >= 5;
+  });
+  trainer.register_hooks({std::make_shared<Preempter>(/*at=*/2)});
+  trainer.train(0, 10);
+  EXPECT_EQ(trainer.iter(), 4);
+  EXPECT_TRUE(trainer.preempted());
+  EXPECT_EQ(votes_after_iteration_3, 2);
+
+  // On the last iteration a preemption changes nothing: the run finishes.
+  Trainer last(model, make_loader(), make_wrapper(*model));
+  last.register_hooks({std::make_shared<Preempter>(/*at=*/9)});
+  last.train(0, 10);
+  EXPECT_EQ(last.iter(), 10);
+  EXPECT_FALSE(last.preempted());
+  // One process: the stop is at once.
+  Trainer alone(model, make_loader(), make_wrapper(*model));
+  alone.register_hooks({std::make_shared<Preempter>(/*at=*/2)});
+  alone.train(0, 10);
+  EXPECT_EQ(alone.iter(), 3);
+  EXPECT_TRUE(alone.preempted());
 }
 
 }  // namespace

@@ -17,6 +17,13 @@
 //
 //         - {type: FaultInjection, step_delay_ms: 100}
 //
+//     With signal_at_iter the chosen rank sends a signal instead, at the start
+//     of that iteration: to its launcher (signal_to: launcher, the parent
+//     process: `lockstep run` or torchrun) or to itself (signal_to: self), as
+//     a scheduler's preemption would:
+//
+//         - {type: FaultInjection, signal_at_iter: 12, signal: SIGTERM, signal_to: launcher, rank: 0}
+//
 //   - Named fault points in library code: see core/fault_point.h.
 //
 // SIGKILL, not an exception: nothing unwinds, no destructor tidies up -- what
@@ -35,10 +42,16 @@ class FaultInjectionHook : public Hook {
   // attempt -1: every attempt (the job can then never finish);
   // kill_at_iter -1: never.
   FaultInjectionHook(int64_t kill_at_iter, int rank, int attempt, int64_t step_delay_ms = 0);
+  // At `iteration`, send `signal_number` to the launcher (the parent) or to this process.
+  FaultInjectionHook& signal_at(int64_t iteration, int signal_number, bool to_launcher);
   void before_step() override;
 
  private:
+  bool armed_here() const;
   int64_t kill_at_iter_;
+  int64_t signal_at_iter_ = -1;
+  int signal_ = 0;
+  bool signal_to_launcher_ = false;
   int64_t step_delay_ms_;
   int rank_;
   int attempt_;

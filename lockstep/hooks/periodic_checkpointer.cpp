@@ -26,34 +26,49 @@ PeriodicCheckpointer::PeriodicCheckpointer(std::shared_ptr<Checkpointer> checkpo
 
 void PeriodicCheckpointer::after_step() {
   const int64_t iteration = trainer().iter();
-  if ((iteration + 1) % period_ == 0) {
-    // The kept list is part of the state being saved, so update it first; the
-    // files it drops are deleted only once the new checkpoint is safely written.
-    const std::string name = fmt::format("{}_{:07d}", file_prefix_, iteration);
-    // A run resumed at another world size renumbers its iterations by epoch
-    // and may save under a name it kept before: that file is the new one now.
-    const std::string path = checkpointer_->path_of(name);
-    kept_.erase(std::remove(kept_.begin(), kept_.end(), path), kept_.end());
-    kept_.push_back(path);
-    std::vector<std::string> dropped;
-    while (max_to_keep_ > 0 && static_cast<int64_t>(kept_.size()) > max_to_keep_) {
-      dropped.push_back(kept_.front());
-      kept_.pop_front();
-    }
-    checkpointer_->save(name, trainer());
-    for (const auto& path : dropped) checkpointer_->remove(path);
-  }
-  if (save_final_ && iteration >= trainer().max_iter() - 1) {
+  if ((iteration + 1) % period_ == 0) save_periodic(iteration);
+  if (save_final_ && iteration >= trainer().max_iter() - 1 && !trainer().preempted()) {
     checkpointer_->save(file_prefix_ + "_final", trainer());
     final_saved_ = true;
   }
 }
 
+void PeriodicCheckpointer::save_periodic(int64_t iteration) {
+  // The kept list is part of the state being saved, so update it first; the
+  // files it drops are deleted only once the new checkpoint is safely written.
+  const std::string name = fmt::format("{}_{:07d}", file_prefix_, iteration);
+  // A run resumed at another world size renumbers its iterations by epoch
+  // and may save under a name it kept before: that file is the new one now.
+  const std::string path = checkpointer_->path_of(name);
+  kept_.erase(std::remove(kept_.begin(), kept_.end(), path), kept_.end());
+  kept_.push_back(path);
+  std::vector<std::string> dropped;
+  while (max_to_keep_ > 0 && static_cast<int64_t>(kept_.size()) > max_to_keep_) {
+    dropped.push_back(kept_.front());
+    kept_.pop_front();
+  }
+  checkpointer_->save(name, trainer());
+  last_saved_iteration_ = iteration;
+  for (const auto& path : dropped) checkpointer_->remove(path);
+}
+
 void PeriodicCheckpointer::after_train() {
-  // A hook that stopped the run (early stopping) did so after this hook's
-  // after_step: the final checkpoint is written here instead.
-  if (save_final_ && !final_saved_ && trainer().stopped_early() && trainer().iter() >= trainer().max_iter()) {
-    checkpointer_->save(file_prefix_ + "_final", trainer());
+  const Trainer& run = trainer();
+  // Hooks tell a run that ended (finished, or stopped by agreement) from one
+  // that failed by iter() == max_iter().
+  if (run.iter() < run.max_iter()) return;
+  if (run.preempted()) {
+    // Note [Saving on preemption]: the job is being stopped to run again later,
+    // so the checkpoint is an ordinary periodic one (resume finds it through
+    // last_checkpoint), not the final one, and only if this run trained at all.
+    const int64_t last = run.iter() - 1;
+    if (last >= run.start_iter() && last != last_saved_iteration_) save_periodic(last);
+    return;
+  }
+  // A stop agreed after this hook's after_step (early stopping on another
+  // rank): the final checkpoint is written here instead.
+  if (save_final_ && !final_saved_ && run.stopped_early()) {
+    checkpointer_->save(file_prefix_ + "_final", run);
     final_saved_ = true;
   }
 }

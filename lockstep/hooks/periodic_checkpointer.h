@@ -1,7 +1,8 @@
 // PeriodicCheckpointer: saves "model_{iter:07d}" every `period` iterations and
 // "model_final" at the end, keeping only the newest `max_to_keep` periodic
 // files. The list of kept files is hook state, so the limit holds across a
-// resume (mmengine's max_keep_ckpts).
+// resume (mmengine's max_keep_ckpts). A preempted run (Trainer::preempted())
+// saves one more periodic checkpoint at the iteration it stopped after.
 //
 //   auto hook = std::make_shared<lockstep::PeriodicCheckpointer>(checkpointer, /*period=*/1000,
 //                                                                /*max_to_keep=*/3);
@@ -21,7 +22,8 @@ class PeriodicCheckpointer : public Hook {
   PeriodicCheckpointer(std::shared_ptr<Checkpointer> checkpointer, int64_t period, int64_t max_to_keep = -1,
                        std::string file_prefix = "model", bool save_final = true);
   void after_step() override;
-  // Writes the final checkpoint of a run another hook stopped early.
+  // Writes the final checkpoint of a run another hook stopped early, or,
+  // when the run was preempted, a periodic one to resume from.
   void after_train() override;
 
   bool stateful() const override { return true; }
@@ -36,6 +38,8 @@ class PeriodicCheckpointer : public Hook {
   bool save_final_;
   std::deque<std::string> kept_;
   bool final_saved_ = false;
+  int64_t last_saved_iteration_ = -1;
+  void save_periodic(int64_t iteration);
 };
 
 }  // namespace lockstep

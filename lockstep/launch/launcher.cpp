@@ -13,12 +13,14 @@
 #include <cstdlib>
 #include <chrono>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <random>
 
 #include "lockstep/compat/c10d.h"
 #include "lockstep/core/error.h"
+#include "lockstep/core/stop_signals.h"
 #include "lockstep/dist/init.h"
 #include "lockstep/dist/job_identity.h"
 #include "lockstep/dist/network.h"
@@ -96,11 +98,17 @@ class SignalScope {
     close(g_signal_pipe[1]);
     g_signal_pipe[0] = g_signal_pipe[1] = -1;
   }
-  static constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP};
+  // SIGUSR1/2 are the early warnings a scheduler may send (SLURM's
+  // --signal=USR1@90): passed on, and the workers decide what they mean.
+  static constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
 
  private:
-  static size_t index(int s) { return s == SIGINT ? 0 : s == SIGTERM ? 1 : 2; }
-  struct sigaction saved_[3] {};
+  static size_t index(int s) {
+    size_t i = 0;
+    while (kForwarded[i] != s) ++i;
+    return i;
+  }
+  struct sigaction saved_[std::size(kForwarded)] {};
   struct sigaction saved_chld_ {};
   struct sigaction saved_pipe_ {};
 };
@@ -150,6 +158,7 @@ class Supervisor {
       if (rounds_) rounds_->watch(restart);
       start_workers(NodePlacement::fixed(options_, restart));
       int code = supervise();
+      if (code == 0 && requeue_) return requeue_exit();
       if (signal_ != 0) return 128 + signal_;
       if (code == 0) return 0;
       if (restart >= options_.max_restarts()) {
@@ -199,6 +208,7 @@ class Supervisor {
       stopped_for_next_round_ = false;
       start_workers(placement);
       const int code = supervise();
+      if (code == 0 && requeue_) return requeue_exit();
       if (signal_ != 0) return 128 + signal_;
       if (code == 0 && !stopped_for_next_round_) {
         elastic_->mark_finished();
@@ -353,6 +363,18 @@ class Supervisor {
         w.running = false;
         w.exit_code = decode_status(status);
         kill(-w.pid, SIGKILL);  // whatever the worker left in its process group
+        if (w.exit_code == kExitRequeue) {
+          // Note [A worker that asks to be started again]: it saved and
+          // stopped for a preemption, as every rank of its job does at the
+          // same iteration; not a failure to restart from, and the others
+          // get the time to finish saving.
+          requeue_ = true;
+          if (!stopping) {
+            stopping = true;
+            kill_at = Clock::now() + signal_grace();
+          }
+          continue;
+        }
         if (w.exit_code != 0 && failure_code == 0 && !stopping) {
           failure_code = w.exit_code;
           say(str_cat("worker rank ", w.rank, " (pid ", w.pid, ") ", describe_exit(w.exit_code),
@@ -385,20 +407,32 @@ class Supervisor {
   std::chrono::milliseconds grace() const {
     return std::chrono::milliseconds(static_cast<long long>(options_.kill_grace() * 1000));
   }
+  std::chrono::milliseconds signal_grace() const {
+    return std::chrono::milliseconds(static_cast<long long>(options_.signal_grace() * 1000));
+  }
+
+  int requeue_exit() {
+    say(str_cat("the workers saved and stopped to be started again; exiting with ", kExitRequeue));
+    return kExitRequeue;
+  }
 
   void handle_signals(bool& stopping, Clock::time_point& kill_at) {
     unsigned char byte;
     while (read(g_signal_pipe[0], &byte, 1) == 1) {
       int s = byte;
       if (s == SIGCHLD) continue;
-      if (signal_ == 0) {
-        signal_ = s;
-        say(str_cat("received ", strsignal(s), "; forwarding it to the workers"));
+      const bool warning = s == SIGUSR1 || s == SIGUSR2;
+      say(str_cat("received ", strsignal(s), "; forwarding it to the workers"));
+      if (warning) {
+        signal_all(s);
+        continue;
       }
+      // A second stop signal is forwarded too: the workers end at once.
+      if (signal_ == 0) signal_ = s;
       signal_all(s);
       if (!stopping) {
         stopping = true;
-        kill_at = Clock::now() + grace();
+        kill_at = Clock::now() + signal_grace();
       }
     }
   }
@@ -407,7 +441,7 @@ class Supervisor {
   bool interrupted() {
     unsigned char byte;
     while (read(g_signal_pipe[0], &byte, 1) == 1) {
-      if (byte != SIGCHLD && signal_ == 0) {
+      if (byte != SIGCHLD && byte != SIGUSR1 && byte != SIGUSR2 && signal_ == 0) {
         signal_ = byte;
         say(str_cat("received ", strsignal(byte), " while waiting for the other nodes; stopping"));
       }
@@ -467,6 +501,7 @@ class Supervisor {
   Environment base_env_;
   std::vector<Worker> workers_;
   int signal_ = 0;
+  bool requeue_ = false;  // a worker exited with kExitRequeue
   std::unique_ptr<RestartRounds> rounds_;  // fixed multi-node jobs with restarts only
   std::unique_ptr<ElasticRendezvous> elastic_;  // elastic jobs only
   bool stopped_for_next_round_ = false;

@@ -19,7 +19,11 @@
 //   - node 0 publishes the job's identity (run id, job token) on the store;
 //     other nodes' launchers and every worker check it, and a process with
 //     another run id or token is refused (lockstep/dist/job_identity.h);
-//   - SIGINT/SIGTERM are forwarded to the workers;
+//   - SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 are forwarded to the
+//     workers; after one of the first three they get signal_grace seconds
+//     before SIGKILL. Workers that save and exit with kExitRequeue (75, a
+//     preempted `lockstep train`) are not restarted: the launcher exits with
+//     75 too, for the scheduler to start the job again;
 //   - when a worker fails, the others get SIGTERM, then SIGKILL after
 //     kill_grace seconds; with restarts left every worker starts again with
 //     TORCHELASTIC_RESTART_COUNT + 1, otherwise launch() returns the failed
@@ -72,8 +76,12 @@ struct LaunchOptions {
   TORCH_ARG(double, last_call_timeout) = 30;
   // How often (seconds) worker states are checked when nothing else happens.
   TORCH_ARG(double, monitor_interval) = 0.1;
-  // Seconds between SIGTERM and SIGKILL when stopping workers.
+  // Seconds between SIGTERM and SIGKILL when stopping workers after one failed.
   TORCH_ARG(double, kill_grace) = 3.0;
+  // Seconds the workers get, after a SIGINT/SIGTERM/SIGHUP the launcher
+  // forwards (or after one of them exits with kExitRequeue), to save and exit
+  // before they are killed (torchrun gives 30).
+  TORCH_ARG(double, signal_grace) = 60.0;
   TORCH_ARG(std::string, run_id) = "";
   // The secret every node of the job shares (see lockstep/dist/job_identity.h);
   // empty: $LOCKSTEP_JOB_TOKEN, else a random one -- which only a single-node

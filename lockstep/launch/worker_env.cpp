@@ -14,6 +14,8 @@ void validate_launch_options(const LaunchOptions& options) {
   LOCKSTEP_CHECK(options.monitor_interval() > 0, "lockstep run: --monitor-interval must be positive, got ",
                  options.monitor_interval());
   LOCKSTEP_CHECK(options.kill_grace() >= 0, "lockstep run: the kill grace period must not be negative");
+  LOCKSTEP_CHECK(options.signal_grace() >= 0, "lockstep run: --signal-grace must not be negative, got ",
+                 options.signal_grace());
   LOCKSTEP_CHECK(options.join_timeout() > 0, "lockstep run: --join-timeout must be positive, got ",
                  options.join_timeout());
   if (options.standalone()) return;

@@ -17,7 +17,9 @@
 #include "lockstep/evaluation/metric.h"
 #include "lockstep/model/activation_checkpoint.h"
 #include "lockstep/model/model.h"
+#include "lockstep/hooks/preemption_hook.h"
 #include "lockstep/runner/default_hooks.h"
+#include "lockstep/runner/preemption.h"
 #include "lockstep/strategy/load_pretrained.h"
 #include "lockstep/strategy/strategy.h"
 
@@ -86,7 +88,7 @@ const std::vector<std::string>& runner_config_keys() {
       "work_dir",        "randomness",      "env",           "strategy",        "model",
       "train_dataloader", "val_dataloader", "test_dataloader", "val_evaluator", "test_evaluator",
       "train_cfg",       "optim_wrapper",   "param_scheduler", "trainer",       "default_hooks",
-      "custom_hooks",    "load_from",       "resume",        "activation_checkpointing"};
+      "custom_hooks",    "load_from",       "resume",        "activation_checkpointing", "preemption"};
   return keys;
 }
 }  // namespace
@@ -193,6 +195,9 @@ void Runner::build_for_training(bool with_train_data) {
   } else {
     LOCKSTEP_CHECK(!config_.has("train_dataloader"), config_.where("train_dataloader"),
                    ": a program that trains through the step API feeds its own batches; this key has no use here");
+    LOCKSTEP_CHECK(!config_.has("preemption"), config_.where("preemption"),
+                   ": a program that trains through the step API owns its signals; it stops, saves "
+                   "(save_checkpoint) and exits as it sees fit");
   }
 
   Config train_cfg = with_train_data ? config_.at("train_cfg") : config_.child("train_cfg");
@@ -266,8 +271,22 @@ bool Runner::apply_activation_checkpointing_config(Model& model) {
 
 std::map<std::string, double> Runner::train() {
   build_for_training(/*with_train_data=*/true);
+  const PreemptionSettings preemption = parse_preemption(config_.child("preemption"));
+  if (!preemption.signals.empty()) {
+    // Installed before the resume: a signal that comes while the checkpoint
+    // loads stops the run after its first iteration, saved.
+    stop_signals_ = std::make_unique<StopSignals>(preemption.signals, preemption.grace_s);
+    trainer_->register_hooks({std::make_shared<PreemptionHook>()});
+  }
   const int64_t start_iter = restore();
   trainer_->train(std::min(start_iter, max_iters_), max_iters_);
+  if (trainer_->preempted()) {
+    logger().warn("Preempted after iteration {} of {}: the checkpoint to resume from is saved; exiting with status {} "
+                  "to be started again (resume: true continues the run bitwise)",
+                  trainer_->iter() - 1, max_iters_, kExitRequeue);
+    if (preemption.auto_requeue && strategy_->is_main_process()) logger().warn("{}", requeue_slurm_job());
+    return last_val_metrics_;
+  }
   return last_val_metrics_;
 }
 
@@ -282,7 +301,11 @@ Trainer& Runner::begin_steps() {
 int64_t Runner::restore() {
   int64_t start_iter = 0;
   const bool resuming = should_resume(options_, config_);
-  if (resuming && job_attempt() != restart_count()) {
+  const char* requeues = std::getenv("SLURM_RESTART_COUNT");
+  if (resuming && requeues != nullptr && std::atoi(requeues) > 0) {
+    logger().info("SLURM requeued this job ({} time(s)): resuming from the last good checkpoint in {}", requeues,
+                  work_dir_);
+  } else if (resuming && job_attempt() != restart_count()) {
     logger().info("Rendezvous round {} of this elastic job ({} restart(s) after failures): resuming from the last "
                   "good checkpoint in {}", job_attempt(), restart_count(), work_dir_);
   } else if (resuming && restart_count() > 0) {

@@ -15,6 +15,7 @@
 // {max_iters | max_epochs, val_interval, by_epoch}, optim_wrapper,
 // param_scheduler, trainer {zero_grad_before_forward, gather_metric_period,
 // async_write_metrics}, default_hooks, custom_hooks, load_from, resume,
+// preemption (runner/preemption.h),
 // activation_checkpointing {module_types}.
 // Any other top-level key is an error naming its file and line (and the
 // nearest known key); a program that reads top-level keys of its own names
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "lockstep/config/config.h"
+#include "lockstep/core/stop_signals.h"
 #include "lockstep/engine/checkpointer.h"
 #include "lockstep/engine/trainer.h"
 
@@ -80,6 +82,9 @@ class Runner {
   Checkpointer& checkpointer() const;
   Trainer& trainer() const;
   uint64_t seed() const { return seed_; }
+  // Whether train() stopped early for a stop signal, saved, and the process
+  // should exit with kExitRequeue (runner/preemption.h).
+  bool preempted() const { return trainer_ != nullptr && trainer_->preempted(); }
 
  private:
   void setup_environment();
@@ -111,6 +116,8 @@ class Runner {
   bool resume_chosen_ = false;
   std::unique_ptr<Trainer> trainer_;
   std::map<std::string, double> last_val_metrics_;
+  // Catches the preemption signals from train() until the runner goes away.
+  std::unique_ptr<StopSignals> stop_signals_;
 };
 
 }  // namespace lockstep

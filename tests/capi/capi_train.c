@@ -34,6 +34,7 @@ static int fail(const char* what, lockstep_status status) {
 
 int main(int argc, char** argv) {
   int use_mpi = 0;
+  (void)use_mpi; /* read only in a build with MPI */
   if (argc > 1 && strcmp(argv[1], "--mpi") == 0) {
 #ifdef LOCKSTEP_CAPI_TEST_MPI
     use_mpi = 1;
