@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "lockstep/core/error.h"
+#include "lockstep/dist/mpi_meeting.h"
 
 extern char** environ;
 
@@ -146,8 +147,10 @@ DistEnv from_mpi(const Environment& env) {
   out.local_rank = required_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", out.launcher);
   out.local_world_size = optional_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", out.launcher, -1);
   const std::string* addr = find(env, "MASTER_ADDR");
-  LOCKSTEP_CHECK(addr != nullptr || out.world_size == 1, "launcher 'mpi': environment variable MASTER_ADDR is not "
-                 "set; export it to rank 0's host (mpirun -x MASTER_ADDR=<host>)");
+  out.meet_over_mpi = addr == nullptr && out.world_size > 1 && can_meet_over_mpi();
+  LOCKSTEP_CHECK(addr != nullptr || out.world_size == 1 || out.meet_over_mpi, "launcher 'mpi': environment variable "
+                 "MASTER_ADDR is not set; export it to rank 0's host (mpirun -x MASTER_ADDR=<host>), or build "
+                 "lockstep with MPI (libopenmpi-dev) to have the ranks find each other over MPI");
   if (addr) out.master_addr = *addr;
   out.master_port = port_from(env, out.launcher, false);
   return out;

@@ -31,6 +31,9 @@ struct DistEnv {
   int restart_count = 0;
   // job_attempt() below: the restart, or an elastic job's rendezvous round.
   int attempt = 0;
+  // Under mpirun without MASTER_ADDR, in a build with MPI: rank 0's address
+  // and port come over MPI_COMM_WORLD at init (dist/mpi_meeting.h).
+  bool meet_over_mpi = false;
   // The launcher the config named, when it left no variable at all behind
   // (the process was started by hand): the job runs as one process.
   std::string absent_launcher;

@@ -2,6 +2,7 @@
 
 #include "lockstep/dist/env.h"
 
+#include <algorithm>
 #include <atomic>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include "lockstep/core/logging.h"
 #include "lockstep/dist/comm.h"
 #include "lockstep/dist/job_identity.h"
+#include "lockstep/dist/mpi_meeting.h"
 #include "lockstep/dist/network.h"
 #include "lockstep/dist/rendezvous.h"
 
@@ -79,14 +81,25 @@ c10::intrusive_ptr<compat::C10dStore> connect_store(const InitOptions& options) 
   return job_view(store, spec.is_server, options.rank(), str_cat(spec.host, ":", spec.port), options.timeout());
 }
 
-// Groups the ranks by machine and builds this rank's node group.
-std::shared_ptr<ProcessGroup> make_local_group(const std::shared_ptr<ProcessGroup>& world, int node_rank) {
+// Groups the ranks by machine and builds this rank's node group. A launcher
+// that does not say which node a rank is on (mpirun's environment names no
+// node) has the machines told apart by host name, as MPI itself does, and
+// `node_rank` becomes the node's place among the nodes by their first rank.
+std::shared_ptr<ProcessGroup> make_local_group(const std::shared_ptr<ProcessGroup>& world, int& node_rank) {
   if (world->size() == 1) return world;
   std::string key = node_rank >= 0 ? str_cat("node", node_rank) : host_name();
   auto keys = all_gather_object(key, world);
   std::vector<int> members;
+  std::vector<std::string> nodes_in_order;
   for (int r = 0; r < world->size(); ++r) {
-    if (keys[static_cast<size_t>(r)] == key) members.push_back(r);
+    const std::string& other = keys[static_cast<size_t>(r)];
+    if (other == key) members.push_back(r);
+    if (std::find(nodes_in_order.begin(), nodes_in_order.end(), other) == nodes_in_order.end()) {
+      nodes_in_order.push_back(other);
+    }
+  }
+  if (node_rank < 0) {
+    node_rank = static_cast<int>(std::find(nodes_in_order.begin(), nodes_in_order.end(), key) - nodes_in_order.begin());
   }
   logger().info("rank {} of {}: node group '{}' = ranks {}", world->rank(), world->size(), key, format_ranks(members));
   if (static_cast<int>(members.size()) == world->size()) return world;
@@ -178,7 +191,9 @@ static std::shared_ptr<ProcessGroup> init_with_env(const InitOptions& options, D
   }
   s.world = std::make_shared<ProcessGroup>(std::move(parts));
   try {
-    s.local = make_local_group(s.world, options.node_rank());
+    int node_rank = options.node_rank();
+    s.local = make_local_group(s.world, node_rank);
+    env.node_rank = node_rank;
   } catch (...) {
     s.world.reset();
     throw;
@@ -190,6 +205,17 @@ static std::shared_ptr<ProcessGroup> init_with_env(const InitOptions& options, D
 std::shared_ptr<ProcessGroup> init_from_env(const std::string& launcher, const std::string& backend,
                                             std::chrono::milliseconds timeout) {
   DistEnv env = detect_dist_env(launcher);
+  if (env.meet_over_mpi) {
+    const MpiMeeting meeting = meet_over_mpi_world("launcher 'mpi' without MASTER_ADDR");
+    LOCKSTEP_CHECK(meeting.rank == env.rank && meeting.size == env.world_size, "launcher 'mpi': MPI_COMM_WORLD says rank ",
+                   meeting.rank, " of ", meeting.size, ", the environment rank ", env.rank, " of ", env.world_size);
+    env.master_addr = meeting.master_addr;
+    env.master_port = meeting.master_port;
+    env.node_rank = meeting.node_index;
+    env.local_world_size = meeting.local_size;
+    logger().info("rank {} of {}: found the others over MPI_COMM_WORLD (no MASTER_ADDR): rank 0 listens at {}:{}",
+                  env.rank, env.world_size, env.master_addr, env.master_port);
+  }
   InitOptions options;
   options.rank(env.rank).world_size(env.world_size).master_addr(env.master_addr).master_port(env.master_port)
       .backend(backend).timeout(timeout).node_rank(env.node_rank);

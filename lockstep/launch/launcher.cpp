@@ -363,11 +363,13 @@ class Supervisor {
         w.running = false;
         w.exit_code = decode_status(status);
         kill(-w.pid, SIGKILL);  // whatever the worker left in its process group
-        if (w.exit_code == kExitRequeue) {
+        if (w.exit_code == kExitRequeue && failure_code == 0) {
           // Note [A worker that asks to be started again]: it saved and
           // stopped for a preemption, as every rank of its job does at the
           // same iteration; not a failure to restart from, and the others
-          // get the time to finish saving.
+          // get the time to finish saving. (Workers this launcher stopped
+          // itself, for a failure or the next rendezvous round, exit so too:
+          // that stop goes on as it began.)
           requeue_ = true;
           if (!stopping) {
             stopping = true;

@@ -5,6 +5,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/dist/env.h"
+#include "lockstep/dist/mpi_meeting.h"
 
 namespace lockstep {
 namespace {
@@ -163,7 +164,15 @@ TEST(DetectDistEnv, ReadsOpenMpiVariables) {
   EXPECT_EQ(env.master_addr, "host0");
   EXPECT_EQ(env.master_port, 29500);
   vars.erase("MASTER_ADDR");
-  EXPECT_NE(error_of([&] { detect_dist_env("mpi", vars); }).find("MASTER_ADDR is not set"), std::string::npos);
+  // Without MASTER_ADDR the ranks meet over MPI_COMM_WORLD when lockstep has
+  // MPI (dist/mpi_meeting.h), and the error says how to go on when it has not.
+  if (can_meet_over_mpi()) {
+    EXPECT_TRUE(detect_dist_env("mpi", vars).meet_over_mpi);
+  } else {
+    EXPECT_NE(error_of([&] { detect_dist_env("mpi", vars); }).find("MASTER_ADDR is not set"), std::string::npos);
+  }
+  vars["MASTER_ADDR"] = "host0";
+  EXPECT_FALSE(detect_dist_env("mpi", vars).meet_over_mpi);
 }
 
 TEST(DetectDistEnv, AutoPicksTheLauncherThatApplies) {

@@ -34,6 +34,10 @@
 #             host 1 joins mid-epoch: the next round runs on both, resharding
 #             the checkpoint of one rank over two, the rest of the epoch is
 #             shared between them (each sample once), and the job finishes
+#   mpirun    Open MPI's mpirun on host 0 starts 2 ranks on each host (host 1
+#             through an rsh agent that enters its namespace), launcher: mpi
+#             with MASTER_ADDR, and auto without it (lockstep built with MPI):
+#             bitwise equal to the loopback run
 #
 # Exit 0: passed, 1: failed, 77: skipped (no root or no network namespaces).
 set -u
@@ -426,6 +430,54 @@ YAML
       expect_in "$work/grow/log.txt" "(written by 1 rank(s), 1 per shard group) to 2 ranks"
       python3 "$here/check_index_log.py" 0 60000 "$work"/grow/index_rank*.log || fail "the interrupted epoch's samples"
       echo "test accuracy after growing: $(accuracy "$work/grow-host0.log")"
+    fi
+    nothing_left_running
+    ;;
+  mpirun)
+    # Open MPI across the two hosts: mpirun runs on host 0 and starts host 1's
+    # daemon through an rsh agent that enters host 1's namespace (what ssh
+    # does between real machines). launcher: mpi with MASTER_ADDR, then auto
+    # without it when lockstep has MPI (rank 0's address comes over MPI).
+    command -v mpirun >/dev/null || { echo "SKIP: no mpirun (Debian package openmpi-bin)"; exit 77; }
+    cat >"$work/netns-rsh" <<AGENT
+#!/bin/bash
+# Open MPI's rsh agent: HOST COMMAND... -> COMMAND run in HOST's namespace.
+host=\$1
+shift
+case "\$host" in
+  $(host_addr 0)) ns=$(host_ns 0) ;;
+  $(host_addr 1)) ns=$(host_ns 1) ;;
+  *) echo "netns-rsh: unknown host \$host" >&2; exit 1 ;;
+esac
+# Its own host name too, as a real machine has.
+exec ip netns exec "\$ns" unshare --uts /bin/sh -c "hostname \$ns && \$*"
+AGENT
+    chmod +x "$work/netns-rsh"
+    mapfile -t job < <(train_argv "$work/loopback" "$ddp")
+    loopback loopback -- "${job[@]}"
+    mpi_job() {  # NAME LAUNCHER [-x VAR...]
+      local name=$1 launcher=$2
+      shift 2
+      mapfile -t job < <(train_argv "$work/$name" "strategy={type: DDPStrategy, backend: gloo, launcher: $launcher}")
+      on_host 0 unshare --uts timeout -k 5 240 sh -c 'hostname "$0" && exec "$@"' "$(host_ns 0)" \
+        mpirun --allow-run-as-root --oversubscribe -np 4 \
+        -H "$(host_addr 0):2,$(host_addr 1):2" --mca plm_rsh_agent "$work/netns-rsh" \
+        --mca oob_tcp_if_include eth0 --mca btl_tcp_if_include eth0 --mca btl self,tcp \
+        -x LOCKSTEP_JOB_TOKEN -x LOCKSTEP_TIMEOUT_S=60 -x OMP_NUM_THREADS=1 -x GLOO_SOCKET_IFNAME=eth0 "$@" \
+        "${job[@]}" >"$work/$name.log" 2>&1 || fail "mpirun ($name) exited with $?"
+    }
+    MASTER_ADDR=$(host_addr 0) MASTER_PORT=29500 mpi_job mpi mpi -x MASTER_ADDR -x MASTER_PORT
+    expect_in "$work/mpi.log" "strategy DDPStrategy (4 processes"
+    expect_in "$work/mpi.log" "rank 3 of 4: Gloo transport bound to GLOO_SOCKET_IFNAME=eth0"
+    expect_in "$work/mpi.log" "rank 2 of 4: node group '$(host_ns 1)' = ranks [2, 3]"
+    same_weights "$work/loopback/model_final.ckpt" "$work/mpi/model_final.ckpt"
+    if [ "$(cat "$build/tests/lockstep_with_mpi" 2>/dev/null)" = ON ]; then
+      mpi_job auto auto
+      expect_in "$work/auto.log" "rank 0 of 4: found the others over MPI_COMM_WORLD (no MASTER_ADDR): rank 0 listens at $(host_addr 0):"
+      expect_in "$work/auto.log" "rank 2 of 4: node group 'node1' = ranks [2, 3]"
+      same_weights "$work/loopback/model_final.ckpt" "$work/auto/model_final.ckpt"
+    else
+      echo "lockstep built without MPI: launcher auto without MASTER_ADDR not tried"
     fi
     nothing_left_running
     ;;

@@ -3,11 +3,11 @@
 // training images as float32 pixels (0..255, unnormalised, as lockstep's
 // FashionMNIST gives them) and their labels as int32,
 //   int64 N | N x 1 x 28 x 28 float32 | N int32
-// -- and how to start a program under Open MPI's mpirun.
+// -- and how to start a program under Open MPI's mpirun (tests/support/mpirun.h).
 //
 //   lockstep::testing::write_capi_training_data(dir.file("data.bin"), 640);
 //   if (auto problem = lockstep::testing::mpirun_problem(); !problem.empty()) GTEST_SKIP() << problem;
-//   auto argv = lockstep::testing::mpirun_command(2, {program, "--mpi", config});
+//   auto argv = lockstep::testing::mpirun_command(2, {program, config}, /*use_communicator=*/true);
 //
 // Header-only, so that any test binary can use it without build changes.
 #pragma once
@@ -20,6 +20,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/data/fashion_mnist.h"
+#include "tests/support/mpirun.h"
 #include "tests/support/test_support.h"
 
 namespace lockstep::testing {
@@ -36,31 +37,6 @@ inline void write_capi_training_data(const std::string& path, int64_t samples) {
   out.write(reinterpret_cast<const char*>(images.data_ptr<float>()), images.numel() * sizeof(float));
   out.write(reinterpret_cast<const char*>(labels.data_ptr<int32_t>()), labels.numel() * sizeof(int32_t));
   LOCKSTEP_CHECK(out.good(), "cannot write the C API test data to ", path);
-}
-
-// Empty when programs can be started with mpirun here, else why not.
-inline std::string mpirun_problem() {
-  static const std::string problem = [] {
-    const std::string marker = binary_dir() + "/tests/lockstep_with_mpi";
-    if (!file_exists(marker) || read_file(marker).rfind("ON", 0) != 0) {
-      return std::string("lockstep was built without MPI (libopenmpi-dev not found at configure time)");
-    }
-    auto result = run_command({"mpirun", "--version"}, {}, 60);
-    return result.exit_code == 0 ? std::string() : "mpirun does not run here: " + result.output;
-  }();
-  return problem;
-}
-
-// argv of `mpirun -np N PROGRAM [--mpi] ARGS...` (as root too, more ranks
-// than cores allowed). `use_communicator`: the program takes --mpi after its
-// name and starts lockstep from MPI_COMM_WORLD.
-inline std::vector<std::string> mpirun_command(int ranks, const std::vector<std::string>& program,
-                                               bool use_communicator = false) {
-  std::vector<std::string> argv{"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", std::to_string(ranks),
-                                program.at(0)};
-  if (use_communicator) argv.push_back("--mpi");
-  argv.insert(argv.end(), program.begin() + 1, program.end());
-  return argv;
 }
 
 }  // namespace lockstep::testing
