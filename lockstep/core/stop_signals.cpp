@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <thread>
 
 #include "lockstep/core/error.h"
 
@@ -20,7 +22,10 @@ namespace lockstep {
 namespace {
 
 std::atomic<int> g_received{0};
-std::atomic<bool> g_installed{false};
+std::mutex g_install_mutex;
+int g_installations = 0;  // StopSignals alive
+std::vector<int> g_installed_signals;
+std::thread g_grace_watch;
 int g_wake_pipe[2] = {-1, -1};
 std::map<int, struct sigaction> g_saved;
 
@@ -87,30 +92,35 @@ void watch_grace(int read_end, double grace_seconds) {
 }  // namespace
 
 StopSignals::StopSignals(std::vector<int> signals, double grace_seconds) : signals_(std::move(signals)) {
-  LOCKSTEP_CHECK(!g_installed.exchange(true), "StopSignals: another one is already installed in this process");
   LOCKSTEP_CHECK(std::isfinite(grace_seconds) && grace_seconds >= 0, "StopSignals: grace_seconds must be >= 0, got ",
                  grace_seconds);
+  std::lock_guard<std::mutex> lock(g_install_mutex);
+  // Two runs alive in one process (two Runners) share the first's handlers:
+  // a signal is the process's, and stops both.
+  if (g_installations++ > 0) return;
   if (pipe2(g_wake_pipe, O_CLOEXEC) != 0) {
-    g_installed = false;
+    --g_installations;
     LOCKSTEP_FAIL("StopSignals: pipe: ", std::strerror(errno));
   }
   g_received = 0;
-  grace_watch_ = std::thread(watch_grace, g_wake_pipe[0], grace_seconds);
+  g_grace_watch = std::thread(watch_grace, g_wake_pipe[0], grace_seconds);
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
+  g_installed_signals = signals_;
   for (int signal_number : signals_) sigaction(signal_number, &action, &g_saved[signal_number]);
 }
 
 StopSignals::~StopSignals() {
-  for (int signal_number : signals_) sigaction(signal_number, &g_saved[signal_number], nullptr);
+  std::lock_guard<std::mutex> lock(g_install_mutex);
+  if (--g_installations > 0) return;
+  for (int signal_number : g_installed_signals) sigaction(signal_number, &g_saved[signal_number], nullptr);
   g_saved.clear();
   close(g_wake_pipe[1]);
-  if (grace_watch_.joinable()) grace_watch_.join();
+  if (g_grace_watch.joinable()) g_grace_watch.join();
   close(g_wake_pipe[0]);
   g_wake_pipe[0] = g_wake_pipe[1] = -1;
-  g_installed = false;
 }
 
 int StopSignals::received() { return g_received.load(); }

@@ -22,12 +22,12 @@
 //     if (signals.received() != 0) { save(); return lockstep::kExitRequeue; }
 //   }
 //
-// One StopSignals at a time per process; the destructor restores the
-// previous handlers.
+// StopSignals alive at the same time (two Runners in one process) share the
+// first one's signals and grace; the last one to go restores the previous
+// handlers.
 #pragma once
 
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace lockstep {
@@ -50,7 +50,6 @@ class StopSignals {
 
  private:
   std::vector<int> signals_;
-  std::thread grace_watch_;
 };
 
 // "SIGTERM", "TERM", "USR1", "SIGUSR1" or the number of one of the signals
