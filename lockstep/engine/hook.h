@@ -87,6 +87,12 @@ class Hook {
   // (one tiny all-reduce), so that every rank stops at the same one; a stop
   // requested where no registered hook declares this is an error there.
   virtual bool may_request_stop() const { return false; }
+  // How often, in iterations, such a hook needs the ranks to vote: the
+  // trainer votes after iteration i when i + 1 is a multiple of the interval
+  // of any hook that may request a stop (and after before_train). A request
+  // waits for the next vote. PreemptionHook votes every 10 iterations: a
+  // signal can wait that long, the step should not pay a collective each time.
+  virtual int64_t stop_vote_interval() const { return 1; }
 
   // Stateful hooks return true and implement state()/load_state().
   virtual bool stateful() const { return false; }

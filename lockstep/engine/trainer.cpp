@@ -152,6 +152,10 @@ void Trainer::stop_for_preemption(const std::string& reason) {
 
 void Trainer::agree_on_stop() {
   if (!votes_on_stops_) return;
+  if (in_iteration_ && std::none_of(vote_intervals_.begin(), vote_intervals_.end(),
+                                    [this](int64_t every) { return (iter_ + 1) % every == 0; })) {
+    return;  // no vote at this iteration: a request waits for the next
+  }
   const bool stop_here = stop_requested_here_;
   const bool preemption_here = preemption_requested_here_;
   stop_requested_here_ = false;
@@ -204,6 +208,12 @@ void Trainer::begin(int64_t start_iter, int64_t max_iter) {
                       return hook->may_request_stop();
                     });
   stop_requested_here_ = preemption_requested_here_ = preempted_ = false;
+  vote_intervals_.clear();
+  for (const auto& hook : hooks_) {
+    if (!hook->may_request_stop()) continue;
+    LOCKSTEP_CHECK(hook->stop_vote_interval() >= 1, "hook ", hook->name(), ": stop_vote_interval() must be at least 1");
+    vote_intervals_.push_back(hook->stop_vote_interval());
+  }
   running_ = true;
   try {
     before_train();

@@ -184,6 +184,7 @@ class Trainer {
   int64_t resume_iteration_ = 0;
   std::function<bool(bool)> stop_agreement_;
   bool votes_on_stops_ = false;        // a registered hook may request a stop (set by train())
+  std::vector<int64_t> vote_intervals_;  // of the hooks that may request a stop
   bool stop_requested_here_ = false;   // this rank asked since the last vote
   bool preemption_requested_here_ = false;
   bool preempted_ = false;

@@ -22,7 +22,7 @@ PreemptionSettings parse_preemption(const Config& section) {
     return settings;
   }
   LOCKSTEP_CHECK(section.is_map(), section.where(), ": preemption is a map: {signals: [SIGTERM, SIGUSR1], grace_s: "
-                 "120, auto_requeue: false}");
+                 "120, check_interval: 10, auto_requeue: false}");
   const auto names = section.get<std::vector<std::string>>("signals", {"SIGTERM", "SIGUSR1"});
   for (size_t i = 0; i < names.size(); ++i) {
     settings.signals.push_back(parse_signal(names[i], section.where("signals") + "[" + std::to_string(i) + "]"));
@@ -30,6 +30,9 @@ PreemptionSettings parse_preemption(const Config& section) {
   settings.grace_s = section.get<double>("grace_s", settings.grace_s);
   LOCKSTEP_CHECK(std::isfinite(settings.grace_s) && settings.grace_s >= 0, section.where("grace_s"),
                  ": grace_s must be >= 0 seconds (0: no limit), got ", settings.grace_s);
+  settings.check_interval = section.get<int64_t>("check_interval", settings.check_interval);
+  LOCKSTEP_CHECK(settings.check_interval >= 1, section.where("check_interval"),
+                 ": check_interval must be at least 1 iteration, got ", settings.check_interval);
   settings.auto_requeue = section.get<bool>("auto_requeue", false);
   section.check_all_used("preemption");
   return settings;

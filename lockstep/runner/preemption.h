@@ -5,6 +5,7 @@
 //   preemption:
 //     signals: [SIGTERM, SIGUSR1]   # the default; [] turns preemption off
 //     grace_s: 120                  # after the first signal, exit at the latest this much later
+//     check_interval: 10            # the ranks vote on a signal every this many iterations
 //     auto_requeue: true            # under SLURM: rank 0 runs `scontrol requeue $SLURM_JOB_ID`
 //
 // On the first of the signals every rank finishes its iteration, the ranks
@@ -17,6 +18,7 @@
 //   if (!settings.signals.empty()) signals.emplace(settings.signals, settings.grace_s);
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,7 @@ namespace lockstep {
 struct PreemptionSettings {
   std::vector<int> signals;
   double grace_s = 120;
+  int64_t check_interval = 10;
   bool auto_requeue = false;
 };
 

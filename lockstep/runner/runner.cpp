@@ -276,7 +276,7 @@ std::map<std::string, double> Runner::train() {
     // Installed before the resume: a signal that comes while the checkpoint
     // loads stops the run after its first iteration, saved.
     stop_signals_ = std::make_unique<StopSignals>(preemption.signals, preemption.grace_s);
-    trainer_->register_hooks({std::make_shared<PreemptionHook>()});
+    trainer_->register_hooks({std::make_shared<PreemptionHook>(preemption.check_interval)});
   }
   const int64_t start_iter = restore();
   trainer_->train(std::min(start_iter, max_iters_), max_iters_);

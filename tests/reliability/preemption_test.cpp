@@ -58,6 +58,9 @@ TEST_F(Preemption, SigtermToTheLauncherSavesExits75AndTheResumedRunIsBitwiseEqua
   const std::string work = dir_->file("term");
   auto preempted = testing::run_command(
       testing::launched(2, {}, testing::train_argv(config_, work, {testing::ddp_strategy_line(),
+                                                                    // a vote every iteration: stopped wherever the
+                                                                    // forwarded signal lands, however late
+                                                                    "preemption.check_interval=1",
                                                                     fault_hook("signal_at_iter: 12, signal: SIGTERM, "
                                                                                "signal_to: launcher, rank: 0")})),
       kEnv, 180);
@@ -101,14 +104,16 @@ TEST_F(Preemption, ASignalOnOneRankStopsEveryRankAtTheSameIteration) {
   const std::string rank1 = testing::read_file(work + "/log_rank1.txt");
   EXPECT_TRUE(contains(rank1, "sending SIGUSR1 to this process")) << rank1;
   EXPECT_TRUE(contains(rank1, "SIGUSR1 received: stopping at the iteration every rank agrees on")) << rank1;
-  EXPECT_TRUE(contains(rank1, "Stopping training after iteration 7: stop signal received; saving to resume later"))
+  // The ranks vote every 10 iterations (preemption.check_interval): after iteration 9.
+  EXPECT_TRUE(contains(rank1, "Stopping training after iteration 9: stop signal received; saving to resume later"))
       << rank1;
   EXPECT_TRUE(contains(preempted.output, "[rank0]: ")) << preempted.output;
-  EXPECT_TRUE(contains(preempted.output, "Stopping training after iteration 7: another rank received a stop signal; "
+  EXPECT_TRUE(contains(preempted.output, "Stopping training after iteration 9: another rank received a stop signal; "
                                          "saving to resume later"))
       << preempted.output;
-  EXPECT_EQ(preempted_at(preempted.output), 7) << preempted.output;
-  EXPECT_TRUE(testing::file_exists(work + "/model_0000007.ckpt")) << preempted.output;
+  EXPECT_EQ(preempted_at(preempted.output), 9) << preempted.output;
+  EXPECT_TRUE(testing::file_exists(work + "/model_0000009.ckpt")) << preempted.output;
+  EXPECT_FALSE(testing::file_exists(work + "/model_0000014.ckpt")) << preempted.output;
 
   auto argv = testing::train_argv(config_, work, {testing::ddp_strategy_line()});
   argv.push_back("--resume");
