@@ -13,26 +13,6 @@ namespace {
 
 using testing::contains;
 
-// 6 iterations per epoch on 4 ranks, shuffled, 30 iterations.
-const char* const kJob = R"YAML(
-randomness: {seed: 11}
-model:
-  type: MLP
-  in_features: 64
-  hidden: [32, 32]
-  data_preprocessor: {type: ImgDataPreprocessor, mean: [100.0], std: [60.0]}
-train_dataloader:
-  batch_size: 4
-  sampler: {type: DefaultSampler, shuffle: true}
-  dataset: {type: SyntheticImages, size: 96, height: 8, width: 8, seed: 1}
-train_cfg: {max_iters: 30, by_epoch: false}
-optim_wrapper:
-  optimizer: {type: SGD, lr: 0.05, momentum: 0.9, weight_decay: 0.0001}
-default_hooks:
-  logger: {interval: 10}
-  checkpoint: {by_epoch: false, interval: 10}
-)YAML";
-
 std::vector<std::string> train(const std::string& config, const std::string& work_dir, const std::string& launcher) {
   return {testing::lockstep_binary(), "train",
           config,
@@ -45,15 +25,15 @@ std::vector<std::string> train(const std::string& config, const std::string& wor
 TEST(Mpirun, FourRanksOnOneHostTrainBitwiseLikeTheSameJobUnderLockstepRun) {
   if (auto problem = testing::mpirun_problem(/*needs_mpi_build=*/false); !problem.empty()) GTEST_SKIP() << problem;
   testing::TempDir dir;
-  const std::string config = dir.file("job.yaml");
-  testing::write_file(config, kJob);
+  // The reliability tests' job: shuffled, 30 iterations, 3 per epoch on 4 ranks.
+  const std::string config = testing::write_reliability_config(dir);
   const std::vector<std::string> env{"LOCKSTEP_TIMEOUT_S=60", "OMP_NUM_THREADS=1"};
 
   auto loopback = testing::run_command(testing::launched(4, {}, train(config, dir.file("loopback"), "pytorch")), env, 300);
   ASSERT_EQ(loopback.exit_code, 0) << loopback.output;
   const auto expected = testing::checkpoint_weights(dir.file("loopback/model_final.ckpt"));
   // The comparison can fail: training moved the weights.
-  EXPECT_FALSE(testing::bitwise_equal(expected, testing::checkpoint_weights(dir.file("loopback/model_0000009.ckpt"))));
+  EXPECT_FALSE(testing::bitwise_equal(expected, testing::checkpoint_weights(dir.file("loopback/model_0000019.ckpt"))));
 
   // launcher: mpi, rank 0's address given as Open MPI users give it.
   auto with_address = testing::run_command(
