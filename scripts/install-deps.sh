@@ -20,6 +20,7 @@ packages=(
   fortunes
   iproute2 procps psmisc
   gfortran openmpi-bin libopenmpi-dev
+  slurm-wlm slurmctld slurmd slurm-client munge util-linux
 )
 case "${1:-}" in
   --chroot) packages+=(debootstrap) ;;

@@ -61,6 +61,19 @@ int port_from(const Environment& env, const std::string& launcher, bool required
   return static_cast<int>(port);
 }
 
+// Note [A port per SLURM job]: two jobs that share a node (several jobs of
+// a few GPUs each on one machine) must not both listen on 29500. Without
+// MASTER_PORT, a SLURM job's port is 15000 + the last four digits of its job
+// id, as PyTorch Lightning's SLURMEnvironment does: the same on every task of
+// the job, different for jobs that run side by side (unless their ids differ
+// by a multiple of 10000), and the same again after a requeue (same job id).
+int slurm_job_port(const Environment& env) {
+  const std::string* job = find(env, "SLURM_JOB_ID");
+  if (job == nullptr || job->empty() || job->find_first_not_of("0123456789") != std::string::npos) return 29500;
+  const std::string last4 = job->size() > 4 ? job->substr(job->size() - 4) : *job;
+  return 15000 + std::stoi(last4);
+}
+
 void validate(const DistEnv& env) {
   const std::string& l = env.launcher;
   LOCKSTEP_CHECK(env.world_size >= 1, "launcher '", l, "': the world size must be at least 1, got ", env.world_size);
@@ -135,7 +148,7 @@ DistEnv from_slurm(const Environment& env) {
       }
     }
   }
-  out.master_port = port_from(env, out.launcher, false);
+  out.master_port = find(env, "MASTER_PORT") ? port_from(env, out.launcher, false) : slurm_job_port(env);
   return out;
 }
 

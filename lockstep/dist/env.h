@@ -8,6 +8,9 @@
 //
 // Errors name the missing or invalid variable. SLURM_NODELIST is expanded by
 // lockstep itself (no `scontrol`): "node[01-03,07],gpu5" has four hosts.
+// MASTER_PORT defaults to 29500, except under SLURM: 15000 + the last four
+// digits of SLURM_JOB_ID, so that jobs sharing a node do not collide (Note [A
+// port per SLURM job] in env.cpp).
 #pragma once
 
 #include <map>

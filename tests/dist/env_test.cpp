@@ -121,7 +121,17 @@ TEST(DetectDistEnv, ReadsSlurmVariablesAndTheFirstHost) {
   EXPECT_EQ(env.node_rank, 2);
   EXPECT_EQ(env.local_world_size, 3);  // node 2 of "2(x2),3"
   EXPECT_EQ(env.master_addr, "gpu07");
-  EXPECT_EQ(env.master_port, 29500);
+  EXPECT_EQ(env.master_port, 29500);  // no SLURM_JOB_ID
+}
+
+TEST(DetectDistEnv, SlurmJobsGetAPortOfTheirOwn) {
+  auto vars = slurm_env();
+  vars["SLURM_JOB_ID"] = "4312345";
+  EXPECT_EQ(detect_dist_env("slurm", vars).master_port, 15000 + 2345);  // PyTorch Lightning's rule
+  vars["SLURM_JOB_ID"] = "17";
+  EXPECT_EQ(detect_dist_env("slurm", vars).master_port, 15017);
+  vars["MASTER_PORT"] = "1234";
+  EXPECT_EQ(detect_dist_env("slurm", vars).master_port, 1234);
 }
 
 TEST(DetectDistEnv, SlurmPrefersExplicitMasterAndTasksPerNode) {

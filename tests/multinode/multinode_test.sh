@@ -38,6 +38,9 @@
 #             through an rsh agent that enters its namespace), launcher: mpi
 #             with MASTER_ADDR, and auto without it (lockstep built with MPI):
 #             bitwise equal to the loopback run
+#   slurm     a real SLURM cluster (slurmctld, two slurmd): srun, sbatch and
+#   requeue   `srun ... lockstep run`, and a preempted job requeued by
+#             auto_requeue; see slurm_scenarios.sh
 #
 # Exit 0: passed, 1: failed, 77: skipped (no root or no network namespaces).
 set -u
@@ -57,6 +60,7 @@ fi
 
 work=$(mktemp -d /tmp/lockstep-multinode-"$scenario".XXXXXX)
 cleanup() {
+  declare -F slurm_cluster_down >/dev/null && slurm_cluster_down
   netns_hosts_down
   [ -n "${KEEP_WORK:-}" ] || rm -rf "$work"
 }
@@ -73,6 +77,7 @@ fail() {
     echo "----- $(basename "$log") (last 40 lines)"
     tail -n 40 "$log"
   done
+  declare -F slurm_cluster_logs >/dev/null && slurm_cluster_logs
   # Whatever is still alive on the hosts, and where it waits in the kernel.
   local host pids
   for ((host = 0; host < HOSTS; host++)); do
@@ -480,6 +485,11 @@ AGENT
       echo "lockstep built without MPI: launcher auto without MASTER_ADDR not tried"
     fi
     nothing_left_running
+    ;;
+  slurm | requeue)
+    # shellcheck source=slurm_scenarios.sh
+    source "$here/slurm_scenarios.sh"
+    slurm_scenario
     ;;
   *)
     echo "unknown scenario '$scenario'"
