@@ -4,8 +4,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +25,7 @@
 #include "lockstep/launch/elastic_rendezvous.h"
 #include "lockstep/launch/line_prefixer.h"
 #include "lockstep/launch/restart_rounds.h"
+#include "lockstep/launch/spawn_worker.h"
 
 namespace lockstep {
 
@@ -262,8 +261,8 @@ class Supervisor {
     int out[2], err[2];
     LOCKSTEP_CHECK(pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0, "lockstep run: pipe: ",
                    std::strerror(errno));
-    // Everything the child needs is built before fork: after it, only
-    // async-signal-safe calls (the launcher has threads: the store server).
+    // Everything the child needs is built before it starts: it runs only
+    // system calls (lockstep/launch/spawn_worker.h).
     std::vector<std::string> env_lines;
     for (const auto& [key, value] : env) env_lines.push_back(key + "=" + value);
     std::vector<char*> envp, argv;
@@ -272,46 +271,25 @@ class Supervisor {
     std::vector<std::string> command = options_.command();
     for (auto& arg : command) argv.push_back(arg.data());
     argv.push_back(nullptr);
-    std::string exec_error = "lockstep run: cannot execute '" + command[0] + "': ";
-
-    const pid_t launcher = getpid();
+    const std::string exec_error = "lockstep run: cannot execute '" + command[0] + "': ";
     // The child starts with the launcher's signal handlers, which write into
     // the launcher's signal pipe: a SIGTERM sent to a worker that has not yet
     // reset them (a peer failed in the same millisecond) would read as the
-    // launcher's own. So the signals stay blocked from before fork until the
-    // child has its default handlers; one sent meanwhile waits, then kills it.
-    sigset_t handled, saved_mask;
+    // launcher's own. So they stay blocked until the child has its defaults.
+    sigset_t handled;
     sigemptyset(&handled);
-    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) sigaddset(&handled, s);
-    pthread_sigmask(SIG_BLOCK, &handled, &saved_mask);
-    pid_t pid = fork();
-    if (pid != 0) pthread_sigmask(SIG_SETMASK, &saved_mask, nullptr);
-    LOCKSTEP_CHECK(pid >= 0, "lockstep run: fork: ", std::strerror(errno));
-    if (pid == 0) {
-      setpgid(0, 0);
-      struct sigaction default_action {};
-      default_action.sa_handler = SIG_DFL;
-      for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) sigaction(s, &default_action, nullptr);
-      // A launcher killed outright (SIGKILL) takes its workers with it.
-      prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (getppid() != launcher) _exit(128 + SIGTERM);
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
-      dup2(out[1], STDOUT_FILENO);
-      dup2(err[1], STDERR_FILENO);
-#ifdef SYS_close_range
-      syscall(SYS_close_range, 3U, ~0U, 0U);
-#endif
-      execvpe(argv[0], argv.data(), envp.data());
-      const char* reason = std::strerror(errno);
-      ssize_t ignored = write(STDERR_FILENO, exec_error.data(), exec_error.size());
-      ignored = write(STDERR_FILENO, reason, std::strlen(reason));
-      ignored = write(STDERR_FILENO, "\n", 1);
-      (void)ignored;
-      _exit(127);
+    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE, SIGUSR1, SIGUSR2}) sigaddset(&handled, s);
+    const SpawnedWorker child = spawn_worker(argv.data(), envp.data(), out[1], err[1], handled);
+    if (child.pid < 0) {
+      const int reason = errno;
+      for (int fd : {out[0], out[1], err[0], err[1]}) close(fd);
+      LOCKSTEP_FAIL("lockstep run: cannot start a worker process: ", std::strerror(reason));
     }
-    setpgid(pid, pid);  // also in the parent, so that killpg works whoever runs first
+    if (child.exec_errno != 0) {
+      // The child exits with 127; its reason reaches the log like its output would.
+      write_all(err[1], exec_error + std::strerror(child.exec_errno) + "\n");
+    }
+    const pid_t pid = child.pid;
     close(out[1]);
     close(err[1]);
     w.pid = pid;
