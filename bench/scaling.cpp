@@ -2,18 +2,22 @@
 // number of ranks grows, under `lockstep run` and under torchrun (Debian's
 // python3-torch) starting the same workers in the same run.
 //
-// Each worker is a whole lockstep run (Runner, DDP over Gloo, a tiny MLP, one
-// iteration, a checkpoint) that records when it started, when its first step
-// ended (after DDP's all-reduce: every rank is in) and when its checkpoint was
-// written; the driver adds when the launcher exited. For each N the two
-// launchers alternate; the ratio lockstep / torchrun of the time to the first
-// step is the figure of merit (the rest is the same worker code). At the
-// largest N that ran, lockstep runs twice more, once with a stranger
-// hammering the launcher's store port with garbage connections the whole time. At 32 ranks the weights after
-// the step are compared with one process stepping on the whole global batch.
+// Two kinds of worker. A whole one is a lockstep run (Runner, DDP over Gloo,
+// a tiny MLP, one iteration, a checkpoint) that records when it started, when
+// its first step ended (after DDP's all-reduce: every rank is in) and when its
+// checkpoint was written; a light one rendezvouses, builds the world group,
+// all-reduces once and exits (what fits 128 ranks on one host). The driver
+// adds when the launcher exited. For each N the two launchers alternate; the
+// ratio lockstep / torchrun of the time to the first step is the figure of
+// merit (the rest is the same worker code). At the largest N that ran (light),
+// lockstep runs twice more, once with a stranger hammering the launcher's
+// store port with garbage connections the whole time. At 32 ranks the weights
+// after the whole workers' step are compared with one process stepping on the
+// whole global batch.
 //
-//   build/bench/bench_scaling                   # BENCH_SCALING_NS=8,16,32,64,128
+//   build/bench/bench_scaling       # BENCH_SCALING_NS=8,16,32,64 BENCH_SCALING_LIGHT_NS=8,16,32,64,128
 //   build/bench/bench_scaling worker OUT_DIR    # (what the launchers start)
+//   build/bench/bench_scaling light OUT_DIR
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -115,6 +119,26 @@ int worker(const std::string& out_dir) {
   return 0;
 }
 
+// What the 128-rank runs start (each whole worker would need more ports than
+// one host has: BENCHMARKS.md): rendezvous, the world group, one all-reduce,
+// exit. "first step" is the all-reduce's end; there is no checkpoint.
+int light_worker(const std::string& out_dir) {
+  const double started = wall_now();
+  logger().set_level(spdlog::level::warn);
+  const DistEnv env = detect_dist_env();
+  init_from_env("auto", "gloo", std::chrono::seconds(300));
+  torch::Tensor one = torch::ones({1});
+  world()->all_reduce(one);
+  const double reduced = wall_now();
+  LOCKSTEP_CHECK(one.item<float>() == static_cast<float>(env.world_size), "light worker: the all-reduce gave ",
+                 one.item<float>(), " instead of ", env.world_size);
+  destroy_process_group();
+  const double ended = wall_now();
+  std::ofstream(out_dir + "/rank_" + std::to_string(env.rank) + ".txt")
+      << std::fixed << started << " " << reduced << " " << reduced << " " << ended << "\n";
+  return 0;
+}
+
 struct Times {
   double first_step = 0, checkpoint = 0, exit = 0, slowest_start = 0;
   bool ok = false;
@@ -144,19 +168,20 @@ Times run_job(const std::vector<std::string>& argv, int nproc, const std::string
   return times;
 }
 
-std::vector<std::string> lockstep_run(int nproc, int port, const std::string& out_dir) {
+// kind: "worker" (a whole lockstep run) or "light" (light_worker).
+std::vector<std::string> lockstep_run(int nproc, int port, const std::string& out_dir, const std::string& kind) {
   return {testing::lockstep_binary(), "run", "--nnodes", "1", "--node-rank", "0", "--master-addr", "127.0.0.1",
           "--master-port", std::to_string(port), "--nproc-per-node", std::to_string(nproc), "--no-prefix", "--",
-          bench::self_path(), "worker", out_dir};
+          bench::self_path(), kind, out_dir};
 }
 
-std::vector<std::string> torchrun(int nproc, int port, const std::string& out_dir) {
+std::vector<std::string> torchrun(int nproc, int port, const std::string& out_dir, const std::string& kind) {
   // Debian bookworm's torchrun (torch 1.13 on Python 3.11) crashes on its
   // default --redirects/--tee "0"; explicit values avoid the bug.
   return {"/usr/bin/python3", "-m", "torch.distributed.run", "--no_python", "--redirects", "1", "--tee", "1",
           "--nnodes", "1", "--node_rank", "0",
           "--master_addr", "127.0.0.1", "--master_port", std::to_string(port), "--nproc_per_node",
-          std::to_string(nproc), bench::self_path(), "worker", out_dir};
+          std::to_string(nproc), bench::self_path(), kind, out_dir};
 }
 
 // A stranger on the store's port: connects, writes random bytes, hangs up,
@@ -199,53 +224,67 @@ double relative_difference(const std::string& a, const std::string& b) {
 
 int main(int argc, char** argv) {
   if (argc >= 3 && std::string(argv[1]) == "worker") return worker(argv[2]);
-  std::vector<int> sizes;
-  {
-    const char* text = std::getenv("BENCH_SCALING_NS");
-    std::stringstream list(text != nullptr && *text != '\0' ? text : "8,16,32,64,128");
-    for (std::string item; std::getline(list, item, ',');) sizes.push_back(std::stoi(item));
-  }
+  if (argc >= 3 && std::string(argv[1]) == "light") return light_worker(argv[2]);
+  const auto sizes_from = [](const char* variable, const char* fallback) {
+    std::vector<int> sizes;
+    const char* text = std::getenv(variable);
+    std::stringstream list(text != nullptr ? text : fallback);
+    for (std::string item; std::getline(list, item, ',');) {
+      if (!item.empty()) sizes.push_back(std::stoi(item));
+    }
+    return sizes;
+  };
+  const std::vector<int> whole_sizes = sizes_from("BENCH_SCALING_NS", "8,16,32,64");
+  const std::vector<int> light_sizes = sizes_from("BENCH_SCALING_LIGHT_NS", "8,16,32,64,128");
   const bool with_torchrun = testing::python_has("torch");
   const std::string root = fs::temp_directory_path() / ("lockstep_bench_scaling_" + std::to_string(getpid()));
   int port = 29600 + static_cast<int>(getpid() % 300);
-  std::printf("scaling: one lockstep run per rank (Runner, DDP over Gloo, MLP 64-32-10, 1 iteration, a checkpoint), "
-              "1 thread each, %u cores\n",
+  std::printf("scaling: 'whole' workers are one lockstep run per rank (Runner, DDP over Gloo, MLP 64-32-10, 1 "
+              "iteration, a checkpoint); 'light' workers rendezvous, build the world group, all-reduce once and "
+              "exit; 1 thread each, %u cores\n",
               std::thread::hardware_concurrency());
-  std::printf("%6s  %-22s %12s %12s %12s %12s\n", "ranks", "launcher", "last start", "first step", "checkpoint",
+  std::printf("%6s  %-30s %12s %12s %12s %12s\n", "ranks", "launcher", "last start", "first step", "checkpoint",
               "exit");
-  const auto row = [](int n, const char* name, const Times& t) {
+  const auto row = [](int n, const std::string& name, const Times& t) {
     if (!t.ok) {
-      std::printf("%6d  %-22s FAILED\n%s\n", n, name, t.output.substr(t.output.size() > 4000 ? t.output.size() - 4000 : 0).c_str());
+      std::printf("%6d  %-30s FAILED\n%s\n", n, name.c_str(),
+                  t.output.substr(t.output.size() > 4000 ? t.output.size() - 4000 : 0).c_str());
       return;
     }
-    std::printf("%6d  %-22s %10.2f s %10.2f s %10.2f s %10.2f s\n", n, name, t.slowest_start, t.first_step,
+    std::printf("%6d  %-30s %10.2f s %10.2f s %10.2f s %10.2f s\n", n, name.c_str(), t.slowest_start, t.first_step,
                 t.checkpoint, t.exit);
     std::fflush(stdout);
   };
   std::vector<std::string> results;
-  int largest_ok = 0;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    const int n = sizes[i];
+  // Both launchers at each N, alternating which goes first. Returns lockstep's times.
+  int turn_order = 0;
+  const auto compare = [&](int n, const std::string& kind) {
     Times ours, theirs;
-    // Alternate which launcher goes first.
+    const std::string what = kind == "light" ? " (light)" : "";
     for (int turn = 0; turn < 2; ++turn) {
-      const bool lockstep_turn = (turn == 0) == (i % 2 == 0);
-      const std::string out = root + (lockstep_turn ? "/lockstep_" : "/torchrun_") + std::to_string(n);
+      const bool lockstep_turn = (turn == 0) == (turn_order % 2 == 0);
+      const std::string out = root + "/" + kind + (lockstep_turn ? "_lockstep_" : "_torchrun_") + std::to_string(n);
       if (lockstep_turn) {
-        ours = run_job(lockstep_run(n, ++port, out), n, out);
-        row(n, "lockstep run", ours);
+        ours = run_job(lockstep_run(n, ++port, out, kind), n, out);
+        row(n, "lockstep run" + what, ours);
       } else if (with_torchrun) {
-        theirs = run_job(torchrun(n, ++port, out), n, out);
-        row(n, "torchrun (PyTorch 1.13)", theirs);
+        theirs = run_job(torchrun(n, ++port, out, kind), n, out);
+        row(n, "torchrun (PyTorch 1.13)" + what, theirs);
       }
     }
+    ++turn_order;
     if (ours.ok && theirs.ok) {
       char line[256];
       std::snprintf(line, sizeof(line),
-                    "RESULT scaling N=%d time to first step lockstep/torchrun = %.3f (%.2f s / %.2f s); exit %.3f", n,
-                    ours.first_step / theirs.first_step, ours.first_step, theirs.first_step, ours.exit / theirs.exit);
+                    "RESULT scaling %s N=%d time to first step lockstep/torchrun = %.3f (%.2f s / %.2f s); exit %.3f",
+                    kind.c_str(), n, ours.first_step / theirs.first_step, ours.first_step, theirs.first_step,
+                    ours.exit / theirs.exit);
       results.push_back(line);
     }
+    return ours;
+  };
+  for (int n : whole_sizes) {
+    const Times ours = compare(n, "worker");
     if (n == 32 && ours.ok) {
       // One process on the whole global batch, the same first step.
       const std::string single = root + "/single";
@@ -257,32 +296,35 @@ int main(int argc, char** argv) {
         std::snprintf(line, sizeof(line),
                       "RESULT scaling DDP at 32 ranks (batch 2 each) vs one process (batch 64): max relative "
                       "difference of the weights after the step = %.2e (bound 1e-5)",
-                      relative_difference(root + "/lockstep_32/work/model_0000000.ckpt",
+                      relative_difference(root + "/worker_lockstep_32/work/model_0000000.ckpt",
                                           single + "/work/model_0000000.ckpt"));
         results.push_back(line);
       }
     }
-    if (ours.ok) largest_ok = n;
   }
-  if (largest_ok > 0) {
-    // The stranger at the largest N that ran.
-    const int n = largest_ok;
-    Times ours = run_job(lockstep_run(n, ++port, root + "/again_" + std::to_string(n)), n,
-                         root + "/again_" + std::to_string(n));
-    row(n, "lockstep run (again)", ours);
+  int largest_light = 0;
+  for (int n : light_sizes) {
+    if (compare(n, "light").ok) largest_light = n;
+  }
+  if (largest_light > 0) {
+    // The stranger at the largest N that ran: once without, once with.
+    const int n = largest_light;
+    const std::string again = root + "/again_" + std::to_string(n);
+    Times ours = run_job(lockstep_run(n, ++port, again, "light"), n, again);
+    row(n, "lockstep run (light, again)", ours);
     std::atomic<bool> stop{false};
     const int hammered_port = ++port;
     long connections = 0;
     std::thread stranger([&] { connections = hammer(hammered_port, stop); });
     const std::string out = root + "/garbage_" + std::to_string(n);
-    Times garbage = run_job(lockstep_run(n, hammered_port, out), n, out);
+    Times garbage = run_job(lockstep_run(n, hammered_port, out, "light"), n, out);
     stop = true;
     stranger.join();
-    row(n, "lockstep run + garbage", garbage);
+    row(n, "lockstep run (light) + garbage", garbage);
     char line[256];
     std::snprintf(line, sizeof(line),
-                  "RESULT scaling N=%d with %ld garbage connections to the store meanwhile: %s, first step %.2f s "
-                  "(%.3f of the run just before without)",
+                  "RESULT scaling light N=%d with %ld garbage connections to the store meanwhile: %s, first step "
+                  "%.2f s (%.3f of the run just before without)",
                   n, connections, garbage.ok ? "finished" : "FAILED", garbage.first_step,
                   ours.ok && garbage.ok ? garbage.first_step / ours.first_step : 0.0);
     results.push_back(line);

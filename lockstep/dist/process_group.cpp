@@ -502,6 +502,10 @@ std::shared_ptr<Work> ProcessGroup::recv(torch::Tensor& tensor, int src, int tag
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks, std::string group_name) {
+  // Groups may be built from several threads (LazyGroup); one at a time, so
+  // that child_names_ and the shared Gloo device see one builder.
+  static std::mutex building;
+  std::lock_guard<std::mutex> lock(building);
   LOCKSTEP_CHECK(!ranks.empty(), "new_group on group '", name(), "': no ranks given");
   std::sort(ranks.begin(), ranks.end());
   for (size_t i = 0; i < ranks.size(); ++i) {
