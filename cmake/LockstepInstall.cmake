@@ -38,13 +38,21 @@ endif()
 configure_file(${PROJECT_SOURCE_DIR}/cmake/lockstep.pc.in ${PROJECT_BINARY_DIR}/lockstep.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/lockstep.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
-# Headers keep their lockstep/<folder>/ paths; test helpers and test data stay behind.
+# Headers keep their lockstep/<folder>/ paths; test helpers, test data and the
+# headers only the library's own sources include (no installed header does)
+# stay behind: what is installed is the API.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/lockstep/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/lockstep
   FILES_MATCHING PATTERN "*.h"
   PATTERN "testdata" EXCLUDE
   PATTERN "fuzz" EXCLUDE
   PATTERN "*_test.h" EXCLUDE
-  PATTERN "*_test_util.h" EXCLUDE)
+  PATTERN "*_test_util.h" EXCLUDE
+  PATTERN "config_node.h" EXCLUDE
+  PATTERN "node_hierarchy.h" EXCLUDE
+  PATTERN "ring.h" EXCLUDE
+  PATTERN "internal_error.h" EXCLUDE
+  PATTERN "pch.h" EXCLUDE
+  PATTERN "spawn_worker.h" EXCLUDE)
 
 install(EXPORT LockstepTargets NAMESPACE lockstep:: FILE LockstepTargets.cmake
   DESTINATION ${LOCKSTEP_INSTALL_CMAKEDIR})

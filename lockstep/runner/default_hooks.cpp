@@ -66,9 +66,13 @@ std::shared_ptr<Hook> build_slot(const Slot& slot, const Config& section, const 
   return with_priority(hook_registry().build_as(type, section, context), priority);
 }
 
-// A hook the runner adds by itself, from a config of its own making.
-std::shared_ptr<Hook> build_internal(const std::string& yaml, const HookContext& context, int priority) {
-  Config config = Config::parse(yaml, "<default_hooks>");
+// A hook the runner adds by itself: {type: TYPE} plus `fields`, nodes of the
+// user's config (so that their errors name the user's file and line).
+std::shared_ptr<Hook> build_internal(const std::string& type, const std::vector<std::pair<std::string, Config>>& fields,
+                                     const HookContext& context, int priority) {
+  Config config = Config::map();
+  config.set("type", Config::scalar(type));
+  for (const auto& [key, value] : fields) config.set(key, value);
   return with_priority(hook_registry().build(config, context), priority);
 }
 
@@ -96,25 +100,26 @@ std::vector<std::shared_ptr<Hook>> build_default_hooks(const Config& default_hoo
   }
 
   // save_best and rule belong to BestCheckpointer; the rest of the section to PeriodicCheckpointer.
-  std::string save_best;
-  std::string rule = "greater";
+  std::vector<std::pair<std::string, Config>> best;
   if (auto checkpoint = section_of(default_hooks, kCheckpoint)) {
     Config periodic = checkpoint->clone();
-    save_best = checkpoint->get<std::string>("save_best", "");
-    rule = checkpoint->get<std::string>("rule", "greater");
+    const std::string rule = checkpoint->get<std::string>("rule", "greater");
     LOCKSTEP_CHECK(rule == "greater" || rule == "less", checkpoint->where("rule"),
                    ": rule must be 'greater' or 'less', got '", rule, "'");
+    if (!checkpoint->get<std::string>("save_best", "").empty()) {
+      best.emplace_back("metric", checkpoint->at("save_best"));
+      if (checkpoint->has("rule")) best.emplace_back("rule", checkpoint->at("rule"));
+    }
     for (const char* key : {"save_best", "rule"}) {
       if (periodic.has(key)) periodic.erase(key);
     }
     hooks.push_back(build_slot(kCheckpoint, periodic, context));
   }
-  if (context.evaluate) hooks.push_back(build_internal("type: EvalHook\n", context, kEvalPriority));
-  if (!save_best.empty()) {
+  if (context.evaluate) hooks.push_back(build_internal("EvalHook", {}, context, kEvalPriority));
+  if (!best.empty()) {
     LOCKSTEP_CHECK(context.evaluate != nullptr, default_hooks.where("checkpoint"),
                    ": save_best needs evaluation, but the config has no val_dataloader");
-    hooks.push_back(build_internal("type: BestCheckpointer\nmetric: \"" + save_best + "\"\nrule: " + rule + "\n",
-                                   context, kBestCheckpointPriority));
+    hooks.push_back(build_internal("BestCheckpointer", best, context, kBestCheckpointPriority));
   }
 
   if (auto logger = section_of(default_hooks, kLogger)) hooks.push_back(build_slot(kLogger, *logger, context));
