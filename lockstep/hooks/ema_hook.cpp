@@ -6,7 +6,6 @@
 #include "lockstep/engine/trainer.h"
 #include "lockstep/hooks/hook_registry.h"
 #include "lockstep/model/model.h"
-#include "lockstep/strategy/fsdp_strategy.h"
 #include "lockstep/strategy/strategy.h"
 
 namespace lockstep {
@@ -122,79 +121,6 @@ void EMAHook::load_state(const State& state) {
   steps_ = state.values.at("steps").get<int64_t>();
 }
 
-namespace {
-
-// Under FSDP: the shards each rank's optimizer steps, and checkpoint state
-// through the strategy's full state dict (the average swapped into the
-// shards for a moment, so the strategy gathers or shards it as it does the
-// model's weights). Collective: every rank saves and loads together.
-EMAHook::Sources fsdp_shards(const std::shared_ptr<FSDPStrategy>& fsdp) {
-  return [fsdp] {
-    std::map<std::string, torch::Tensor> shards;
-    for (const auto& [name, shard] : fsdp->fsdp()->named_shard_parameters()) shards[name] = shard;
-    return shards;
-  };
-}
-
-// Exchanges the shards' (and averaged buffers') values with the average's.
-void swap_shards(FSDPStrategy& fsdp, std::map<std::string, torch::Tensor>& average) {
-  torch::NoGradGuard no_grad;
-  auto exchange = [](torch::Tensor live, torch::Tensor& averaged) {
-    torch::Tensor held = live.detach().clone();
-    live.detach().copy_(averaged);
-    averaged.copy_(held);
-  };
-  for (const auto& [name, shard] : fsdp.fsdp()->named_shard_parameters()) exchange(shard, average.at("param/" + name));
-  for (const auto& item : fsdp.model()->named_buffers()) {
-    auto found = average.find("buffer/" + item.key());
-    if (found != average.end()) exchange(item.value(), found->second);
-  }
-  fsdp.fsdp()->shards_changed();
-}
-
-EMAHook::StateCodec fsdp_codec(const std::shared_ptr<FSDPStrategy>& fsdp) {
-  EMAHook::StateCodec codec;
-  codec.save = [fsdp](const std::map<std::string, torch::Tensor>& average) {
-    // A copy of the map shares the hook's tensors: the average is swapped
-    // into the model and back, leaving every value as it was.
-    auto swapped = average;
-    swap_shards(*fsdp, swapped);
-    State state;
-    try {
-      for (auto& [name, tensor] : fsdp->model_state_dict()) state.tensors["full/" + name] = tensor;
-    } catch (...) {
-      swap_shards(*fsdp, swapped);
-      throw;
-    }
-    swap_shards(*fsdp, swapped);
-    return state;
-  };
-  codec.load = [fsdp](const State& state, std::map<std::string, torch::Tensor>& average) {
-    std::map<std::string, torch::Tensor> full;
-    for (const auto& [name, tensor] : state.tensors) {
-      if (name.rfind("full/", 0) == 0) full[name.substr(5)] = tensor;
-    }
-    LOCKSTEP_CHECK(!full.empty(), "EMAHook state: no averaged model (full/...) in the checkpoint");
-    // Load the average as if it were the weights, keep what landed in the
-    // shards (and buffers), and put the weights back.
-    torch::NoGradGuard no_grad;
-    std::vector<std::pair<torch::Tensor, torch::Tensor>> kept;  // live tensor, its value
-    for (const auto& [name, shard] : fsdp->fsdp()->named_shard_parameters()) kept.emplace_back(shard, shard.detach().clone());
-    for (const auto& item : fsdp->model()->named_buffers()) kept.emplace_back(item.value(), item.value().clone());
-    fsdp->load_model_state_dict(full, /*strict=*/true, "the EMAHook state");
-    for (const auto& [name, shard] : fsdp->fsdp()->named_shard_parameters()) average.at("param/" + name).copy_(shard);
-    for (const auto& item : fsdp->model()->named_buffers()) {
-      auto found = average.find("buffer/" + item.key());
-      if (found != average.end()) found->second.copy_(item.value());
-    }
-    for (auto& [live, value] : kept) live.detach().copy_(value);
-    fsdp->fsdp()->shards_changed();
-  };
-  return codec;
-}
-
-}  // namespace
-
 LOCKSTEP_REGISTER(hook_registry(), "EMAHook", [](const Config& cfg, const HookContext& context) {
   EMAOptions options;
   options.momentum(cfg.get<double>("momentum", 0.0002))
@@ -205,12 +131,12 @@ LOCKSTEP_REGISTER(hook_registry(), "EMAHook", [](const Config& cfg, const HookCo
                  ": momentum must be in (0, 1), got ", options.momentum());
   LOCKSTEP_CHECK(options.interval() >= 1, cfg.where("interval"), ": interval must be at least 1");
   LOCKSTEP_CHECK(options.begin_iter() >= 0, cfg.where("begin_iter"), ": begin_iter must be non-negative");
-  if (auto fsdp = std::dynamic_pointer_cast<FSDPStrategy>(context.strategy)) {
-    auto hook = std::make_shared<EMAHook>(options, fsdp_shards(fsdp), fsdp_codec(fsdp));
-    hook->set_after_swap([fsdp] { fsdp->fsdp()->shards_changed(); });
-    return hook;
-  }
-  return std::make_shared<EMAHook>(options);
+  Strategy::WeightAveraging averaging;
+  if (context.strategy) averaging = context.strategy->weight_averaging();
+  auto hook = std::make_shared<EMAHook>(options, averaging.stepped_parameters,
+                                        EMAHook::StateCodec{averaging.save, averaging.load});
+  if (averaging.after_swap) hook->set_after_swap(averaging.after_swap);
+  return hook;
 });
 
 }  // namespace lockstep

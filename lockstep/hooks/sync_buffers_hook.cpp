@@ -3,11 +3,10 @@
 #include <torch/torch.h>
 
 #include "lockstep/core/error.h"
-#include "lockstep/dist/process_group.h"
 #include "lockstep/engine/trainer.h"
 #include "lockstep/hooks/hook_registry.h"
 #include "lockstep/model/model.h"
-#include "lockstep/strategy/distributed_strategy.h"
+#include "lockstep/strategy/strategy.h"
 
 namespace lockstep {
 
@@ -36,13 +35,9 @@ LOCKSTEP_REGISTER(hook_registry(), "SyncBuffersHook", [](const Config& cfg, cons
   const auto mode = cfg.get<std::string>("mode", "mean");
   LOCKSTEP_CHECK(mode == "mean" || mode == "broadcast", cfg.where("mode"), ": mode is mean or broadcast, got '", mode,
                  "'");
-  std::function<void(torch::Tensor&)> average, broadcast;
-  if (auto* distributed = dynamic_cast<DistributedStrategy*>(context.strategy.get())) {
-    std::shared_ptr<ProcessGroup> group = distributed->world_group();
-    average = [group](torch::Tensor& tensor) { group->all_reduce(tensor, ReduceOp::kAvg); };
-    broadcast = [group](torch::Tensor& tensor) { group->broadcast(tensor, /*root=*/0); };
-  }
-  return std::make_shared<SyncBuffersHook>(mode == "mean", average, broadcast);
+  Strategy::TensorCollectives collectives;
+  if (context.strategy) collectives = context.strategy->tensor_collectives();
+  return std::make_shared<SyncBuffersHook>(mode == "mean", collectives.average, collectives.broadcast);
 });
 
 }  // namespace lockstep

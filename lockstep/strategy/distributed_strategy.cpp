@@ -121,6 +121,14 @@ void DistributedStrategy::agree(const std::string& phase, const std::function<vo
   agree_on_outcome(*world_, phase, body);
 }
 
+Strategy::TensorCollectives DistributedStrategy::tensor_collectives() {
+  std::shared_ptr<ProcessGroup> group = world_;
+  TensorCollectives collectives;
+  collectives.average = [group](torch::Tensor& tensor) { group->all_reduce(tensor, ReduceOp::kAvg); };
+  collectives.broadcast = [group](torch::Tensor& tensor) { group->broadcast(tensor, /*root=*/0); };
+  return collectives;
+}
+
 std::vector<nlohmann::json> DistributedStrategy::collect_results(const std::vector<nlohmann::json>& local,
                                                                  int64_t dataset_size) {
   // Rank r evaluated samples r, r + world, r + 2 world, ... (DefaultSampler):

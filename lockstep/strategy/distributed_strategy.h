@@ -54,6 +54,7 @@ class DistributedStrategy : public Strategy {
   std::vector<nlohmann::json> all_gather_json(const nlohmann::json& value) override;
   void agree(const std::string& phase, const std::function<void()>& body) override;
   std::vector<nlohmann::json> collect_results(const std::vector<nlohmann::json>& local, int64_t dataset_size) override;
+  TensorCollectives tensor_collectives() override;
   std::shared_ptr<ProcessGroup> world_group() const { return world_; }
 
  protected:

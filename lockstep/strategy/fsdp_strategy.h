@@ -64,7 +64,7 @@ struct FSDPStrategyOptions {
 
 FSDPStrategyOptions parse_fsdp_strategy_options(const Config& config);
 
-class FSDPStrategy : public DistributedStrategy {
+class FSDPStrategy : public DistributedStrategy, public std::enable_shared_from_this<FSDPStrategy> {
  public:
   explicit FSDPStrategy(FSDPStrategyOptions options);
   std::string name() const override { return "FSDPStrategy"; }
@@ -87,6 +87,7 @@ class FSDPStrategy : public DistributedStrategy {
 
  protected:
   void place_model(Model& model) override;
+  WeightAveraging weight_averaging() override;
   void attach_optim_wrapper(OptimWrapperBase& optim_wrapper) override;
   std::shared_ptr<OptimWrapperBase> build_optim_wrapper_for(const Config& config, Model& model) override;
 

@@ -89,6 +89,27 @@ class Strategy {
   // threw, every rank throws the same error naming the first failing rank.
   // Collective: every rank calls it at the same point. One process: body().
   virtual void agree(const std::string& phase, const std::function<void()>& body) { body(); }
+  // In-place collectives on tensors over every rank, for hooks: `average`
+  // makes a tensor the mean of every rank's, `broadcast` copies the main
+  // process's into it. Both null for a strategy of one process.
+  struct TensorCollectives {
+    std::function<void(torch::Tensor&)> average;
+    std::function<void(torch::Tensor&)> broadcast;
+  };
+  virtual TensorCollectives tensor_collectives() { return {}; }
+  // Averaged copies of the weights (EMAHook): which tensors this rank's
+  // optimizer steps, how an average of them becomes checkpoint state and
+  // back, and what to do after the average was swapped into them. Null
+  // members mean the plain case: the model's own parameters, saved as they
+  // are. FSDP averages its rank's shards and saves through its full state
+  // dict (strategy/fsdp_weight_averaging.cpp).
+  struct WeightAveraging {
+    std::function<std::map<std::string, torch::Tensor>()> stepped_parameters;
+    std::function<State(const std::map<std::string, torch::Tensor>& average)> save;
+    std::function<void(const State& state, std::map<std::string, torch::Tensor>& average)> load;
+    std::function<void()> after_swap;
+  };
+  virtual WeightAveraging weight_averaging() { return {}; }
   // Gathers evaluation records from every rank into dataset order (see Evaluator).
   virtual std::vector<nlohmann::json> collect_results(const std::vector<nlohmann::json>& local, int64_t dataset_size);
 
