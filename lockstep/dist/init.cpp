@@ -42,7 +42,7 @@ std::string host_name() {
 }
 
 // With LOCKSTEP_JOB_TOKEN set, the part of the store only this job reaches
-// (lockstep/dist/job_identity.h); without it, the whole store.
+// (lockstep/dist/job_identity.h, Note [The store's job token]); without it, the whole store.
 c10::intrusive_ptr<compat::C10dStore> job_view(const c10::intrusive_ptr<compat::C10dStore>& store, bool host,
                                                int rank, const std::string& where, std::chrono::milliseconds timeout) {
   const char* token = std::getenv("LOCKSTEP_JOB_TOKEN");

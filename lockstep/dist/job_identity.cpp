@@ -25,6 +25,7 @@ constexpr std::array<uint32_t, 64> kRound{
 
 uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
+// Two hashes of the token, each with its own leading string (Note [The store's job token]).
 std::string check_value(const JobIdentity& job) { return sha256_hex("lockstep-job-check:" + job.token); }
 std::string key_prefix(const JobIdentity& job) { return "job/" + sha256_hex("lockstep-job-keys:" + job.token) + "/"; }
 

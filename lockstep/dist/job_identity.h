@@ -2,6 +2,7 @@
 // its token, reach the job's keys; anyone else is refused with an error that
 // says why, and cannot disturb the job.
 //
+// Note [The store's job token]
 // libtorch's TCPStore has no authentication and (on 1.13) listens on every
 // interface. lockstep therefore never uses the store's key space directly:
 // the host publishes a record {run id, SHA-256("lockstep-job-check:" + token)}
@@ -9,7 +10,15 @@
 // "job/<SHA-256("lockstep-job-keys:" + token)>/". A process with another token cannot
 // compute that prefix from anything the store holds (the store has no key
 // listing), so it can neither join nor overwrite the job's keys; reading the
-// record tells it that it is refused.
+// record tells it that it is refused. The two hashes differ in their
+// leading string so that the check value, which anyone can read, does not
+// give away the prefix; the record holds a hash, never the token. join_job
+// also compares the run id (when the member knows one), so a process of
+// another job that reached the same address and port is told so. Without
+// LOCKSTEP_JOB_TOKEN a worker uses the whole store (dist/init.cpp): a job
+// not started by `lockstep run`, or several of its launchers meeting on a
+// loopback address, which it allows with a warning; it refuses to start a
+// multi-node job without a token.
 //
 //   // The host (node 0's launcher, or rank 0 hosting its own store):
 //   auto job_store = lockstep::publish_job(server, {"run7", token});

@@ -103,6 +103,16 @@ void remove_partial_saves(const std::string& save_dir) {
 // resumed, not from a newer one that was skipped), and broadcasts both. Every
 // rank then reads that file once, under an agreement (dist/agreement.h), so a
 // rank that cannot read it fails every rank with its path and reason.
+//
+// The seed of a resumed run (Runner, runner.cpp) follows from this choice: a
+// seed set in the config (randomness.seed) wins; otherwise the seed recorded
+// in the meta of the checkpoint chosen here (ResumeChoice::seed), so that the
+// resumed run replays the same data order as the run that wrote it; only a
+// run with neither (not resuming, nothing to resume, or a checkpoint that
+// records no seed) draws a fresh seed, rank 0's, broadcast to every rank.
+// Because the seed must be set before the model is built, the Runner makes
+// the choice first (choose_resume) and reads the file later, once the model
+// exists (load), instead of calling resume(); the same choice serves both.
 std::optional<ResumeChoice> Checkpointer::choose_resume() {
   nlohmann::json choice = nlohmann::json::object();
   std::string error;

@@ -39,7 +39,7 @@ class Trainer;
 // The checkpoint a resumed run continues from, as rank 0 chose it.
 struct ResumeChoice {
   std::string path;
-  std::optional<uint64_t> seed;  // the seed of the run that wrote it, when it records one
+  std::optional<uint64_t> seed;  // the seed of the run that wrote it, when it records one (Note [One resume decision])
 };
 
 // What every checkpoint of a run records besides the iteration.

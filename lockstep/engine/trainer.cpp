@@ -277,6 +277,8 @@ LogVars Trainer::run_batch(const Batch& batch, double data_time) {
   LOCKSTEP_CHECK(model_->is_training(), "the model is in eval mode at iteration ", iter_,
                  ": a hook switched it with eval() and did not switch it back with train()");
   if (options_.zero_grad_before_forward()) optim_wrapper_->zero_grad();
+  // iter_ is the iteration DDP and FSDP check every rank reduces gradients
+  // of (Note [The iteration check], Note [FSDP's step check]).
   StepContext step{iter_, [this] { after_backward(); }};
   LogVars log_vars = model_->run_train_step(batch, *optim_wrapper_, step);
   // The optimizer's metrics live on the device: read them only on the

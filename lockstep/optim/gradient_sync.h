@@ -38,6 +38,7 @@ class GradientSync {
   // `loss`). `iteration` is the trainer's iteration (every rank reduces the
   // gradients of the same iteration together; a mismatch means a rank skipped
   // a step), or the wrapper's own count of backward passes without a trainer.
+  // DDP: Note [The iteration check]; FSDP: Note [FSDP's step check].
   virtual void begin_backward(const torch::Tensor& loss, bool sync, int64_t iteration) = 0;
   // loss.backward() has returned.
   virtual void end_backward(bool sync) = 0;
@@ -71,9 +72,9 @@ class GradientSync {
   // an error saying so, and refuses later steps (FSDP). Default: nothing to do.
   virtual void step_failed(const std::exception_ptr& error, bool reduced, bool sync, int64_t iteration) {}
   // What a resumed run needs to continue bitwise (DDP: the order its buckets
-  // were rebuilt in, which fixes the order gradients are summed in). Saved
-  // and loaded with the optim wrapper that drives this sync; every rank loads
-  // the same state.
+  // were rebuilt in, which fixes the order gradients are summed in; see
+  // Note [Bucket order and rebuild]). Saved and loaded with the optim wrapper
+  // that drives this sync; every rank loads the same state.
   virtual State state() const { return State(); }
   virtual void load_state(const State& /*state*/) {}
 };

@@ -223,7 +223,8 @@ void OptimWrapper::zero_grad() {
   // As torch.optim.Optimizer.zero_grad(set_to_none=True), PyTorch 2's
   // default, also for DDP's bucket views: the next backward's gradients are
   // copied into the buckets (divided by the world size on the way, one pass)
-  // instead of being added to zeroed ones and then divided.
+  // instead of being added to zeroed ones and then divided (Note [Dividing by the world size],
+  // Note [Gradients as bucket views]).
   for (auto& p : parameters()) p.mutable_grad().reset();
 }
 

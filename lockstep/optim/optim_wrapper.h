@@ -60,7 +60,8 @@ struct OptimWrapperOptions {
 // What a trainer's step tells the optim wrapper while the step runs.
 struct StepContext {
   // The trainer's iteration: DDP and FSDP check that every rank reduces the
-  // same iteration's gradients. -1: the wrapper counts backward passes itself.
+  // same iteration's gradients (Note [The iteration check], Note [FSDP's step check]).
+  // -1: the wrapper counts backward passes itself.
   int64_t iteration = -1;
   // Runs after every backward pass, before the optimizer step (the trainer's after_backward hooks).
   std::function<void()> after_backward;

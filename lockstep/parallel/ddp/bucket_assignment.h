@@ -7,6 +7,8 @@
 // communication starts early, later ones large (25 MiB) so that few
 // collectives carry most bytes. Buckets are then ordered by the earliest
 // position they contain, so bucket i becomes ready before bucket i+1.
+// Why the order matters, and when buckets are rebuilt: see
+// Note [Bucket order and rebuild] in reducer.cpp.
 //
 //   auto buckets = lockstep::assign_buckets(params, lockstep::reverse_order(params.size()),
 //                                           {1 << 20, 25 << 20});
@@ -38,7 +40,7 @@ std::vector<size_t> reverse_order(size_t n);
 // real gradient order is unknown until then, and buckets are rebuilt in the
 // observed order after the first iteration; otherwise the model order cut at
 // the size limits, the buckets listed last-first (the last layers' gradients
-// come first) and each keeping model order inside.
+// come first) and each keeping model order inside. See Note [Bucket order and rebuild].
 std::vector<std::vector<size_t>> initial_buckets(const std::vector<torch::Tensor>& params,
                                                  const std::vector<int64_t>& byte_limits, bool single_bucket);
 

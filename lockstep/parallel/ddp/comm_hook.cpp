@@ -40,6 +40,7 @@ torch::Tensor PendingReduction::wait() {
   return result_;
 }
 
+// The older contract: the bucket reaches launch() divided (Note [Dividing by the world size]).
 std::unique_ptr<PendingReduction> CommHook::run(ProcessGroup& group, const GradBucket& bucket) {
   if (!told_about_launch_) {
     told_about_launch_ = true;

@@ -7,7 +7,8 @@
 // is the last bucket of the pass. It starts reducing the bucket and returns a
 // PendingReduction whose wait() yields the averaged bucket. The hook divides
 // by the world size itself, where it suits its arithmetic (before a
-// half-precision sum, after a PowerSGD projection). The hook object carries
+// half-precision sum, after a PowerSGD projection; see
+// Note [Dividing by the world size] in reducer.cpp). The hook object carries
 // its own state (PowerSGD's error feedback and low-rank matrices) and saves
 // it into checkpoints through state() / load_state().
 //

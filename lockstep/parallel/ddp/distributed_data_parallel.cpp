@@ -197,7 +197,8 @@ void DistributedDataParallel::step_failed(const std::exception_ptr& error, bool 
   // synchronised forward and its backward starts the pass the other ranks are
   // in. Before any forward, this rank cannot know which collectives the
   // others run next (a model need not use optim_context), so it does not
-  // guess: the next backward's iteration check names the rank out of step.
+  // guess: the next backward's iteration check names the rank out of step
+  // (Note [The iteration check]).
   reducer_->abandon(error, /*start_pass=*/forward_began && sync && no_sync_depth_ == 0, iteration);
 }
 

@@ -5,7 +5,11 @@
 // shapes, dtypes; a mismatch names the parameter and the ranks) and copies
 // rank 0's parameters and buffers to all. Then a Reducer (reducer.h) hooks
 // every parameter: gradients are bucketed and all-reduced asynchronously, in
-// bucket order, as soon as autograd produces them.
+// bucket order, as soon as autograd produces them. The reasons behind the
+// reducer's choices are Notes in reducer.cpp: Note [Bucket order and rebuild],
+// Note [Dividing by the world size], Note [Gradients as bucket views],
+// Note [Unused parameters get no gradient], Note [The iteration check] and
+// Note [Dropping a failed step].
 //
 // It plugs into the OptimWrapper as its GradientSync, so the model keeps its
 // own train_step and accumulation micro-steps skip communication:
@@ -80,7 +84,8 @@ class DistributedDataParallel : public GradientSync {
   void step_failed(const std::exception_ptr& error, bool reduced, bool sync, int64_t iteration) override;
   // The rebuilt bucket order (see Reducer::rebuilt_order) and the comm hook's
   // state, every rank's (a hook's state may differ between ranks: PowerSGD's
-  // error feedback does). Collective: every rank calls it.
+  // error feedback does). Collective: every rank calls it. The bucket order
+  // lets a resumed run sum as the uninterrupted one (Note [Bucket order and rebuild]).
   State state() const override;
   void load_state(const State& state) override;
 

@@ -30,7 +30,7 @@ PowerSGDOptions parse_powersgd_options(const Config& config) {
   LOCKSTEP_CHECK(options.random_seed() >= 0 && options.random_seed() <= int64_t{0xFFFFFFFF}, config.where("random_seed"),
                  ": must be between 0 and 2**32 - 1 (numpy's RandomState), got ", options.random_seed());
   // PyTorch's rule: DDP rebuilds its buckets after the first iteration, so
-  // memories keyed by bucket may only start from the second.
+  // memories keyed by bucket may only start from the second (Note [Bucket order and rebuild]).
   LOCKSTEP_CHECK(!(options.use_error_feedback() || options.warm_start()) || options.start_powerSGD_iter() > 1,
                  config.where("start_powerSGD_iter"), ": must be > 1 when use_error_feedback or warm_start is on, "
                  "because PowerSGD can only be applied after the first two iterations in DDP (got ",

@@ -79,6 +79,26 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
   build_buckets_from(assign_buckets(params_, order, {options_.first_bucket_bytes(), options_.bucket_bytes()}));
 }
 
+// Note [Gradients as bucket views]
+// With gradient_as_bucket_view a parameter's .grad is not a tensor of its own
+// but its view into the bucket's flat buffer (bucket_view keeps the
+// parameter's strides, so that channels-last and other dense layouts can
+// alias it too). After the reduction the averaged gradient is already where
+// .grad points: finalize_backward copies nothing back (without the option it
+// copies each view into .grad, or clones it), and no copy of the gradients
+// is kept outside the buckets. When a gradient arrives, mark_variable_ready
+// finds one of two cases: .grad already is the view (an earlier pass left it
+// there and nothing dropped it since, so autograd accumulated into the
+// bucket in place), and the view is divided in place; or .grad is a tensor
+// autograd has just made (the first backward, or after zero_grad, which sets
+// .grad to none as PyTorch 2 does: OptimWrapper::zero_grad), and it is
+// copied, divided, into the view and .grad is pointed at the view
+// (Note [Dividing by the world size]). Because gradients may live in the
+// buckets between steps, a rebuild (Note [Bucket order and rebuild]) keeps
+// the old buckets until their gradients have been copied into the new ones
+// and .grad re-pointed (below); without the option the old buckets go first.
+// A view still held by a parameter unused on every rank is dropped
+// (Note [Unused parameters get no gradient]).
 void Reducer::build_buckets_from(const std::vector<std::vector<size_t>>& assignment) {
   std::vector<Bucket> buckets(assignment.size());
   locations_.assign(params_.size(), Location{});
@@ -117,6 +137,36 @@ void Reducer::set_local_accumulation_allowed(bool allowed) {
   local_accumulation_allowed_ = allowed;
 }
 
+// Note [Bucket order and rebuild]
+// Buckets are launched strictly in bucket order on every rank, so which
+// parameters share a bucket, and in what order, decides how early
+// communication starts and in which order gradients are summed. The first
+// iteration's buckets are PyTorch's (bucket_assignment.h: initial_buckets),
+// so that a run sums in the same order as PyTorch's DistributedDataParallel
+// and stays bitwise equal to it: without find_unused_parameters (or with
+// static_graph) one bucket holding every parameter in model order, reduced
+// once the whole backward is done, since the real gradient order is unknown
+// until then; with find_unused_parameters the model order cut at the size
+// limits (first_bucket_bytes, then bucket_bytes), the last layers' bucket
+// first.
+//
+// After the first synchronised backward the buckets are rebuilt once, in the
+// order gradients actually became ready (ready_order_; a static graph's first
+// pass records the order its hooks fired). Ranks may observe different
+// orders, so rank 0's is broadcast and every rank builds the same buckets;
+// parameters that never became ready go last, in reverse model order. The
+// rebuild runs in prepare_for_forward, before the second forward, so that the
+// new buckets are allocated before activations fill memory (prepare_for_backward
+// and abandon run it when no forward announced itself). It is not done with
+// find_unused_parameters and no static graph, where that order may change
+// from one iteration to the next (PyTorch's reducer does the same). The old
+// buckets go before the new ones are allocated, unless gradients still live
+// in them (Note [Gradients as bucket views]). The rebuilt order is saved with
+// the optim wrapper (DistributedDataParallel::state, "bucket_order") and
+// restored by restore_rebuilt_order, so a resumed run sums gradients in the
+// same order as the uninterrupted one. Since buckets change after the first
+// iteration, a comm hook's memories kept per bucket may only start from the
+// second (PowerSGD's start_powerSGD_iter, powersgd_hook.cpp).
 void Reducer::rebuild_buckets_from_rank0() {
   const size_t n = params_.size();
   // Parameters that never became ready go last, in reverse model order.
@@ -218,7 +268,7 @@ void Reducer::start_pass(int64_t iteration) {
   }
   // Without a used map to exchange, the iteration check goes out now, ahead
   // of every bucket: it completes while backward computes, and finalize finds
-  // it done instead of waiting one more round trip.
+  // it done instead of waiting one more round trip (Note [The iteration check]).
   if (!exchange_used_map_ && group_->size() > 1) launch_check();
 }
 
@@ -254,6 +304,24 @@ void Reducer::autograd_hook(size_t index) {
   mark_variable_ready(index);
 }
 
+// Note [Dividing by the world size]
+// DDP averages: every rank's gradient is divided by the world size N and
+// the buckets are summed across ranks. Without a comm hook the division is
+// done where the gradient is copied into its bucket view anyway: one pass, a
+// multiply by 1/N written straight into the bucket (at::mul_out, the fused
+// multiply of PyTorch's reducer), after which the bucket is all-reduced with
+// SUM; a parameter without a gradient contributes zeros. When .grad already
+// is the view there is nothing to copy, and the view is divided in place
+// (Note [Gradients as bucket views]). OptimWrapper::zero_grad sets .grad to
+// none for bucket views too, so the next gradients are copied into the
+// buckets, divided on the way, instead of being added to zeroed ones and then
+// divided. With a comm hook the gradients enter the bucket as autograd left
+// them (GradBucket's buffer is NOT divided), and the hook divides by the
+// world size itself, where it suits its arithmetic (comm_hook.h): allreduce
+// divides and then sums; fp16/bf16_compress cast first and divide in the
+// compressed dtype (keeps the sum in range); PowerSGD divides after its
+// projections. Hooks written for the older launch() contract still receive
+// the bucket divided: CommHook::run divides before calling launch().
 void Reducer::mark_variable_ready(size_t index) {
   LOCKSTEP_ASSERT(reducing(), "DDP parameter '", names_[index], "' marked ready outside a synchronised backward");
   LOCKSTEP_CHECK(!ready_[index], "DDP: parameter '", names_[index], "' became ready twice in one backward pass. "
@@ -270,6 +338,7 @@ void Reducer::mark_variable_ready(size_t index) {
     LOCKSTEP_CHECK(!grad.is_sparse(), "DDP: parameter '", names_[index], "' has a sparse gradient, which DDP does not reduce");
     // Without a hook the copy divides by the world size (one pass, the fused
     // multiply of PyTorch's reducer); a hook receives the gradients as they are.
+    // See Note [Dividing by the world size].
     if (same_memory(grad, view)) {
       if (!comm_hook_) view.div_(group_->size());
     } else {
@@ -308,6 +377,34 @@ void Reducer::launch_ready_buckets() {
   if (next_bucket_ == buckets_.size() && exchange_used_map_ && group_->size() > 1) launch_check();
 }
 
+// Note [The iteration check]
+// DDP's collectives carry no names: a rank that skipped a step's backward (or
+// ran an extra one) would pair its buckets with the others' buckets of
+// another iteration, and gradients of different iterations would be averaged
+// together without a sign. So every synchronised backward also all-gathers,
+// from every rank, [iteration, diverged, which parameters this rank used]:
+// the iteration (the trainer's, given to begin_backward; without a trainer
+// the optim wrapper's own count of backward passes) catches a rank that
+// skipped a step, and every rank fails naming each rank's iteration;
+// `diverged` catches a rank whose optimizer step failed after an earlier
+// reduction (mark_diverged: such a step cannot be dropped, see
+// Note [Dropping a failed step]); the used map, when this pass exchanges one,
+// tells parameters unused everywhere from those unused only here
+// (Note [Unused parameters get no gradient]).
+//
+// It costs no round trip of its own. Without a used map to exchange, the
+// check goes out in start_pass, when backward starts, ahead of every bucket:
+// it completes while backward computes, and finalize_backward reads it before
+// waiting for any bucket, so that ranks out of step are named even when their
+// buckets' collectives no longer match. Only when a used map must be
+// exchanged (find_unused_parameters, a static graph's first pass) does it wait
+// for the end of backward, going out after the last bucket, as PyTorch's
+// used-map all_reduce does. A rank that fails before any forward cannot know
+// which collectives the others run next, so it does not guess: the next
+// backward's check names the rank out of step
+// (DistributedDataParallel::step_failed). FSDP checks the same with a hash of
+// its unit collectives (Note [FSDP's step check]).
+//
 // The iteration check's layout, per rank.
 constexpr int64_t kCheckIteration = 0;
 constexpr int64_t kCheckDiverged = 1;
@@ -318,7 +415,7 @@ void Reducer::launch_check() {
   // the iteration catches a rank that skipped a step; `diverged` a rank whose
   // optimizer step failed after an earlier reduction (mark_diverged); the used
   // map (when this pass exchanges one) tells parameters unused everywhere from
-  // those unused only here.
+  // those unused only here. See Note [The iteration check].
   const int64_t length = kCheckUsedMap + (exchange_used_map_ ? static_cast<int64_t>(params_.size()) : 0);
   torch::Tensor mine = torch::empty({length}, torch::kInt);
   auto data = mine.data_ptr<int32_t>();
@@ -473,7 +570,8 @@ void Reducer::finalize_backward() {
   const bool track_used = options_.find_unused_parameters() || options_.static_graph();
   try {
     // The check left before every bucket: read it first, so that ranks out of
-    // step are named even when their buckets' collectives no longer match.
+    // step are named even when their buckets' collectives no longer match
+    // (Note [The iteration check]).
     if (!exchange_used_map_) verify_check();
     for (auto& bucket : buckets_) {
       torch::Tensor result = bucket.reduction->wait();
@@ -501,10 +599,17 @@ void Reducer::finalize_backward() {
     const torch::Tensor& view = buckets_[locations_[i].bucket].views[locations_[i].slot];
     auto& grad = params_[i].mutable_grad();
     if (track_used && !globally_used_[i]) {
-      // Unused on every rank: no gradient (zero_grad dropped it and nothing
-      // created it). A bucket view still held from an earlier step (no
-      // zero_grad in between) stands for "no gradient" too; kept, it would
-      // let momentum move the parameter in one mode and not the other.
+      // Note [Unused parameters get no gradient]
+      // With find_unused_parameters or static_graph, the used map of the
+      // iteration check (Note [The iteration check]) says which parameters
+      // some rank used. A parameter unused only on this rank is marked ready
+      // without its hook firing (contributing zeros when it holds no
+      // gradient) and gets the average like any other. Unused on every rank:
+      // no gradient (zero_grad dropped it and nothing created it), so the
+      // optimizer skips it, with or without gradient_as_bucket_view. A bucket
+      // view still held from an earlier step (no zero_grad in between) stands
+      // for "no gradient" too; kept, it would let momentum move the parameter
+      // in one mode and not the other.
       if (options_.gradient_as_bucket_view() && same_memory(grad, view)) grad.reset();
       continue;
     }
@@ -521,7 +626,7 @@ void Reducer::finalize_backward() {
   check_work_.reset();
   // Buckets are rebuilt once, in the order gradients became ready -- except
   // with find_unused_parameters (and no static graph), where that order may
-  // change from one iteration to the next (PyTorch's reducer does the same).
+  // change from one iteration to the next (Note [Bucket order and rebuild]).
   if (!rebuilt_ && (options_.static_graph() || !options_.find_unused_parameters())) rebuild_pending_ = true;
 }
 

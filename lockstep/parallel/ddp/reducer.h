@@ -3,26 +3,29 @@
 // callback that waits and writes the averaged gradients back.
 //
 // What PyTorch's C++ reducer does, rebuilt on lockstep's ProcessGroup:
-//   - gradients are copied (divided by the world size) into flat buckets as
-//     soon as autograd has accumulated them; a full bucket is launched at
-//     once, strictly in bucket order on every rank;
+//   - gradients are copied, divided by the world size (Note [Dividing by the world size]),
+//     into flat buckets as soon as autograd has accumulated them; a full
+//     bucket is launched at once, strictly in bucket order on every rank;
 //   - the first iteration's buckets are PyTorch's (bucket_assignment.h:
 //     initial_buckets), then they are rebuilt once, before the second
 //     forward, in the order gradients actually became ready (rank 0's order,
-//     broadcast, so every rank agrees);
+//     broadcast, so every rank agrees; Note [Bucket order and rebuild]);
 //   - find_unused_parameters marks parameters outside the loss's graph ready
 //     up front, and parameters unused on every rank get no gradient (the
-//     optimizer skips them, with or without gradient_as_bucket_view);
+//     optimizer skips them, with or without gradient_as_bucket_view;
+//     Note [Unused parameters get no gradient]);
 //   - static_graph learns, in its first iteration, how often each hook fires
 //     and which parameters are unused, and then needs no graph traversal;
-//   - gradient_as_bucket_view makes .grad alias the bucket (no copies);
+//   - gradient_as_bucket_view makes .grad alias the bucket (no copies;
+//     Note [Gradients as bucket views]);
 //   - every synchronised backward also exchanges the iteration it belongs to,
 //     so a rank that skipped a step is named instead of silently averaging
 //     gradients of different iterations. It goes out when backward starts,
 //     ahead of the buckets, and is done long before the end of backward: no
 //     round trip of its own. Only when a used map must be exchanged too
 //     (find_unused_parameters, a static graph's first pass) does it wait for
-//     the end of backward, as PyTorch's used-map all_reduce does;
+//     the end of backward, as PyTorch's used-map all_reduce does
+//     (Note [The iteration check]);
 //   - a comm hook (comm_hook.h) reduces each bucket when one is registered;
 //     without one the copy into the bucket divides and the bucket is summed;
 //   - every synchronised backward ends with the ranks agreeing that each of
@@ -30,6 +33,8 @@
 //     autograd, parameters left without gradients) still completes the
 //     pass's collectives, with zeros, so every rank drops the step together
 //     and can go on (Note [Dropping a failed step]).
+//
+// The Notes named above are in reducer.cpp.
 //
 // Used through DistributedDataParallel; see distributed_data_parallel.h.
 #pragma once
@@ -65,7 +70,7 @@ struct ReducerOptions {
 struct ReductionTimeline {
   using Clock = std::chrono::steady_clock;
   std::vector<Clock::time_point> bucket_launched;  // by bucket index
-  Clock::time_point check_launched;                 // the iteration check (see above)
+  Clock::time_point check_launched;                 // the iteration check (Note [The iteration check])
   Clock::time_point last_hook;                      // the last gradient hook of the pass
   Clock::time_point backward_finished;              // the final callback began
 };
@@ -83,7 +88,7 @@ class Reducer {
   std::shared_ptr<CommHook> comm_hook() const;
   // A forward pass is about to run: the one-time bucket rebuild happens here,
   // before activations fill memory (collective on the first call after the
-  // first synchronised backward; later calls do nothing).
+  // first synchronised backward; later calls do nothing). See Note [Bucket order and rebuild].
   void prepare_for_forward();
   // Inside DDP's no_sync(): gradients may accumulate locally without a
   // prepare_for_backward. Outside it, a gradient that arrives while the
@@ -91,7 +96,7 @@ class Reducer {
   void set_local_accumulation_allowed(bool allowed);
   // Arms the hooks for one backward pass from `loss`. With sync false the
   // gradients only accumulate locally (no_sync): nothing is communicated.
-  // `iteration` must be the same on every rank (it is checked).
+  // `iteration` must be the same on every rank (it is checked: Note [The iteration check]).
   void prepare_for_backward(const torch::Tensor& loss, bool sync, int64_t iteration);
   // After loss.backward() returned: completes the reduction if no hook ran
   // (so the final callback was never queued) and reports a backward that
@@ -119,6 +124,7 @@ class Reducer {
   // The order the buckets were rebuilt in (empty until they are), and a way
   // back to it after a restart: a resumed run then sums gradients in the
   // same order as the uninterrupted one. Local; every rank passes the same.
+  // See Note [Bucket order and rebuild].
   std::vector<int64_t> rebuilt_order() const;
   void restore_rebuilt_order(const std::vector<int64_t>& order);
   bool buckets_rebuilt() const { return rebuilt_; }
@@ -149,7 +155,8 @@ class Reducer {
   void launch_ready_buckets();
   void launch_check();
   // Waits for the check and fails naming the ranks if they are out of step;
-  // reads the used map when the pass exchanged one. Once per pass.
+  // reads the used map when the pass exchanged one. Once per pass. See
+  // Note [The iteration check].
   void verify_check();
   void finalize_backward();
   // Starts a synchronised pass (the state prepare_for_backward sets up).

@@ -288,6 +288,23 @@ void FlatParamUnit::absorb_grad(size_t index) {
   grad.reset();
 }
 
+// Note [FSDP's pre- and post-divide]
+// FSDP averages a unit's gradients over the data-parallel world of N ranks
+// (the whole FSDP group: with HYBRID_SHARD, the shard group and its replicas
+// together), but its collectives sum. Dividing by N once, before the sum,
+// could make low-precision gradients (reduce_dtype fp16 or bf16) underflow;
+// dividing once after it could make the sum overflow. So, as PyTorch's FSDP
+// does, the division is split in two whose product is N
+// (gradient_divide_factors, PyTorch's
+// DefaultState._get_gradient_predivide_factor: about sqrt(N) each,
+// e.g. 2 and 2 for N=4, 4 and 2 for N=8): start_reduce divides the flat
+// gradient by `predivide` before the reduce-scatter over the shard group (or
+// the all-reduce over the replicas without sharding), and finish_reduce
+// divides the result by `postdivide` once every sum is done, after
+// HYBRID_SHARD's all-reduce across replicas too. Both divisions are made in
+// reduce_dtype, before the result is converted to the shard's dtype and added
+// into the shard's .grad. (DDP without a comm hook divides once, before the
+// sum: Note [Dividing by the world size].)
 void FlatParamUnit::start_reduce() {
   LOCKSTEP_CHECK(!reduce_work_ && !reduce_out_.defined(), "FSDP internal: unit '", path_,
                  "' reduces twice in one backward");

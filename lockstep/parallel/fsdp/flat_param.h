@@ -64,11 +64,12 @@ struct UnitSetup {
   torch::Dtype reduce_dtype = torch::kFloat32;    // of gradient communication
   torch::Device compute_device = torch::kCPU;
   torch::Device shard_device = torch::kCPU;
-  bool persistent = false;                        // never freed (root, NO_SHARD)
+  bool persistent = false;                        // never freed (root, NO_SHARD; Note [The root unit])
   // Gradients are divided by `predivide` before the reduction (a sum) and by
   // `postdivide` after it; their product is the data-parallel world size.
   // PyTorch's FSDP splits the division this way (about sqrt(N) each) so that
-  // low-precision gradients neither overflow in the sum nor underflow before it.
+  // low-precision gradients neither overflow in the sum nor underflow before it
+  // (Note [FSDP's pre- and post-divide] in flat_param.cpp).
   double predivide = 1;
   double postdivide = 1;
   StepCheck* step_check = nullptr;                // told about every collective the unit issues
@@ -110,7 +111,7 @@ torch::Tensor read_saved_piece(const StateReader& saved, const std::string& key,
 // PyTorch's split of the world size N into (pre, post) divisors, as
 // DefaultState._get_gradient_predivide_factor computes it: pre doubles from 1
 // while it divides N and N / pre > pre (N=2: 2, 1; N=4: 2, 2; N=8: 4, 2;
-// N=16: 4, 4); post = N / pre.
+// N=16: 4, 4); post = N / pre. See Note [FSDP's pre- and post-divide].
 std::pair<double, double> gradient_divide_factors(int world_size);
 
 class FlatParamUnit {

@@ -264,6 +264,28 @@ void FullyShardedDataParallel::sync_module_states() {
   for (const auto& item : module_->named_buffers(true)) broadcast(item.value());
 }
 
+// Note [The root unit]
+// The model itself is the root, the unit of path "" (paths[0] below; named
+// "flat_param" in state dicts and by named_shard_parameters): it holds every
+// trainable parameter no unit claimed, and a parameter tied across units goes
+// to their common ancestor, which may be the root. With no wrap policy it is
+// the only unit; when it holds no trainable parameter of its own there is no
+// root unit. FSDP is never told when the root's parameters are used: its
+// forward is the model's own, it is no Sequential entry, and it is not
+// registered for unit_scope (opened on it, the scope does nothing). So its
+// parameters must be usable at any time, and the root is persistent, as every
+// unit is under NO_SHARD: gathered when built and never freed (reshard does
+// nothing), and left out of the interception check and of
+// max_gathered_units(). Like any unit it has a shard (the whole flat parameter
+// under NO_SHARD), which the optimizer steps: its gradients are reduced into
+// the shard like any unit's, once those the loss reached are in (no
+// pre-backward hook gathers it, and none is needed). Its gathered copy
+// therefore outlives every step and goes stale when the shard changes: it is
+// refreshed (re-gathered, a collective) after every optimizer step
+// (after_step) and, when stale, before every forward (begin_forward); see
+// Note [Shard staleness]. It costs its whole parameters on every rank besides
+// its shard, so keep it small (embeddings, heads); a model built under
+// shard_when_built builds the root whole.
 void FullyShardedDataParallel::build_units(const std::vector<std::string>& unit_paths) {
   std::map<std::string, torch::nn::Module*> modules;
   for (const auto& item : module_->named_modules("", /*include_self=*/true)) modules[item.key()] = item.value().get();
@@ -316,6 +338,7 @@ void FullyShardedDataParallel::build_units(const std::vector<std::string>& unit_
   }
 
   const auto& precision = options_.mixed_precision();
+  // Factors of the whole group's size, not the shard group's (Note [FSDP's pre- and post-divide]).
   const auto [predivide, postdivide] = fsdp::gradient_divide_factors(group_->size());
   for (size_t u = 0; u < paths.size(); ++u) {
     if (slots[u].empty()) {

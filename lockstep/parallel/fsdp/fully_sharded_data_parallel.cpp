@@ -9,7 +9,8 @@
 //             post_backward: reduce-scatter the buffer, free, BACKWARD_POST prefetch
 //             finish_backward_pass (autograd's final callback): wait for the
 //               reductions, free what backward left gathered
-//   step      after_step: re-gather the units that stay gathered (the root)
+//   step      after_step: re-gather the units that stay gathered (the root:
+//             Note [The root unit] in fsdp_setup.cpp)
 #include "lockstep/parallel/fsdp/fully_sharded_data_parallel.h"
 
 #include <algorithm>
@@ -160,7 +161,8 @@ void FullyShardedDataParallel::begin_backward(const torch::Tensor& loss, bool sy
   sync_ = sync;
   iteration_ = iteration;
   // The forward's unit collectives are compared while backward computes its
-  // first layers; checked before backward issues any collective of its own.
+  // first layers; checked before backward issues any collective of its own
+  // (Note [FSDP's step check]).
   step_check_->launch(iteration_);
   // Which parameters this loss reaches: a unit is complete when those have their gradients.
   // Behind an activation checkpoint the parameters appear only when backward
@@ -194,7 +196,8 @@ void FullyShardedDataParallel::end_backward(bool /*sync*/) {
     reset_backward_state();
   }
   // Every rank ends each backward here: the backward's unit collectives are
-  // compared while the optimizer steps, and checked before the update is used.
+  // compared while the optimizer steps, and checked before the update is used
+  // (Note [FSDP's step check]).
   step_check_->verify();  // a backward that issued no collective never checked the forward's
   step_check_->launch(iteration_);
 }

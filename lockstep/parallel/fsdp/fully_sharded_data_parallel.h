@@ -28,8 +28,10 @@
 //     names the unit and these two fixes.
 //   - The root (the model and whatever no unit claimed) stays gathered, and is
 //     refreshed after each optimizer step; keep it small (embeddings, heads).
+//     See Note [The root unit] in fsdp_setup.cpp.
 //   - Every rank runs the same units and uses the same parameters in each
-//     iteration (as DDP without find_unused_parameters).
+//     iteration (as DDP without find_unused_parameters; checked, see
+//     Note [FSDP's step check]).
 //   - Read parameters outside forward through full_state_dict() or
 //     summon_full_params(): between uses a sharded unit's parameters are
 //     empty tensors.
@@ -262,7 +264,7 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
   struct SequentialEntry;
   std::vector<std::unique_ptr<SequentialEntry>> sequential_entries_;
   std::shared_ptr<torch::optim::Optimizer> optimizer_;
-  std::unique_ptr<fsdp::StepCheck> step_check_;  // ranks ran the same step and units (step_check.h)
+  std::unique_ptr<fsdp::StepCheck> step_check_;  // ranks ran the same step and units (Note [FSDP's step check])
   int64_t iteration_ = 0;                         // of the current backward, for the step check
 
   // Where FSDP is in a step's backward. Every transition is written once:

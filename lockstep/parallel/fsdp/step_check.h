@@ -1,6 +1,7 @@
 // StepCheck: proof that every rank of an FSDP job ran the same step with the
 // same unit collectives in the same order.
 //
+// Note [FSDP's step check]
 // FSDP's collectives carry no names: if one rank skipped an iteration, its
 // gathers and reductions of the next iteration pair up with the others'
 // (units of equal size even gather into each other), and training goes on
@@ -17,7 +18,11 @@
 // a message that says so, before gradients of different steps are reduced
 // together. A rank that issued fewer collectives than another waits at the
 // check while the other waits in a collective it never joined: both end at
-// the group's timeout, the check's error saying what that means.
+// the group's timeout, the check's error saying what that means. The check's
+// group is used for nothing else, so its exchange, in flight while units
+// gather and reduce, never interleaves with their collectives. DDP exchanges
+// the iteration instead, with every synchronised backward
+// (Note [The iteration check] in parallel/ddp/reducer.cpp).
 //
 //   fsdp::StepCheck check(group->new_group(members, "fsdp0.check"));
 //   check.record(unit, fsdp::StepCheck::Kind::kGather);   // FlatParamUnit does this
