@@ -51,6 +51,9 @@ from collections import defaultdict
 #   checkpoint < strategy  checkpoint files are what a Strategy saves and loads;
 #                      the Checkpointer and load_pretrained work over a
 #                      Strategy and belong above it.
+#   models near the top  the built-in models are for the runner to build;
+#                      strategies ask a Model what it supports
+#                      (Model::submodules_run_in_cpp), never which one it is.
 #   engine < writers < hooks  writers consume EventStorage, hooks drive
 #                      writers; the Runner and its default hooks assemble
 #                      everything and sit on top ("runner"); the C API
@@ -66,7 +69,6 @@ LAYERS = [
     ["model"],
     ["data"],
     ["evaluation"],
-    ["models"],
     ["amp"],
     ["parallel"],
     ["checkpoint"],
@@ -74,6 +76,7 @@ LAYERS = [
     ["engine"],
     ["writers"],
     ["hooks"],
+    ["models"],
     ["runner"],
     ["capi"],
 ]

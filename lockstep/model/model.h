@@ -82,6 +82,12 @@ class Model : public torch::nn::Module {
   };
   virtual TensorKeys tensor_keys() const { return TensorKeys(); }
 
+  // Whether the model's submodules run as C++ modules, so that a strategy may
+  // replace them (SyncBatchNorm conversion) or gather their parameters one at
+  // a time (FSDP's auto-wrapped units). false for a model whose forward runs
+  // elsewhere: TorchScriptModel's runs inside TorchScript.
+  virtual bool submodules_run_in_cpp() const { return true; }
+
   DataPreprocessor& data_preprocessor() const { return *data_preprocessor_; }
   void set_data_preprocessor(std::shared_ptr<DataPreprocessor> preprocessor);
   // Moves the module and tells the preprocessor where data must go.

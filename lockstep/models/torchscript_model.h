@@ -51,6 +51,7 @@ class TorchScriptModel : public Model {
   torch::Tensor forward(const torch::Tensor& input);
   void train(bool on = true) override;
   TensorKeys tensor_keys() const override { return {options_.input_key(), options_.target_key(), "logits"}; }
+  bool submodules_run_in_cpp() const override { return false; }
 
   torch::jit::Module& scripted() { return module_; }
   // torch.jit.save of the module with its current weights, atomically.

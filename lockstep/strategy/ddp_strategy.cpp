@@ -3,7 +3,6 @@
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/model/model.h"
-#include "lockstep/models/torchscript_model.h"
 #include "lockstep/parallel/sync_batchnorm.h"
 
 namespace lockstep {
@@ -40,7 +39,7 @@ DDPStrategy::DDPStrategy(DDPStrategyOptions options)
 void DDPStrategy::place_model(Model& model) {
   model.move_to(device_);
   if (options_.sync_bn == "torch") {
-    LOCKSTEP_CHECK(dynamic_cast<TorchScriptModel*>(&model) == nullptr,
+    LOCKSTEP_CHECK(model.submodules_run_in_cpp(),
                    "strategy.sync_bn: a TorchScriptModel's BatchNorm layers run inside TorchScript and cannot be "
                    "converted to SyncBatchNorm from C++; convert them in Python before scripting "
                    "(torch.nn.SyncBatchNorm.convert_sync_batchnorm does not script either), or drop sync_bn and "

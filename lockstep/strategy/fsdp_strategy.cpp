@@ -6,7 +6,6 @@
 #include "lockstep/core/logging.h"
 #include "lockstep/dist/process_group.h"
 #include "lockstep/model/model.h"
-#include "lockstep/models/torchscript_model.h"
 #include "lockstep/optim/optim_wrapper_builder.h"
 #include "lockstep/optim/optimizer_builder.h"
 
@@ -51,7 +50,7 @@ void FSDPStrategy::place_model(Model& model) {
   // scope in C++ code; a scripted module's forward runs inside TorchScript,
   // where neither reaches. So it is one unit, the root (every sharding
   // strategy works; parameters are gathered for the whole forward).
-  LOCKSTEP_CHECK(dynamic_cast<TorchScriptModel*>(&model) == nullptr || !options_.fsdp.auto_wrap_policy(),
+  LOCKSTEP_CHECK(model.submodules_run_in_cpp() || !options_.fsdp.auto_wrap_policy(),
                  "FSDPStrategy: a TorchScriptModel is sharded as one FSDP unit: its submodules run inside "
                  "TorchScript, where FSDP cannot gather their parameters one by one; drop "
                  "model_wrapper.auto_wrap_policy");
