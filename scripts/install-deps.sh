@@ -44,4 +44,16 @@ sudo_cmd=()
 if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
 export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -qq
+# slurmctld, slurmd and munge would start their services on installation,
+# where an init system runs: the tests start daemons of their own, under
+# their own configuration, and the packaged ones would only fail (no
+# /etc/slurm/slurm.conf) and fail the installation with them. So, where the
+# machine has no policy-rc.d, one that refuses every start is in place for
+# the installation only.
+policy=/usr/sbin/policy-rc.d
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\nexit 101\n' | "${sudo_cmd[@]}" tee "$policy" >/dev/null
+  "${sudo_cmd[@]}" chmod +x "$policy"
+  trap '"${sudo_cmd[@]}" rm -f "$policy"' EXIT
+fi
 "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
