@@ -502,10 +502,6 @@ std::shared_ptr<Work> ProcessGroup::recv(torch::Tensor& tensor, int src, int tag
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks, std::string group_name) {
-  // Groups may be built from several threads (LazyGroup); one at a time, so
-  // that child_names_ and the shared Gloo device see one builder.
-  static std::mutex building;
-  std::lock_guard<std::mutex> lock(building);
   LOCKSTEP_CHECK(!ranks.empty(), "new_group on group '", name(), "': no ranks given");
   std::sort(ranks.begin(), ranks.end());
   for (size_t i = 0; i < ranks.size(); ++i) {
@@ -516,13 +512,23 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks, st
   auto me = std::find(ranks.begin(), ranks.end(), rank());
   if (me == ranks.end()) return nullptr;
   std::string store_name;
-  if (group_name.empty()) {
-    std::string base = str_cat(name() == "world" ? "" : name() + "/", "ranks", ranks_key(ranks));
-    int count = ++child_names_[base];
-    group_name = count > 1 ? str_cat(base, "#", count) : base;
-  } else {
-    LOCKSTEP_CHECK(child_names_[group_name]++ == 0, "new_group: a group named '", group_name,
-                   "' was already created from group '", name(), "'");
+  {
+    // Groups may be built from several threads at once (LazyGroup: the
+    // metrics writer's thread and the main thread). Only the name is taken
+    // under the lock: holding it through the rendezvous below would deadlock
+    // when two ranks build two groups in different orders (rank 0's main
+    // thread waits in "side" for rank 1, whose metrics thread holds the lock
+    // waiting in "metrics" for rank 0, whose metrics thread waits for the lock).
+    static std::mutex naming;
+    std::lock_guard<std::mutex> lock(naming);
+    if (group_name.empty()) {
+      std::string base = str_cat(name() == "world" ? "" : name() + "/", "ranks", ranks_key(ranks));
+      int count = ++child_names_[base];
+      group_name = count > 1 ? str_cat(base, "#", count) : base;
+    } else {
+      LOCKSTEP_CHECK(child_names_[group_name]++ == 0, "new_group: a group named '", group_name,
+                     "' was already created from group '", name(), "'");
+    }
   }
   Parts child;
   child.name = group_name;
