@@ -7,6 +7,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/dist/node_hierarchy.h"
+#include "lockstep/dist/polling_store.h"
 #include "lockstep/dist/rendezvous.h"
 #include "lockstep/dist/ring.h"
 
@@ -519,6 +520,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks, st
     // when two ranks build two groups in different orders (rank 0's main
     // thread waits in "side" for rank 1, whose metrics thread holds the lock
     // waiting in "metrics" for rank 0, whose metrics thread waits for the lock).
+    // The store connection has the same trap; see the exchange below.
     static std::mutex naming;
     std::lock_guard<std::mutex> lock(naming);
     if (group_name.empty()) {
@@ -541,13 +543,15 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks, st
   const int child_size = static_cast<int>(ranks.size());
   rendezvous(child.store, group_name, child.rank, child_size, child.timeout,
              "every member must call new_group with the same ranks");
+  // Another thread may be building a group through the same store client
+  // (Note [Waiting without holding the store]).
+  auto exchange = [&](const char* backend) {
+    return make_polling_store(compat::make_prefix_store(backend, child.store), child.timeout,
+                              str_cat("group '", group_name, "'"));
+  };
   try {
-    child.gloo = compat::make_gloo(compat::make_prefix_store("gloo/", child.store), child.rank, child_size,
-                                   child.timeout, child.gloo_device);
-    if (parts_.nccl) {
-      child.nccl = compat::make_nccl(compat::make_prefix_store("nccl/", child.store), child.rank, child_size,
-                                     child.timeout);
-    }
+    child.gloo = compat::make_gloo(exchange("gloo/"), child.rank, child_size, child.timeout, child.gloo_device);
+    if (parts_.nccl) child.nccl = compat::make_nccl(exchange("nccl/"), child.rank, child_size, child.timeout);
   } catch (const std::exception&) {
     rethrow_with_context(str_cat("rank ", global_rank(rank()), ": creating group '", group_name, "'"));
   }

@@ -5,6 +5,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <numeric>
+#include <thread>
+
+#include "lockstep/core/error.h"
 #include "lockstep/dist/comm.h"
 #include "lockstep/dist/init.h"
 #include "tests/dist/dist_test_util.h"
@@ -260,6 +264,58 @@ LOCKSTEP_WORKER_TEST(CollectivesWorker, Subgroups) {
   EXPECT_EQ(single->size(), 1);
   EXPECT_EQ(single->global_rank(0), r);
   world->barrier();
+}
+
+// Two threads of each rank build groups at the same time, in opposite orders
+// on even and odd ranks, as the trainer's metrics writer and main thread do:
+// a thread waiting for a peer's key must not keep its own process from
+// setting one (Note [Waiting without holding the store]). Each round either
+// builds both groups and reduces over them, or times out.
+LOCKSTEP_WORKER_TEST(GroupThreadsWorker, TwoThreadsBuildGroupsAtOnce) {
+  testing::WorkerWorld session;
+  auto world = lockstep::world();
+  const int n = world->size(), r = world->rank();
+  std::vector<int> everyone(static_cast<size_t>(n));
+  std::iota(everyone.begin(), everyone.end(), 0);
+  for (int round = 0; round < 4; ++round) {
+    std::string mine = str_cat("a", round), other = str_cat("b", round);
+    if (r % 2 == 1) std::swap(mine, other);
+    auto build_and_reduce = [&](const std::string& name) {
+      auto group = world->new_group(everyone, name);
+      auto t = torch::full({3}, static_cast<double>(r + 1));
+      group->all_reduce(t, ReduceOp::kSum);
+      return t;
+    };
+    std::string thread_error;
+    torch::Tensor from_thread;
+    std::thread thread([&] {
+      try {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        from_thread = build_and_reduce(other);
+      } catch (const std::exception& e) {
+        thread_error = e.what();
+      }
+    });
+    std::string main_error;
+    torch::Tensor from_main;
+    try {
+      from_main = build_and_reduce(mine);
+    } catch (const std::exception& e) {
+      main_error = e.what();
+    }
+    thread.join();
+    ASSERT_EQ(main_error, "") << "round " << round;
+    ASSERT_EQ(thread_error, "") << "round " << round;
+    const auto expected = torch::full({3}, n * (n + 1) / 2.0);
+    EXPECT_TRUE(tensors_equal(from_main, expected));
+    EXPECT_TRUE(tensors_equal(from_thread, expected));
+  }
+}
+
+TEST(Collectives, GroupsBuiltFromTwoThreadsOnEachRank) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  auto result = testing::run_workers(2, "GroupThreadsWorker.*", testing::worker_options({"LOCKSTEP_TIMEOUT_S=10"}));
+  EXPECT_WORKERS_OK(result);
 }
 
 LOCKSTEP_WORKER_TEST(CollectivesWorker, ObjectCollectives) {
