@@ -53,7 +53,8 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/lockstep/ DESTINATION ${CMAKE_INSTALL_IN
   PATTERN "internal_error.h" EXCLUDE
   PATTERN "pch.h" EXCLUDE
   PATTERN "spawn_worker.h" EXCLUDE
-  PATTERN "polling_store.h" EXCLUDE)
+  PATTERN "polling_store.h" EXCLUDE
+  PATTERN "background_threads.h" EXCLUDE)
 
 install(EXPORT LockstepTargets NAMESPACE lockstep:: FILE LockstepTargets.cmake
   DESTINATION ${LOCKSTEP_INSTALL_CMAKEDIR})

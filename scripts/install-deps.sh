@@ -21,6 +21,7 @@ packages=(
   iproute2 procps psmisc
   gfortran openmpi-bin libopenmpi-dev
   slurm-wlm slurmctld slurmd slurm-client munge util-linux
+  etcd-server etcd-client libcurl4-openssl-dev openssl
 )
 case "${1:-}" in
   --chroot) packages+=(debootstrap) ;;
@@ -44,7 +45,7 @@ sudo_cmd=()
 if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
 export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -qq
-# slurmctld, slurmd and munge would start their services on installation,
+# slurmctld, slurmd, munge and etcd would start their services on installation,
 # where an init system runs: the tests start daemons of their own, under
 # their own configuration, and the packaged ones would only fail (no
 # /etc/slurm/slurm.conf) and fail the installation with them. So, where the

@@ -41,7 +41,7 @@ fi
 
 common=(g++ cmake make ccache libopenblas0-openmp libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
         libspdlog-dev libfmt-dev zlib1g-dev libjpeg62-turbo-dev libpng-dev libgtest-dev libgmock-dev dataset-fashion-mnist
-        python3-numpy protobuf-compiler fortunes procps iproute2 psmisc)
+        python3-numpy protobuf-compiler fortunes procps iproute2 psmisc libcurl4-openssl-dev)
 if [[ $cuda == 1 ]]; then
   need=("${common[@]}" libtorch-cuda-dev nvidia-cuda-dev nvidia-cuda-toolkit libnccl-dev libgloo-cuda-dev)
   components=main,contrib,non-free

@@ -52,19 +52,26 @@ CLI::App* add_run_command(CLI::App& app) {
                                    "have joined")->default_str("30");
   run->add_option_function<std::string>("--rdzv-endpoint,--rdzv_endpoint",
                                         [options](const std::string& e) { apply_rdzv_endpoint(e, *options); },
-                                        "torchrun's HOST[:PORT] of the rendezvous (same as --master-addr/--master-port)");
+                                        "torchrun's HOST[:PORT] of the rendezvous (same as --master-addr/--master-port); "
+                                        "etcd: HOST:PORT,HOST:PORT,... of its members");
   run->add_option_function<std::string>("--rdzv-conf,--rdzv_conf",
                                         [options](const std::string& c) { apply_rdzv_conf(c, *options); },
-                                        "torchrun's rendezvous settings: last_call_timeout=S,join_timeout=S");
+                                        "torchrun's rendezvous settings: last_call_timeout=S,join_timeout=S; etcd: "
+                                        "lease_ttl=S,protocol=https,cacert=F,cert=F,key=F,user=NAME");
   run->add_option_function<std::string>("--rdzv-backend,--rdzv_backend",
-                                        [](const std::string& backend) {
-                                          if (backend != "c10d" && backend != "static") {
+                                        [options](const std::string& backend) {
+                                          if (backend != "c10d" && backend != "static" && backend != "etcd") {
                                             throw CLI::ValidationError("--rdzv-backend",
-                                                                       "lockstep run's rendezvous is c10d's (got '" +
-                                                                           backend + "')");
+                                                                       "c10d, static or etcd (got '" + backend + "')");
                                           }
+                                          options->rdzv_backend(backend);
                                         },
-                                        "torchrun's rendezvous backend: c10d (the launcher's store) or static");
+                                        "Rendezvous backend: c10d (the store of the launcher at --rdzv-endpoint), "
+                                        "static, or etcd (an etcd cluster, v3 API: no node is special)");
+  run->add_option_function<std::string>("--local-addr,--local_addr",
+                                        [options](const std::string& addr) { options->local_addr(addr); },
+                                        "etcd rendezvous: the address other nodes reach this one at (default: the "
+                                        "one it reaches etcd from)");
   run->add_option_function<std::string>("--run-id,--run_id,--rdzv-id,--rdzv_id", [options](const std::string& id) { options->run_id(id); },
                                         "TORCHELASTIC_RUN_ID for the workers (default: random)");
   run->add_option_function<std::string>(

@@ -26,8 +26,6 @@ constexpr std::array<uint32_t, 64> kRound{
 uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
 // Two hashes of the token, each with its own leading string (Note [The store's job token]).
-std::string check_value(const JobIdentity& job) { return sha256_hex("lockstep-job-check:" + job.token); }
-std::string key_prefix(const JobIdentity& job) { return "job/" + sha256_hex("lockstep-job-keys:" + job.token) + "/"; }
 
 std::string to_string(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
 
@@ -73,6 +71,12 @@ std::string sha256_hex(const std::string& data) {
   return out;
 }
 
+std::string job_check_value(const JobIdentity& job) { return sha256_hex("lockstep-job-check:" + job.token); }
+
+std::string job_key_prefix(const JobIdentity& job) {
+  return "job/" + sha256_hex("lockstep-job-keys:" + job.token) + "/";
+}
+
 std::string random_job_token() {
   std::random_device device;
   char buffer[40];
@@ -83,9 +87,9 @@ std::string random_job_token() {
 c10::intrusive_ptr<compat::C10dStore> publish_job(const c10::intrusive_ptr<compat::C10dStore>& store,
                                                   const JobIdentity& job) {
   LOCKSTEP_CHECK(!job.token.empty(), "publish_job: the job token is empty");
-  const std::string record = job.run_id + "\n" + check_value(job);
+  const std::string record = job.run_id + "\n" + job_check_value(job);
   store->set(kJobRecordKey, std::vector<uint8_t>(record.begin(), record.end()));
-  return compat::make_prefix_store(key_prefix(job), store);
+  return compat::make_prefix_store(job_key_prefix(job), store);
 }
 
 c10::intrusive_ptr<compat::C10dStore> join_job(const c10::intrusive_ptr<compat::C10dStore>& store,
@@ -110,10 +114,10 @@ c10::intrusive_ptr<compat::C10dStore> join_job(const c10::intrusive_ptr<compat::
                  "' and this process belongs to job '", job.run_id, "' (another job on the same address and port?)");
   LOCKSTEP_CHECK(!job.token.empty(), refused, "the job requires a job token: set LOCKSTEP_JOB_TOKEN (or lockstep run "
                  "--job-token) to the token the job was started with");
-  LOCKSTEP_CHECK(record.substr(newline + 1) == check_value(job), refused, "wrong job token (LOCKSTEP_JOB_TOKEN or "
+  LOCKSTEP_CHECK(record.substr(newline + 1) == job_check_value(job), refused, "wrong job token (LOCKSTEP_JOB_TOKEN or "
                  "--job-token must be the same on every node of job '", host_run_id, "')");
   if (run_id_out != nullptr) *run_id_out = host_run_id;
-  return compat::make_prefix_store(key_prefix(job), store);
+  return compat::make_prefix_store(job_key_prefix(job), store);
 }
 
 }  // namespace lockstep

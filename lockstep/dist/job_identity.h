@@ -57,6 +57,11 @@ c10::intrusive_ptr<compat::C10dStore> join_job(const c10::intrusive_ptr<compat::
                                                const JobIdentity& job, std::chrono::milliseconds timeout,
                                                const std::string& where, std::string* run_id_out = nullptr);
 
+// The record's check value, and the prefix of the job's private keys
+// ("job/<hash>/"): for key-value stores other than c10d's (etcd's rendezvous).
+std::string job_check_value(const JobIdentity& job);
+std::string job_key_prefix(const JobIdentity& job);
+
 // A random 128-bit token in hex, for single-node jobs.
 std::string random_job_token();
 

@@ -22,7 +22,8 @@
 #include "lockstep/dist/init.h"
 #include "lockstep/dist/job_identity.h"
 #include "lockstep/dist/network.h"
-#include "lockstep/launch/elastic_rendezvous.h"
+#include "lockstep/launch/c10d_rendezvous.h"
+#include "lockstep/launch/etcd_rendezvous.h"
 #include "lockstep/launch/line_prefixer.h"
 #include "lockstep/launch/restart_rounds.h"
 #include "lockstep/launch/spawn_worker.h"
@@ -138,7 +139,17 @@ class Supervisor {
       rdzv.node_name = this_node_name();
       rdzv.join_timeout = std::chrono::milliseconds(static_cast<long long>(options_.join_timeout() * 1000));
       rdzv.last_call_timeout = std::chrono::milliseconds(static_cast<long long>(options_.last_call_timeout() * 1000));
-      elastic_ = std::make_unique<ElasticRendezvous>(rdzv, hosts_store);
+      if (options_.rdzv_backend() == "etcd") {
+        EtcdRendezvousSettings settings;
+        settings.etcd = options_.etcd();
+        settings.run_id = run_id_;
+        settings.token = job_token;
+        settings.lease_ttl = std::chrono::seconds(static_cast<long long>(options_.lease_ttl()));
+        settings.local_addr = options_.local_addr();
+        elastic_ = make_etcd_rendezvous(rdzv, settings);
+      } else {
+        elastic_ = make_c10d_rendezvous(rdzv, hosts_store);
+      }
     } else if (!options_.standalone() && options_.nnodes() > 1 && options_.max_restarts() > 0) {
       rounds_ = std::make_unique<RestartRounds>(
           options_.master_addr(), master_port_, options_.nnodes(), options_.node_rank(),
@@ -184,8 +195,8 @@ class Supervisor {
   // restarts run out, or a signal arrives.
   int run_elastic() {
     const auto interrupted = [this] { return this->interrupted(); };
-    say(str_cat("elastic job of ", options_.min_nodes(), " to ", options_.nnodes(), " nodes: joining the rendezvous at ",
-                options_.master_addr(), ":", master_port_));
+    say(str_cat("elastic job of ", options_.min_nodes(), " to ", options_.nnodes(), " nodes: joining ",
+                elastic_->where()));
     std::optional<ElasticRendezvous::Round> round = elastic_->join(-1, /*failed=*/false, interrupted);
     while (true) {
       if (!round) {
@@ -198,6 +209,8 @@ class Supervisor {
       placement.nnodes = round->nnodes;
       placement.restart_count = round->restarts;
       placement.round = round->round;
+      placement.master_addr = round->store_host;
+      placement.master_port = round->store_port;
       const int nproc = options_.nproc_per_node();
       say(str_cat("rendezvous round ", round->round, ": node ", round->group_rank, " of ", round->nnodes, " (ranks ",
                   round->group_rank * nproc, "..", (round->group_rank + 1) * nproc - 1, " of ", round->nnodes * nproc,
@@ -489,6 +502,32 @@ class Supervisor {
 
 }  // namespace
 
+namespace {
+
+// --rdzv-backend etcd: no launcher hosts anything for the whole job; each
+// round's node 0 hosts that round's store (lockstep/launch/etcd_rendezvous.h).
+int launch_on_etcd(LaunchOptions options, const std::string& token) {
+  LOCKSTEP_CHECK(!options.standalone(), "lockstep run: --standalone is one machine; --rdzv-backend etcd is for several");
+  LOCKSTEP_CHECK(!token.empty(), "lockstep run: --rdzv-backend etcd needs a job token shared by every node: set "
+                 "LOCKSTEP_JOB_TOKEN (or pass --job-token) to the same secret on every node");
+  LOCKSTEP_CHECK(!options.run_id().empty(), "lockstep run: --rdzv-backend etcd needs --rdzv-id, the job's name on etcd "
+                 "(the same on every node, a new one for each job)");
+  LOCKSTEP_CHECK(!options.etcd().endpoints.empty(), "lockstep run: --rdzv-backend etcd needs --rdzv-endpoint "
+                 "HOST:PORT[,HOST:PORT...] (etcd's client URLs)");
+  if (!options.etcd().user.empty() && options.etcd().password.empty()) {
+    const char* password = std::getenv("LOCKSTEP_ETCD_PASSWORD");
+    LOCKSTEP_CHECK(password != nullptr, "lockstep run: --rdzv-conf user=", options.etcd().user,
+                   " needs the password in LOCKSTEP_ETCD_PASSWORD");
+    options.etcd().password = password;
+  }
+  if (!options.elastic()) options.min_nodes(options.nnodes());  // --nnodes N: a job of exactly N nodes
+  SignalScope signals;
+  Supervisor supervisor(options, /*master_port=*/0, options.run_id(), token, /*hosts_store=*/false);
+  return supervisor.run();
+}
+
+}  // namespace
+
 int launch(const LaunchOptions& options) {
   validate_launch_options(options);
   std::string token = options.job_token();
@@ -496,6 +535,7 @@ int launch(const LaunchOptions& options) {
     const char* from_env = std::getenv("LOCKSTEP_JOB_TOKEN");
     token = from_env != nullptr ? from_env : "";
   }
+  if (options.rdzv_backend() == "etcd") return launch_on_etcd(options, token);
   const bool one_launcher = options.standalone() || (options.nnodes() == 1 && !options.elastic());
   // Several launchers meeting on 127.0.0.1 are one machine (a test topology):
   // nodes elsewhere could not reach that address.

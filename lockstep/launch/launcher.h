@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "lockstep/dist/env.h"
+#include "lockstep/launch/etcd_client.h"
 
 namespace lockstep {
 
@@ -91,6 +92,16 @@ struct LaunchOptions {
   // separated; exported as GLOO_SOCKET_IFNAME. Empty: $GLOO_SOCKET_IFNAME if
   // set, else the interface that routes to the master (lockstep/dist/network.h).
   TORCH_ARG(std::string, socket_ifname) = "";
+  // Elastic jobs: where the rounds live. "c10d": on the store of the
+  // launcher at master_addr (torchrun's default); "etcd": on an etcd cluster
+  // (lockstep/launch/etcd_rendezvous.h), so that any node may die.
+  TORCH_ARG(std::string, rdzv_backend) = "c10d";
+  // --rdzv-backend etcd: the cluster (endpoints, TLS, user), the lease that
+  // tells the others this node is alive, and the address other nodes reach
+  // this one at (--local-addr; empty: the one it reaches etcd from).
+  TORCH_ARG(EtcdOptions, etcd);
+  TORCH_ARG(double, lease_ttl) = 10;
+  TORCH_ARG(std::string, local_addr) = "";
   // Prefix each output line with "[rank<R>]: ".
   TORCH_ARG(bool, prefix_output) = true;
   TORCH_ARG(std::vector<std::string>, command);
@@ -106,6 +117,8 @@ struct NodePlacement {
   int nnodes = 1;
   int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT: restarts after failures so far
   int round = -1;         // elastic jobs: the rendezvous round (LOCKSTEP_RDZV_ROUND); -1: not elastic
+  std::string master_addr;  // where the workers meet, when not master_addr and the port given (etcd rounds)
+  int master_port = 0;
 
   // A fixed job's placement: --node-rank of --nnodes (one node in standalone mode).
   static NodePlacement fixed(const LaunchOptions& options, int restart_count);

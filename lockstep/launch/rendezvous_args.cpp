@@ -37,6 +37,9 @@ void apply_rdzv_endpoint(const std::string& text, LaunchOptions& options) {
   const bool has_port = colon != std::string::npos && text.find(']', colon) == std::string::npos;
   const std::string host = has_port ? text.substr(0, colon) : text;
   LOCKSTEP_CHECK(!host.empty(), "lockstep run: --rdzv-endpoint '", text, "' names no host (HOST[:PORT])");
+  // etcd's backend reads a list of endpoints; c10d's one host.
+  options.etcd().endpoints = split_etcd_endpoints(text);
+  if (text.find(',') != std::string::npos) return;
   options.master_addr(host);
   options.master_port(has_port ? parse_number<int>(text.substr(colon + 1), "--rdzv-endpoint port") : 29400);
 }
@@ -53,9 +56,24 @@ void apply_rdzv_conf(const std::string& text, LaunchOptions& options) {
       options.last_call_timeout(parse_number<double>(value, "--rdzv-conf last_call_timeout"));
     } else if (key == "join_timeout") {
       options.join_timeout(parse_number<double>(value, "--rdzv-conf join_timeout"));
+    } else if (key == "lease_ttl") {
+      options.lease_ttl(parse_number<double>(value, "--rdzv-conf lease_ttl"));
+    } else if (key == "protocol") {
+      LOCKSTEP_CHECK(value == "http" || value == "https", "lockstep run: --rdzv-conf protocol=", value,
+                     ": http or https");
+      options.etcd().protocol = value;
+    } else if (key == "cacert") {
+      options.etcd().ca_file = value;
+    } else if (key == "cert") {
+      options.etcd().cert_file = value;
+    } else if (key == "key") {
+      options.etcd().key_file = value;
+    } else if (key == "user") {
+      options.etcd().user = value;
     } else {
       LOCKSTEP_FAIL("lockstep run: --rdzv-conf: unknown key '", key,
-                    "' (lockstep's rendezvous reads last_call_timeout and join_timeout)");
+                    "' (lockstep's rendezvous reads last_call_timeout and join_timeout; etcd's also lease_ttl, "
+                    "protocol, cacert, cert, key and user)");
     }
   }
 }

@@ -18,6 +18,9 @@ void validate_launch_options(const LaunchOptions& options) {
                  options.signal_grace());
   LOCKSTEP_CHECK(options.join_timeout() > 0, "lockstep run: --join-timeout must be positive, got ",
                  options.join_timeout());
+  LOCKSTEP_CHECK(options.rdzv_backend() == "c10d" || options.rdzv_backend() == "static" ||
+                 options.rdzv_backend() == "etcd", "lockstep run: --rdzv-backend '", options.rdzv_backend(),
+                 "' is none of c10d, static and etcd");
   if (options.standalone()) return;
   LOCKSTEP_CHECK(options.nnodes() >= 1, "lockstep run: --nnodes must be at least 1, got ", options.nnodes());
   LOCKSTEP_CHECK(options.min_nodes() >= 0 && options.min_nodes() <= options.nnodes(), "lockstep run: --nnodes ",
@@ -63,8 +66,13 @@ Environment build_worker_env(const LaunchOptions& options, const NodePlacement& 
   env["WORLD_SIZE"] = world_size;
   env["GROUP_WORLD_SIZE"] = std::to_string(nnodes);
   env["ROLE_WORLD_SIZE"] = world_size;
-  env["MASTER_ADDR"] = options.standalone() ? "127.0.0.1" : options.master_addr();
-  env["MASTER_PORT"] = std::to_string(master_port);
+  if (!placement.master_addr.empty()) {
+    env["MASTER_ADDR"] = placement.master_addr;
+    env["MASTER_PORT"] = std::to_string(placement.master_port);
+  } else {
+    env["MASTER_ADDR"] = options.standalone() ? "127.0.0.1" : options.master_addr();
+    env["MASTER_PORT"] = std::to_string(master_port);
+  }
   env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(restart_count);
   env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(options.max_restarts());
   env["TORCHELASTIC_RUN_ID"] = run_id;

@@ -1,14 +1,14 @@
-#include "lockstep/launch/elastic_rendezvous.h"
+#include "lockstep/launch/c10d_rendezvous.h"
 
 #include <algorithm>
-#include <atomic>
-#include <condition_variable>
 #include <mutex>
 #include <sstream>
+#include <thread>
 #include <tuple>
 
 #include "lockstep/compat/c10d.h"
 #include "lockstep/core/error.h"
+#include "lockstep/launch/background_threads.h"
 #include "lockstep/launch/store_client.h"
 
 namespace lockstep {
@@ -16,12 +16,35 @@ namespace lockstep {
 using Clock = std::chrono::steady_clock;
 using StorePtr = c10::intrusive_ptr<compat::C10dStore>;
 
-struct ElasticRendezvous::Shared {
+namespace {
+
+class C10dRendezvous : public ElasticRendezvous {
+ public:
+  C10dRendezvous(Options options, bool coordinator);
+  ~C10dRendezvous() override;
+  C10dRendezvous(const C10dRendezvous&) = delete;
+  C10dRendezvous& operator=(const C10dRendezvous&) = delete;
+
+  std::optional<Round> join(int after_round, bool failed, const std::function<bool()>& interrupted) override;
+  void watch(const Round& round) override;
+  std::string restart_reason() const override;
+  void mark_finished() override;
+  void abort(const std::string& why) override;
+  std::string where() const override;
+
+  struct Shared;
+
+ private:
+  std::shared_ptr<Shared> shared_;
+  BackgroundThreads threads_;  // the watcher; the coordinator's loop where this node hosts the store
+};
+
+}  // namespace
+
+struct C10dRendezvous::Shared {
   Options options;
-  std::atomic<bool> stop{false};
+  std::shared_ptr<StopSignal> stop;
   std::mutex mutex;
-  std::condition_variable wake;
-  int threads_running = 0;
   // What the watcher reports (under mutex).
   int watched_round = -1;
   int watched_nnodes = 0;
@@ -33,10 +56,7 @@ struct ElasticRendezvous::Shared {
                                                          std::chrono::seconds(10)));
   }
   // Sleeps up to `period`; false when the rendezvous is being destroyed.
-  bool pause(std::chrono::milliseconds period) {
-    std::unique_lock<std::mutex> lock(mutex);
-    return !wake.wait_for(lock, period, [&] { return stop.load(); });
-  }
+  bool pause(std::chrono::milliseconds period) { return stop->pause(period); }
 };
 
 namespace {
@@ -55,14 +75,14 @@ void set_text(const StorePtr& store, const std::string& k, const std::string& va
 }
 
 // The coordinator: closes round after round, for as long as the launcher lives.
-void coordinate(const std::shared_ptr<ElasticRendezvous::Shared>& shared) {
+void coordinate(const std::shared_ptr<C10dRendezvous::Shared>& shared) {
   const auto& o = shared->options;
   StorePtr store;
   int round = 0, restarts = 0;
   bool opened = false;
   Clock::time_point ready_since{};  // when the round became ready to close (`ready`)
   bool ready = false;
-  while (!shared->stop) {
+  while (!shared->stop->raised()) {
     try {
       if (!store) store = shared->connect();
       if (!opened) {
@@ -104,9 +124,9 @@ void coordinate(const std::shared_ptr<ElasticRendezvous::Shared>& shared) {
 }
 
 // Every admitted node: is someone waiting in the round after the watched one?
-void watch_next_round(const std::shared_ptr<ElasticRendezvous::Shared>& shared) {
+void watch_next_round(const std::shared_ptr<C10dRendezvous::Shared>& shared) {
   StorePtr store;
-  while (!shared->stop) {
+  while (!shared->stop->raised()) {
     int round = -1, nnodes = 0;
     {
       std::lock_guard<std::mutex> lock(shared->mutex);
@@ -137,43 +157,20 @@ void watch_next_round(const std::shared_ptr<ElasticRendezvous::Shared>& shared) 
   }
 }
 
-void run_thread(const std::shared_ptr<ElasticRendezvous::Shared>& shared,
-                void (*body)(const std::shared_ptr<ElasticRendezvous::Shared>&)) {
-  body(shared);
-  std::lock_guard<std::mutex> lock(shared->mutex);
-  --shared->threads_running;
-  shared->wake.notify_all();
-}
-
 }  // namespace
 
-ElasticRendezvous::ElasticRendezvous(Options options, bool coordinator) : shared_(std::make_shared<Shared>()) {
+C10dRendezvous::C10dRendezvous(Options options, bool coordinator) : shared_(std::make_shared<Shared>()) {
   LOCKSTEP_CHECK(options.min_nodes >= 1 && options.min_nodes <= options.max_nodes, "lockstep run: --nnodes ",
                  options.min_nodes, ":", options.max_nodes, " needs 1 <= MIN <= MAX");
   shared_->options = std::move(options);
-  shared_->threads_running = coordinator ? 2 : 1;
-  watcher_ = std::thread(run_thread, shared_, watch_next_round);
-  if (coordinator) coordinator_ = std::thread(run_thread, shared_, coordinate);
+  shared_->stop = threads_.stop_signal();
+  threads_.start([shared = shared_] { watch_next_round(shared); });
+  if (coordinator) threads_.start([shared = shared_] { coordinate(shared); });
 }
 
-ElasticRendezvous::~ElasticRendezvous() {
-  std::unique_lock<std::mutex> lock(shared_->mutex);
-  shared_->stop = true;
-  shared_->wake.notify_all();
-  // A thread stuck on an unreachable store is left to the end of the process.
-  const bool done = shared_->wake.wait_for(lock, std::chrono::seconds(1), [&] { return shared_->threads_running == 0; });
-  lock.unlock();
-  for (std::thread* t : {&watcher_, &coordinator_}) {
-    if (!t->joinable()) continue;
-    if (done) {
-      t->join();
-    } else {
-      t->detach();
-    }
-  }
-}
+C10dRendezvous::~C10dRendezvous() = default;
 
-std::optional<ElasticRendezvous::Round> ElasticRendezvous::join(int after_round, bool failed,
+std::optional<ElasticRendezvous::Round> C10dRendezvous::join(int after_round, bool failed,
                                                                 const std::function<bool()>& interrupted) {
   const Options& o = shared_->options;
   const auto deadline = Clock::now() + o.join_timeout;
@@ -229,6 +226,8 @@ std::optional<ElasticRendezvous::Round> ElasticRendezvous::join(int after_round,
             result.node_names.push_back(std::get<3>(order[rank]));
           }
           previous_rank_ = result.group_rank;
+          result.store_host = o.host;
+          result.store_port = o.port;
           return result;
         }
         ++round;  // the round was full: wait in the next one
@@ -252,20 +251,20 @@ std::optional<ElasticRendezvous::Round> ElasticRendezvous::join(int after_round,
   }
 }
 
-void ElasticRendezvous::watch(const Round& round) {
+void C10dRendezvous::watch(const Round& round) {
   std::lock_guard<std::mutex> lock(shared_->mutex);
   shared_->watched_round = round.round;
   shared_->watched_nnodes = round.nnodes;
   shared_->reason.clear();
 }
 
-std::string ElasticRendezvous::restart_reason() const {
+std::string C10dRendezvous::restart_reason() const {
   std::lock_guard<std::mutex> lock(shared_->mutex);
   return shared_->reason;
 }
 
 namespace {
-void set_flag(const ElasticRendezvous::Shared& shared, const std::string& k, const std::string& value) {
+void set_flag(const C10dRendezvous::Shared& shared, const std::string& k, const std::string& value) {
   try {
     set_text(connect_store(shared.options.host, shared.options.port, std::chrono::seconds(1)), k, value);
   } catch (const std::exception&) {
@@ -274,8 +273,16 @@ void set_flag(const ElasticRendezvous::Shared& shared, const std::string& k, con
 }
 }  // namespace
 
-void ElasticRendezvous::mark_finished() { set_flag(*shared_, key("finished"), "1"); }
+void C10dRendezvous::mark_finished() { set_flag(*shared_, key("finished"), "1"); }
 
-void ElasticRendezvous::abort(const std::string& why) { set_flag(*shared_, key("abort"), why); }
+void C10dRendezvous::abort(const std::string& why) { set_flag(*shared_, key("abort"), why); }
+
+std::string C10dRendezvous::where() const {
+  return str_cat("the rendezvous at ", shared_->options.host, ":", shared_->options.port);
+}
+
+std::unique_ptr<ElasticRendezvous> make_c10d_rendezvous(ElasticRendezvous::Options options, bool coordinator) {
+  return std::make_unique<C10dRendezvous>(std::move(options), coordinator);
+}
 
 }  // namespace lockstep

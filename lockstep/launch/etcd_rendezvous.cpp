@@ -1,0 +1,550 @@
+#include "lockstep/launch/etcd_rendezvous.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <tuple>
+
+#include "lockstep/compat/c10d.h"
+#include "lockstep/dist/job_identity.h"
+#include "lockstep/launch/background_threads.h"
+
+namespace lockstep {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// What launchers share with the rendezvous's two threads (lease keeper, watcher).
+struct EtcdShared {
+  ElasticRendezvous::Options options;
+  EtcdRendezvousSettings settings;
+  std::string keys;  // the job's private prefix
+  std::shared_ptr<StopSignal> stop;
+  mutable std::mutex mutex;
+  // Under mutex:
+  int64_t lease = 0;  // 0: none yet, or expired
+  int watched_round = -1;
+  std::vector<std::string> watched_names;
+  std::string reason;
+
+  std::string key(const std::string& name) const { return keys + name; }
+  std::string round_key(int round, const std::string& name) const { return str_cat(keys, "round/", round, "/", name); }
+  bool pause(milliseconds period) { return stop->pause(period); }
+};
+
+// One node's entry in a round: round/<r>/node/<name> = "<nproc> <previous round> <previous rank>".
+struct Entry {
+  std::string name;
+  int nproc = 0;
+  int previous_round = -1;
+  int previous_rank = -1;
+  int64_t arrived = 0;  // create_revision: the order of arrival
+};
+
+// A round as etcd holds it.
+struct RoundState {
+  std::vector<Entry> entries;  // by arrival
+  bool failed = false;
+  std::optional<std::string> closed;
+  std::optional<std::string> store;
+  int64_t revision = 0;
+};
+
+RoundState read_round(EtcdClient& etcd, const EtcdShared& shared, int round) {
+  RoundState state;
+  const std::string prefix = shared.round_key(round, "");
+  for (const auto& kv : etcd.get_prefix(prefix, &state.revision)) {
+    const std::string name = kv.key.substr(prefix.size());
+    if (name.rfind("node/", 0) == 0) {
+      Entry entry;
+      entry.name = name.substr(5);
+      entry.arrived = kv.create_revision;
+      std::istringstream fields(kv.value);
+      fields >> entry.nproc >> entry.previous_round >> entry.previous_rank;
+      if (!fields.fail()) state.entries.push_back(entry);  // anything else is not a lockstep node's
+    } else if (name == "failed") {
+      state.failed = true;
+    } else if (name == "closed") {
+      state.closed = kv.value;
+    } else if (name == "store") {
+      state.store = kv.value;
+    }
+  }
+  std::sort(state.entries.begin(), state.entries.end(),
+            [](const Entry& a, const Entry& b) { return a.arrived < b.arrived; });
+  return state;
+}
+
+// "<restarts>\nname\nname..." -> restarts, names.
+std::pair<int, std::vector<std::string>> parse_closed(const std::string& text) {
+  std::istringstream lines(text);
+  std::string line;
+  int restarts = 0;
+  if (std::getline(lines, line)) restarts = std::atoi(line.c_str());
+  std::vector<std::string> names;
+  while (std::getline(lines, line)) {
+    if (!line.empty()) names.push_back(line);
+  }
+  return {restarts, names};
+}
+
+bool has_entry(const RoundState& state, const std::string& name) {
+  return std::any_of(state.entries.begin(), state.entries.end(), [&](const Entry& e) { return e.name == name; });
+}
+
+// Keeps this launcher's lease alive; a lease that expired anyway (etcd was
+// unreachable for longer than its TTL) ends the running round, since every
+// entry made with it is gone.
+void keep_lease(const std::shared_ptr<EtcdShared>& shared) {
+  EtcdClient etcd(shared->settings.etcd);
+  const milliseconds period = std::chrono::duration_cast<milliseconds>(shared->settings.lease_ttl) / 3;
+  while (shared->pause(period)) {
+    int64_t lease = 0;
+    {
+      std::lock_guard<std::mutex> lock(shared->mutex);
+      lease = shared->lease;
+    }
+    if (lease == 0) continue;
+    bool alive = true;
+    try {
+      alive = etcd.keep_alive(lease);
+    } catch (const EtcdError& error) {
+      // Unreachable: tried again next period. Refused: the lease is gone.
+      alive = std::string(error.what()).rfind("etcd at ", 0) != 0;
+    }
+    if (alive) continue;
+    std::lock_guard<std::mutex> lock(shared->mutex);
+    if (shared->lease != lease) continue;
+    shared->lease = 0;
+    if (shared->watched_round >= 0 && shared->reason.empty()) {
+      shared->reason = "this node's etcd lease expired (etcd was out of reach for longer than lease_ttl)";
+    }
+  }
+}
+
+// Why the watched round should end, from what etcd holds now ("" if it should not).
+std::string round_over(EtcdClient& etcd, EtcdShared& shared, int round, const std::vector<std::string>& names,
+                       int64_t& revision) {
+  if (etcd.get(shared.key("finished"))) return "";  // nodes that finished leave; the others finish too
+  const RoundState running = read_round(etcd, shared, round);
+  const RoundState next = read_round(etcd, shared, round + 1);
+  revision = std::max(running.revision, next.revision);
+  for (const auto& name : names) {
+    if (!has_entry(running, name)) {
+      // A lost node is a failure: the next round counts as a restart, as when its workers fail.
+      etcd.put(shared.round_key(round + 1, "failed"), "1");
+      return str_cat("node ", name, " left the job (its etcd lease expired)");
+    }
+  }
+  if (next.failed) return "another node's workers failed";
+  const int waiting = static_cast<int>(next.entries.size());
+  if (waiting > 0 && static_cast<int>(names.size()) < shared.options.max_nodes) {
+    return str_cat(waiting, " node", waiting > 1 ? "s" : "", " asked to join");
+  }
+  return "";
+}
+
+// Every admitted node: should the running round end?
+void watch_rounds(const std::shared_ptr<EtcdShared>& shared) {
+  EtcdClient etcd(shared->settings.etcd);
+  while (!shared->stop->raised()) {
+    int round = -1;
+    std::vector<std::string> names;
+    {
+      std::lock_guard<std::mutex> lock(shared->mutex);
+      if (shared->reason.empty()) {
+        round = shared->watched_round;
+        names = shared->watched_names;
+      }
+    }
+    if (round >= 0) {
+      try {
+        int64_t revision = 0;
+        const std::string reason = round_over(etcd, *shared, round, names, revision);
+        if (!reason.empty()) {
+          std::lock_guard<std::mutex> lock(shared->mutex);
+          if (shared->watched_round == round) shared->reason = reason;
+          continue;
+        }
+        const auto moved_on = [&] {
+          std::lock_guard<std::mutex> lock(shared->mutex);
+          return shared->stop->raised() || shared->watched_round != round;
+        };
+        etcd.watch_prefix(shared->keys, revision, std::chrono::seconds(5), moved_on);
+        continue;
+      } catch (const std::exception&) {
+        // etcd is out of reach for now: the lease keeper and the workers will tell.
+      }
+    }
+    if (!shared->pause(milliseconds(200))) break;
+  }
+}
+
+class EtcdRendezvous : public ElasticRendezvous {
+ public:
+  EtcdRendezvous(Options options, EtcdRendezvousSettings settings);
+  ~EtcdRendezvous() override;
+  EtcdRendezvous(const EtcdRendezvous&) = delete;
+  EtcdRendezvous& operator=(const EtcdRendezvous&) = delete;
+
+  std::optional<Round> join(int after_round, bool failed, const std::function<bool()>& interrupted) override;
+  void watch(const Round& round) override;
+  std::string restart_reason() const override;
+  void mark_finished() override;
+  void abort(const std::string& why) override;
+  std::string where() const override { return str_cat("etcd at ", etcd_.endpoints()); }
+
+ private:
+  void check_job_token();
+  int64_t lease();
+  void enter(int round, int after_round, bool failed);
+  bool try_close(int round, const RoundState& state);
+  bool running_round_over(int round, const RoundState& state);
+  std::optional<std::pair<std::string, int>> round_store(const Round& round, const RoundState& state);
+  void fail_if_given_up();
+  bool job_alive();
+  void forget_ended_run();
+  std::string refused(const std::string& why) const;
+
+  std::shared_ptr<EtcdShared> shared_;
+  EtcdClient etcd_;
+  // A watch asks about the stop signal once a second: 3 s to end.
+  BackgroundThreads threads_{std::chrono::seconds(3)};  // the lease keeper and the watcher
+  c10::intrusive_ptr<compat::C10dStore> store_;  // node 0 of the running round: its workers' store
+};
+
+EtcdRendezvous::EtcdRendezvous(Options options, EtcdRendezvousSettings settings)
+    : shared_(std::make_shared<EtcdShared>()), etcd_(settings.etcd) {
+  LOCKSTEP_CHECK(options.min_nodes >= 1 && options.min_nodes <= options.max_nodes, "lockstep run: --nnodes ",
+                 options.min_nodes, ":", options.max_nodes, " needs 1 <= MIN <= MAX");
+  LOCKSTEP_CHECK(!settings.run_id.empty(), "lockstep run: --rdzv-backend etcd needs --rdzv-id (the job's name on etcd, "
+                 "the same on every node)");
+  LOCKSTEP_CHECK(!settings.token.empty(), "lockstep run: --rdzv-backend etcd needs a job token shared by every node "
+                 "(LOCKSTEP_JOB_TOKEN or --job-token)");
+  LOCKSTEP_CHECK(settings.lease_ttl.count() >= 2, "lockstep run: --rdzv-conf lease_ttl must be at least 2 s");
+  shared_->options = std::move(options);
+  shared_->settings = std::move(settings);
+  const JobIdentity job{shared_->settings.run_id, shared_->settings.token};
+  shared_->keys = str_cat("/lockstep/rdzv/", job.run_id, "/", job_key_prefix(job));
+  check_job_token();
+  shared_->stop = threads_.stop_signal();
+  threads_.start([shared = shared_] { keep_lease(shared); });
+  threads_.start([shared = shared_] { watch_rounds(shared); });
+}
+
+EtcdRendezvous::~EtcdRendezvous() {
+  threads_.stop();
+  // This node's entries go now rather than a lease_ttl later. The others
+  // end their round for it only if the job has not finished.
+  int64_t lease = 0;
+  {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    lease = shared_->lease;
+  }
+  if (lease != 0) {
+    try {
+      etcd_.revoke_lease(lease);
+    } catch (const std::exception&) {
+    }
+  }
+}
+
+std::string EtcdRendezvous::refused(const std::string& why) const {
+  return str_cat("lockstep run: node ", shared_->options.node_name, " refused by job '", shared_->settings.run_id,
+                 "' on ", where(), ": ", why);
+}
+
+// The first node writes the job token's check value; the others compare. etcd
+// is not reachable yet when a cluster and its job start together: a few tries.
+void EtcdRendezvous::check_job_token() {
+  const JobIdentity job{shared_->settings.run_id, shared_->settings.token};
+  const std::string record = str_cat("/lockstep/rdzv/", job.run_id, "/job");
+  const std::string check = job_check_value(job);
+  const auto deadline = Clock::now() + std::min<milliseconds>(shared_->options.join_timeout, std::chrono::seconds(10));
+  while (true) {
+    try {
+      if (etcd_.create(record, check)) return;
+      const auto kv = etcd_.get(record);
+      LOCKSTEP_CHECK(!kv || kv->value == check, refused("wrong job token (LOCKSTEP_JOB_TOKEN or --job-token must be "
+                     "the same on every node; or another job already uses this --rdzv-id)"));
+      if (kv) return;
+    } catch (const EtcdError& error) {
+      const std::string what = error.what();
+      if (what.rfind("etcd at ", 0) == 0 || Clock::now() >= deadline) {
+        LOCKSTEP_FAIL("lockstep run: node ", shared_->options.node_name, ": ", what);
+      }
+    }
+    std::this_thread::sleep_for(milliseconds(500));
+  }
+}
+
+int64_t EtcdRendezvous::lease() {
+  std::lock_guard<std::mutex> lock(shared_->mutex);
+  if (shared_->lease == 0) shared_->lease = etcd_.grant_lease(shared_->settings.lease_ttl);
+  return shared_->lease;
+}
+
+// Does any node of the job hold an entry in the open round or the one before it?
+bool EtcdRendezvous::job_alive() {
+  const auto open = etcd_.get(shared_->key("open"));
+  if (!open) return false;
+  const int round = std::atoi(open->value.c_str());
+  for (int r : {round - 1, round}) {
+    if (r >= 0 && !read_round(etcd_, *shared_, r).entries.empty()) return true;
+  }
+  return false;
+}
+
+// A run that finished (or was given up) under this --rdzv-id leaves its keys
+// on etcd; a node that starts the job again after all its nodes have gone
+// clears them (in one transaction, guarded by the record it saw, so that two
+// such nodes clear once). While a node of that run is alive, its end stands.
+void EtcdRendezvous::forget_ended_run() {
+  for (const char* name : {"finished", "abort"}) {
+    const auto record = etcd_.get(shared_->key(name));
+    if (!record) continue;
+    if (!job_alive()) etcd_.erase_prefix_if(shared_->keys, shared_->key(name), record->mod_revision);
+    return;
+  }
+}
+
+void EtcdRendezvous::fail_if_given_up() {
+  if (auto why = etcd_.get(shared_->key("abort"))) LOCKSTEP_FAIL("lockstep run: the job was given up: ", why->value);
+}
+
+void EtcdRendezvous::enter(int round, int after_round, bool failed) {
+  if (failed) etcd_.put(shared_->round_key(round, "failed"), "1");
+  const std::string key = shared_->round_key(round, "node/" + shared_->options.node_name);
+  const std::string value = str_cat(shared_->options.nproc_per_node, " ", after_round, " ", previous_rank_);
+  try {
+    etcd_.put(key, value, lease());
+  } catch (const EtcdError& error) {
+    if (std::string(error.what()).find("lease not found") == std::string::npos) throw;
+    {
+      std::lock_guard<std::mutex> lock(shared_->mutex);
+      shared_->lease = 0;  // expired while etcd was out of reach: a new one
+    }
+    etcd_.put(key, value, lease());
+  }
+}
+
+// The running round (round - 1) is over when one of its nodes has entered
+// this round, or when none of them is alive any more (they all finished or
+// died: a job started again under the same --rdzv-id). New nodes alone wait.
+bool EtcdRendezvous::running_round_over(int round, const RoundState& state) {
+  if (round == 0) return true;
+  for (const auto& entry : state.entries) {
+    if (entry.previous_round == round - 1) return true;
+  }
+  const auto closed = etcd_.get(shared_->round_key(round - 1, "closed"));
+  if (!closed) return true;
+  const RoundState running = read_round(etcd_, *shared_, round - 1);
+  for (const auto& name : parse_closed(closed->value).second) {
+    if (has_entry(running, name)) return false;
+  }
+  return true;
+}
+
+// Closes `round` with its first MAX entries: the running round's nodes in
+// their old order, then new ones by arrival. False when another node closed it first.
+bool EtcdRendezvous::try_close(int round, const RoundState& state) {
+  const Options& o = shared_->options;
+  const size_t admitted = std::min(state.entries.size(), static_cast<size_t>(o.max_nodes));
+  std::vector<std::tuple<int, int, int64_t, std::string>> order;  // (new, previous rank, arrival, name)
+  for (size_t i = 0; i < admitted; ++i) {
+    const Entry& e = state.entries[i];
+    const bool was_running = e.previous_round == round - 1 && e.previous_round >= 0;
+    order.emplace_back(was_running ? 0 : 1, was_running ? e.previous_rank : 0, e.arrived, e.name);
+  }
+  std::sort(order.begin(), order.end());
+  int restarts = state.failed ? 1 : 0;
+  if (round > 0) {
+    if (auto previous = etcd_.get(shared_->round_key(round - 1, "closed"))) restarts += parse_closed(previous->value).first;
+  }
+  std::string text = std::to_string(restarts);
+  for (const auto& entry : order) text += "\n" + std::get<3>(entry);
+  return etcd_.create_all(shared_->round_key(round, "closed"),
+                          {{shared_->round_key(round, "closed"), text}, {shared_->key("open"), std::to_string(round + 1)}});
+}
+
+// Node 0 of a round hosts its workers' store; the others read where it is.
+// nullopt: not there yet (or node 0 is gone: then the round never starts).
+std::optional<std::pair<std::string, int>> EtcdRendezvous::round_store(const Round& round, const RoundState& state) {
+  if (round.group_rank == 0) {
+    store_.reset();
+    std::string host = shared_->settings.local_addr.empty() ? etcd_.local_address() : shared_->settings.local_addr;
+    compat::TcpStoreSpec spec;
+    spec.host = host;
+    spec.port = 0;
+    spec.is_server = true;
+    spec.num_workers = round.nnodes * shared_->options.nproc_per_node;
+    auto [server, port] = compat::make_tcp_store(spec);
+    store_ = server;
+    publish_job(store_, JobIdentity{shared_->settings.run_id, shared_->settings.token});
+    etcd_.put(shared_->round_key(round.round, "store"), str_cat(host, " ", port), lease());
+    return std::make_pair(host, port);
+  }
+  if (!state.store) return std::nullopt;
+  std::istringstream fields(*state.store);
+  std::pair<std::string, int> address;
+  fields >> address.first >> address.second;
+  return address;
+}
+
+std::optional<ElasticRendezvous::Round> EtcdRendezvous::join(int after_round, bool failed,
+                                                             const std::function<bool()>& interrupted) {
+  const Options& o = shared_->options;
+  const auto deadline = Clock::now() + o.join_timeout;
+  {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    shared_->watched_round = -1;
+    shared_->watched_names.clear();
+    shared_->reason.clear();
+  }
+  int round = -1;
+  bool entered = false;
+  std::optional<Round> admitted;
+  bool ready = false;
+  Clock::time_point ready_since{};
+  std::string last_error;
+  while (true) {
+    int64_t revision = 0;
+    try {
+      if (after_round < 0 && round < 0) forget_ended_run();
+      fail_if_given_up();
+      if (etcd_.get(shared_->key("finished"))) {
+        finished_ = true;
+        return std::nullopt;
+      }
+      if (round < 0) {
+        const auto open = etcd_.get(shared_->key("open"));
+        round = std::max(after_round + 1, open ? std::atoi(open->value.c_str()) : 0);
+      }
+      if (!entered) {
+        enter(round, after_round, failed);
+        entered = true;
+      }
+      const RoundState state = read_round(etcd_, *shared_, round);
+      revision = state.revision;
+      if (!state.closed && !has_entry(state, o.node_name)) {
+        entered = false;  // this node's lease expired while it waited: enter again
+        continue;
+      }
+      if (state.closed && !admitted) {
+        auto [restarts, names] = parse_closed(*state.closed);
+        const auto me = std::find(names.begin(), names.end(), o.node_name);
+        if (me == names.end()) {
+          // Full, or closed before this node's entry was read: the next round.
+          etcd_.erase(shared_->round_key(round, "node/" + o.node_name));
+          ++round;
+          entered = false;
+          ready = false;
+          continue;
+        }
+        for (const auto& entry : state.entries) {
+          LOCKSTEP_CHECK(entry.nproc == o.nproc_per_node, "lockstep run: node ", entry.name, " runs ", entry.nproc,
+                         " workers and this node (", o.node_name, ") ", o.nproc_per_node,
+                         ": every node of an elastic job needs the same --nproc-per-node");
+        }
+        Round result;
+        result.round = round;
+        result.group_rank = static_cast<int>(me - names.begin());
+        result.nnodes = static_cast<int>(names.size());
+        result.restarts = restarts;
+        result.node_names = names;
+        admitted = result;
+      }
+      if (admitted) {
+        if (auto store = round_store(*admitted, state)) {
+          admitted->store_host = store->first;
+          admitted->store_port = store->second;
+          previous_rank_ = admitted->group_rank;
+          return admitted;
+        }
+        if (!has_entry(state, admitted->node_names.front())) {
+          // Node 0 died before it published the round's store: the round never starts.
+          after_round = round;
+          failed = true;
+          round = -1;
+          entered = false;
+          admitted.reset();
+          continue;
+        }
+      } else if (static_cast<int>(state.entries.size()) >= o.min_nodes && running_round_over(round, state)) {
+        if (!ready) ready_since = Clock::now();
+        ready = true;
+        if (static_cast<int>(state.entries.size()) >= o.max_nodes || Clock::now() - ready_since >= o.last_call_timeout) {
+          try_close(round, state);
+          continue;
+        }
+      } else {
+        ready = false;
+      }
+    } catch (const EtcdError& error) {
+      const std::string what = error.what();
+      if (what.rfind("etcd at ", 0) == 0) LOCKSTEP_FAIL("lockstep run: node ", o.node_name, ": ", what);
+      last_error = what;  // out of reach: tried again until the join timeout
+    }
+    if (interrupted()) return std::nullopt;
+    LOCKSTEP_CHECK(Clock::now() < deadline, "lockstep run: node ", o.node_name, ": ",
+                   last_error.empty() ? str_cat("no rendezvous round admitted this node (", o.min_nodes, " to ",
+                                                o.max_nodes, " nodes; round ", round, ")")
+                                      : last_error,
+                   " within ", o.join_timeout.count() / 1000.0, " s (--join-timeout)");
+    // Until something changes in the job's keys, the last call ends, or a second passes.
+    milliseconds wait(1000);
+    if (ready) {
+      wait = std::clamp(std::chrono::duration_cast<milliseconds>(ready_since + o.last_call_timeout - Clock::now()),
+                        milliseconds(10), wait);
+    }
+    if (revision > 0 && last_error.empty()) {
+      try {
+        etcd_.watch_prefix(shared_->keys, revision, wait, interrupted);
+      } catch (const EtcdError&) {
+        std::this_thread::sleep_for(milliseconds(100));
+      }
+    } else {
+      std::this_thread::sleep_for(milliseconds(200));
+    }
+    last_error.clear();
+  }
+}
+
+void EtcdRendezvous::watch(const Round& round) {
+  std::lock_guard<std::mutex> lock(shared_->mutex);
+  shared_->watched_round = round.round;
+  shared_->watched_names = round.node_names;
+  shared_->reason.clear();
+}
+
+std::string EtcdRendezvous::restart_reason() const {
+  std::lock_guard<std::mutex> lock(shared_->mutex);
+  return shared_->reason;
+}
+
+void EtcdRendezvous::mark_finished() {
+  try {
+    etcd_.put(shared_->key("finished"), "1");
+  } catch (const std::exception&) {
+    // etcd is out of reach: the other nodes finish on their own.
+  }
+}
+
+void EtcdRendezvous::abort(const std::string& why) {
+  try {
+    etcd_.put(shared_->key("abort"), why);
+  } catch (const std::exception&) {
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<ElasticRendezvous> make_etcd_rendezvous(ElasticRendezvous::Options options,
+                                                        EtcdRendezvousSettings settings) {
+  return std::make_unique<EtcdRendezvous>(std::move(options), std::move(settings));
+}
+
+}  // namespace lockstep

@@ -1,0 +1,140 @@
+// `lockstep run --rdzv-backend etcd` on one machine, against a real etcd:
+// the same job as with the c10d rendezvous, bitwise; a run id used before
+// starts afresh; another job token is refused; an etcd nobody can reach is
+// an error that names every endpoint. Losing nodes (the first one included)
+// is tests/multinode's `etcd` scenario, on three namespace hosts.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <future>
+
+#include "lockstep/checkpoint/checkpoint_file.h"
+#include "tests/support/etcd_server.h"
+#include "tests/support/test_support.h"
+
+namespace lockstep {
+namespace {
+
+using testing::EtcdServer;
+using testing::run_command;
+
+const char* const kJob = R"YAML(
+randomness: {seed: 11}
+model:
+  type: MLP
+  in_features: 64
+  hidden: [32, 32]
+  data_preprocessor: {type: ImgDataPreprocessor, mean: [100.0], std: [60.0]}
+train_dataloader:
+  batch_size: 4
+  sampler: {type: DefaultSampler, shuffle: true}
+  dataset: {type: SyntheticImages, size: 96, height: 8, width: 8, seed: 1}
+strategy: {type: DDPStrategy, launcher: pytorch, backend: gloo}
+train_cfg: {max_iters: 30, by_epoch: false}
+optim_wrapper:
+  optimizer: {type: SGD, lr: 0.05, momentum: 0.9, weight_decay: 0.0001}
+default_hooks:
+  logger: {interval: 10}
+  checkpoint: {by_epoch: false, interval: 10}
+)YAML";
+
+class EtcdRendezvousRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/lockstep_etcd_run_XXXXXX";
+    dir_ = mkdtemp(pattern);
+    testing::write_file(dir_ + "/job.yaml", kJob);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // `lockstep run` of one node of an elastic job of two, training kJob into `work`.
+  std::vector<std::string> node(const std::vector<std::string>& rendezvous, const std::string& work) const {
+    std::vector<std::string> argv{testing::lockstep_binary(), "run", "--nnodes", "2:2", "--nproc-per-node", "1",
+                                  "--rdzv-conf", "last_call_timeout=1"};
+    argv.insert(argv.end(), rendezvous.begin(), rendezvous.end());
+    for (const std::string& arg : std::vector<std::string>{"--", testing::lockstep_binary(), "train",
+                                                           dir_ + "/job.yaml", "--work-dir", work}) {
+      argv.push_back(arg);
+    }
+    return argv;
+  }
+  // Both nodes at once; their outputs, in order.
+  std::vector<testing::CommandResult> two_nodes(const std::vector<std::string>& rendezvous, const std::string& work,
+                                                const std::vector<std::string>& env) const {
+    auto first = std::async(std::launch::async, [&] { return run_command(node(rendezvous, work), env, 180); });
+    auto second = std::async(std::launch::async, [&] { return run_command(node(rendezvous, work), env, 180); });
+    return {first.get(), second.get()};
+  }
+  std::string dir_;
+};
+
+std::map<std::string, torch::Tensor> weights_of_final_checkpoint(const std::string& work_dir) {
+  return read_checkpoint_file(work_dir + "/model_final.ckpt").get("model").tensors;
+}
+
+TEST_F(EtcdRendezvousRun, TrainsBitwiseLikeTheC10dRendezvousAndARunIdStartsAfreshAfterItsEnd) {
+  if (auto why = EtcdServer::missing(); !why.empty()) GTEST_SKIP() << why;
+  EtcdServer etcd;
+  const std::vector<std::string> env{"LOCKSTEP_JOB_TOKEN=etcd-run-test", "LOCKSTEP_TIMEOUT_S=60"};
+  const std::string port = std::to_string(EtcdServer::free_port());
+  for (const auto& result :
+       two_nodes({"--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:" + port}, dir_ + "/c10d", env)) {
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+  }
+  const std::vector<std::string> on_etcd{"--rdzv-backend", "etcd", "--rdzv-endpoint", etcd.endpoint(), "--rdzv-id",
+                                         "job1"};
+  for (const std::string work : {"/etcd", "/again"}) {
+    int node0 = 0;
+    for (const auto& result : two_nodes(on_etcd, dir_ + work, env)) {
+      ASSERT_EQ(result.exit_code, 0) << result.output;
+      EXPECT_NE(result.output.find("joining etcd at http://" + etcd.endpoint()), std::string::npos) << result.output;
+      EXPECT_NE(result.output.find("rendezvous round 0: node"), std::string::npos) << result.output;
+      node0 += result.output.find("rendezvous round 0: node 0 of 2") != std::string::npos;
+    }
+    EXPECT_EQ(node0, 1) << work;
+    const auto expected = weights_of_final_checkpoint(dir_ + "/c10d");
+    const auto actual = weights_of_final_checkpoint(dir_ + work);
+    ASSERT_EQ(actual.size(), expected.size());
+    for (const auto& [name, tensor] : expected) {
+      EXPECT_TRUE(torch::equal(actual.at(name), tensor)) << work << ": " << name;
+    }
+  }
+}
+
+TEST_F(EtcdRendezvousRun, AnotherJobTokenIsRefused) {
+  if (auto why = EtcdServer::missing(); !why.empty()) GTEST_SKIP() << why;
+  EtcdServer etcd;
+  std::vector<std::string> first = node({"--rdzv-backend", "etcd", "--rdzv-endpoint", etcd.endpoint(), "--rdzv-id",
+                                         "job2", "--join-timeout", "2"}, dir_ + "/w");
+  // The first node records the job's token and waits (in vain) for a second node.
+  auto waiting = run_command(first, {"LOCKSTEP_JOB_TOKEN=the-token"}, 60);
+  EXPECT_NE(waiting.exit_code, 0);
+  EXPECT_NE(waiting.output.find("no rendezvous round admitted this node (2 to 2 nodes; round 0) within 2 s"),
+            std::string::npos) << waiting.output;
+  auto stranger = run_command(first, {"LOCKSTEP_JOB_TOKEN=another-token"}, 60);
+  EXPECT_NE(stranger.exit_code, 0);
+  EXPECT_NE(stranger.output.find("refused by job 'job2' on etcd at http://" + etcd.endpoint() + ": wrong job token"),
+            std::string::npos) << stranger.output;
+}
+
+TEST_F(EtcdRendezvousRun, UnreachableEtcdIsAnErrorNamingEveryEndpoint) {
+  const std::string a = "127.0.0.1:" + std::to_string(EtcdServer::free_port());
+  const std::string b = "127.0.0.1:" + std::to_string(EtcdServer::free_port());
+  auto result = run_command(node({"--rdzv-backend", "etcd", "--rdzv-endpoint", a + "," + b, "--rdzv-id", "job3"},
+                                 dir_ + "/w"),
+                            {"LOCKSTEP_JOB_TOKEN=t"}, 60);
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_LT(result.seconds, 30);
+  EXPECT_NE(result.output.find("cannot reach etcd at any of its endpoints: http://" + a), std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("http://" + b + " ("), std::string::npos) << result.output;
+  // Settings etcd needs are asked for by name.
+  result = run_command(node({"--rdzv-backend", "etcd", "--rdzv-endpoint", a}, dir_ + "/w"), {"LOCKSTEP_JOB_TOKEN=t"});
+  EXPECT_NE(result.output.find("--rdzv-backend etcd needs --rdzv-id"), std::string::npos) << result.output;
+  result = run_command(node({"--rdzv-backend", "etcd", "--rdzv-endpoint", a, "--rdzv-id", "j"}, dir_ + "/w"),
+                       {"LOCKSTEP_JOB_TOKEN="});
+  EXPECT_NE(result.output.find("--rdzv-backend etcd needs a job token"), std::string::npos) << result.output;
+}
+
+}  // namespace
+}  // namespace lockstep
