@@ -38,6 +38,11 @@
 #             through an rsh agent that enters its namespace), launcher: mpi
 #             with MASTER_ADDR, and auto without it (lockstep built with MPI):
 #             bitwise equal to the loopback run
+#   etcd      3 hosts, each an etcd member (TLS, client certificates) and a
+#             node of --rdzv-backend etcd --nnodes 2:3: an etcd member alone
+#             killed goes unnoticed; host 0 (node 0, rank 0 and a member)
+#             killed for good, then host 1: the survivors go on within 30 s,
+#             each sample once; see etcd_scenarios.sh
 #   slurm     a real SLURM cluster (slurmctld, two slurmd): srun, sbatch and
 #   requeue   `srun ... lockstep run`, and a preempted job requeued by
 #             auto_requeue; see slurm_scenarios.sh
@@ -67,7 +72,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 HOSTS=2
-[ "$scenario" = elastic ] && HOSTS=3
+[ "$scenario" = elastic ] || [ "$scenario" = etcd ] && HOSTS=3
 netns_hosts_up "lsmn-$scenario" "$HOSTS" || { echo "FAIL: could not build the namespace hosts"; exit 1; }
 
 fail() {
@@ -197,6 +202,60 @@ check_placement() {  # NAME
   expect_in "$h0" "rank 1 of 4: node group 'node0' = ranks [0, 1]"
   expect_in "$h1" "rank 2 of 4: node group 'node1' = ranks [2, 3]"
   expect_in "$h1" "[rank3]: "
+}
+
+# The elastic scenarios' job: Fashion-MNIST, an MLP, 2 epochs; checkpoints
+# every 50 iterations. Each rank logs the sample indices of every batch it
+# trains on.
+fmnist_job() {
+  local fmnist=/usr/share/datasets/fashion-mnist
+  [ -f "$fmnist/train-images-idx3-ubyte.gz" ] || fail "no Fashion-MNIST in $fmnist (Debian package dataset-fashion-mnist)"
+  cat >"$work/fmnist.yaml" <<YAML
+randomness: {seed: 5}
+model:
+  type: MLP
+  in_features: 784
+  hidden: [128]
+  num_classes: 10
+  data_preprocessor: {type: ImgDataPreprocessor, mean: [72.94], std: [90.02]}
+train_dataloader:
+  batch_size: 50
+  sampler: {type: DefaultSampler, shuffle: true}
+  dataset: {type: FashionMNIST, root: $fmnist, split: train}
+test_dataloader:
+  batch_size: 1000
+  sampler: {type: DefaultSampler, shuffle: false}
+  dataset: {type: FashionMNIST, root: $fmnist, split: test}
+test_evaluator: {type: Accuracy}
+strategy: {type: DDPStrategy, launcher: pytorch, backend: gloo}
+train_cfg: {max_epochs: 2}
+optim_wrapper:
+  optimizer: {type: SGD, lr: 0.05, momentum: 0.9}
+# Decaying to a small lr makes the final accuracy a property of the run, not
+# of its last few steps; at another world size it is replayed to where training resumes.
+param_scheduler:
+  - {type: CosineAnnealingLR, by_epoch: true, begin: 0, end: 2, T_max: 2, eta_min: 0.001}
+default_hooks:
+  logger: {interval: 100}
+  checkpoint: {by_epoch: false, interval: 50, max_keep_ckpts: 3}
+YAML
+}
+
+# elastic_node HOST NAME RANGE DIR [--set ...]: one launcher of the elastic job,
+# meeting where RDZV says (node 0's store by default, etcd in the etcd scenario).
+RDZV=(--master-addr "$master" --master-port 29500)
+elastic_node() {
+  local host=$1 name=$2 range=$3 dir=$4
+  shift 4
+  local sets=() set
+  for set in "$@"; do sets+=(--set "$set"); done
+  on_host "$host" timeout -k 5 400 "$lockstep" run --nnodes "$range" --nproc-per-node 1 \
+    "${RDZV[@]}" --rdzv-conf last_call_timeout=5${RDZV_CONF:-} --max-restarts 2 -- \
+    "$lockstep" train "$work/fmnist.yaml" --work-dir "$dir" "${sets[@]}" \
+    --set "train_dataloader.index_log=$dir/index_rank{rank}.log" >"$work/$name-host$host.log" 2>&1 &
+}
+accuracy() {  # LOG...: the final test accuracy lockstep train printed (rank 0's host is any of them)
+  cat "$@" | sed -n 's/.*Final test accuracy\/top1: \([0-9.]*\).*/\1/p' | tail -n 1
 }
 
 case "$scenario" in
@@ -335,53 +394,7 @@ case "$scenario" in
     nothing_left_running
     ;;
   elastic | grow)
-    # Fashion-MNIST, an MLP, 2 epochs; checkpoints every 50 iterations. Each
-    # rank logs the sample indices of every batch it trains on.
-    fmnist=/usr/share/datasets/fashion-mnist
-    [ -f "$fmnist/train-images-idx3-ubyte.gz" ] || fail "no Fashion-MNIST in $fmnist (Debian package dataset-fashion-mnist)"
-    cat >"$work/fmnist.yaml" <<YAML
-randomness: {seed: 5}
-model:
-  type: MLP
-  in_features: 784
-  hidden: [128]
-  num_classes: 10
-  data_preprocessor: {type: ImgDataPreprocessor, mean: [72.94], std: [90.02]}
-train_dataloader:
-  batch_size: 50
-  sampler: {type: DefaultSampler, shuffle: true}
-  dataset: {type: FashionMNIST, root: $fmnist, split: train}
-test_dataloader:
-  batch_size: 1000
-  sampler: {type: DefaultSampler, shuffle: false}
-  dataset: {type: FashionMNIST, root: $fmnist, split: test}
-test_evaluator: {type: Accuracy}
-strategy: {type: DDPStrategy, launcher: pytorch, backend: gloo}
-train_cfg: {max_epochs: 2}
-optim_wrapper:
-  optimizer: {type: SGD, lr: 0.05, momentum: 0.9}
-# Decaying to a small lr makes the final accuracy a property of the run, not
-# of its last few steps; at another world size it is replayed to where training resumes.
-param_scheduler:
-  - {type: CosineAnnealingLR, by_epoch: true, begin: 0, end: 2, T_max: 2, eta_min: 0.001}
-default_hooks:
-  logger: {interval: 100}
-  checkpoint: {by_epoch: false, interval: 50, max_keep_ckpts: 3}
-YAML
-    # elastic_node HOST NAME RANGE DIR [--set ...]: one launcher of the elastic job.
-    elastic_node() {
-      local host=$1 name=$2 range=$3 dir=$4
-      shift 4
-      local sets=() set
-      for set in "$@"; do sets+=(--set "$set"); done
-      on_host "$host" timeout -k 5 400 "$lockstep" run --nnodes "$range" --nproc-per-node 1 \
-        --master-addr "$master" --master-port 29500 --rdzv-conf last_call_timeout=5 --max-restarts 2 -- \
-        "$lockstep" train "$work/fmnist.yaml" --work-dir "$dir" "${sets[@]}" \
-        --set "train_dataloader.index_log=$dir/index_rank{rank}.log" >"$work/$name-host$host.log" 2>&1 &
-    }
-    accuracy() {  # LOG...: the final test accuracy lockstep train printed (rank 0's host is any of them)
-      cat "$@" | sed -n 's/.*Final test accuracy\/top1: \([0-9.]*\).*/\1/p' | tail -n 1
-    }
+    fmnist_job
     slow='custom_hooks=[{type: FaultInjection, step_delay_ms: 10}]'
     if [ "$scenario" = elastic ]; then
       # The uninterrupted run: 3 nodes from start to end.
@@ -485,6 +498,11 @@ AGENT
       echo "lockstep built without MPI: launcher auto without MASTER_ADDR not tried"
     fi
     nothing_left_running
+    ;;
+  etcd)
+    # shellcheck source=etcd_scenarios.sh
+    source "$here/etcd_scenarios.sh"
+    etcd_scenario
     ;;
   slurm | requeue)
     # shellcheck source=slurm_scenarios.sh
