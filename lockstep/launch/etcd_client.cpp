@@ -280,8 +280,9 @@ std::string EtcdClient::call(const std::string& path, const std::string& body) {
   throw EtcdError(str_cat("cannot reach etcd at any of its endpoints: ", failures));
 }
 
-std::optional<EtcdKeyValue> EtcdClient::get(const std::string& key) {
+std::optional<EtcdKeyValue> EtcdClient::get(const std::string& key, int64_t* revision) {
   const json answer = json::parse(call("/v3/kv/range", json{{"key", base64_encode(key)}}.dump()));
+  if (revision != nullptr) *revision = number(answer.value("header", json::object()), "revision");
   if (!answer.contains("kvs") || answer["kvs"].empty()) return std::nullopt;
   return key_value(answer["kvs"][0]);
 }

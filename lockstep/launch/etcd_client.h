@@ -67,7 +67,8 @@ class EtcdClient {
   EtcdClient(const EtcdClient&) = delete;
   EtcdClient& operator=(const EtcdClient&) = delete;
 
-  std::optional<EtcdKeyValue> get(const std::string& key);
+  // `revision` receives the store's revision the answer reflects.
+  std::optional<EtcdKeyValue> get(const std::string& key, int64_t* revision = nullptr);
   // Every key that starts with `prefix`, by key; `revision` receives the
   // store's revision the answer reflects (watch from revision + 1).
   std::vector<EtcdKeyValue> get_prefix(const std::string& prefix, int64_t* revision = nullptr);

@@ -1,6 +1,7 @@
 // `lockstep run --rdzv-backend etcd` on one machine, against a real etcd:
-// the same job as with the c10d rendezvous, bitwise; a run id used before
-// starts afresh; another job token is refused; an etcd nobody can reach is
+// the same job as with the c10d rendezvous, bitwise, also beside another job
+// on the same etcd; a run id used before starts afresh; another job token is
+// refused; an etcd nobody can reach is
 // an error that names every endpoint. Losing nodes (the first one included)
 // is tests/multinode's `etcd` scenario, on three namespace hosts.
 #include <gtest/gtest.h>
@@ -58,45 +59,67 @@ class EtcdRendezvousRun : public ::testing::Test {
     }
     return argv;
   }
-  // Both nodes at once; their outputs, in order.
-  std::vector<testing::CommandResult> two_nodes(const std::vector<std::string>& rendezvous, const std::string& work,
-                                                const std::vector<std::string>& env) const {
-    auto first = std::async(std::launch::async, [&] { return run_command(node(rendezvous, work), env, 180); });
-    auto second = std::async(std::launch::async, [&] { return run_command(node(rendezvous, work), env, 180); });
-    return {first.get(), second.get()};
+  // Jobs of two nodes each, all nodes at once: (rendezvous, work dir, environment) per job.
+  struct Job {
+    std::vector<std::string> rendezvous;
+    std::string work;
+    std::vector<std::string> env;
+  };
+  std::vector<testing::CommandResult> run_jobs(const std::vector<Job>& jobs) const {
+    std::vector<std::future<testing::CommandResult>> nodes;
+    for (const Job& job : jobs) {
+      for (int n = 0; n < 2; ++n) {
+        nodes.push_back(std::async(std::launch::async, [&] { return run_command(node(job.rendezvous, job.work), job.env, 180); }));
+      }
+    }
+    std::vector<testing::CommandResult> results;
+    for (auto& n : nodes) results.push_back(n.get());
+    return results;
+  }
+  void expect_weights_equal(const std::string& work, const std::string& reference) const {
+    const auto expected = weights_of_final_checkpoint(reference);
+    const auto actual = weights_of_final_checkpoint(work);
+    ASSERT_EQ(actual.size(), expected.size());
+    for (const auto& [name, tensor] : expected) {
+      EXPECT_TRUE(torch::equal(actual.at(name), tensor)) << work << ": " << name;
+    }
+  }
+  static std::map<std::string, torch::Tensor> weights_of_final_checkpoint(const std::string& work_dir) {
+    return read_checkpoint_file(work_dir + "/model_final.ckpt").get("model").tensors;
   }
   std::string dir_;
 };
 
-std::map<std::string, torch::Tensor> weights_of_final_checkpoint(const std::string& work_dir) {
-  return read_checkpoint_file(work_dir + "/model_final.ckpt").get("model").tensors;
-}
-
-TEST_F(EtcdRendezvousRun, TrainsBitwiseLikeTheC10dRendezvousAndARunIdStartsAfreshAfterItsEnd) {
+TEST_F(EtcdRendezvousRun, TrainsBitwiseLikeTheC10dRendezvousBesideAnotherJobAndAgainUnderTheSameId) {
   if (auto why = EtcdServer::missing(); !why.empty()) GTEST_SKIP() << why;
   EtcdServer etcd;
   const std::vector<std::string> env{"LOCKSTEP_JOB_TOKEN=etcd-run-test", "LOCKSTEP_TIMEOUT_S=60"};
   const std::string port = std::to_string(EtcdServer::free_port());
-  for (const auto& result :
-       two_nodes({"--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:" + port}, dir_ + "/c10d", env)) {
+  for (const auto& result : run_jobs({{{"--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:" + port},
+                                       dir_ + "/c10d", env}})) {
     ASSERT_EQ(result.exit_code, 0) << result.output;
   }
-  const std::vector<std::string> on_etcd{"--rdzv-backend", "etcd", "--rdzv-endpoint", etcd.endpoint(), "--rdzv-id",
-                                         "job1"};
-  for (const std::string work : {"/etcd", "/again"}) {
-    int node0 = 0;
-    for (const auto& result : two_nodes(on_etcd, dir_ + work, env)) {
-      ASSERT_EQ(result.exit_code, 0) << result.output;
-      EXPECT_NE(result.output.find("joining etcd at http://" + etcd.endpoint()), std::string::npos) << result.output;
-      EXPECT_NE(result.output.find("rendezvous round 0: node"), std::string::npos) << result.output;
-      node0 += result.output.find("rendezvous round 0: node 0 of 2") != std::string::npos;
-    }
-    EXPECT_EQ(node0, 1) << work;
-    const auto expected = weights_of_final_checkpoint(dir_ + "/c10d");
-    const auto actual = weights_of_final_checkpoint(dir_ + work);
-    ASSERT_EQ(actual.size(), expected.size());
-    for (const auto& [name, tensor] : expected) {
-      EXPECT_TRUE(torch::equal(actual.at(name), tensor)) << work << ": " << name;
+  auto on_etcd = [&](const std::string& id) {
+    return std::vector<std::string>{"--rdzv-backend", "etcd", "--rdzv-endpoint", etcd.endpoint(), "--rdzv-id", id};
+  };
+  // job1, then job1 again beside another job (its own id and token) on the same etcd.
+  const std::vector<std::vector<Job>> waves{
+      {{on_etcd("job1"), dir_ + "/etcd", env}},
+      {{on_etcd("job1"), dir_ + "/again", env},
+       {on_etcd("neighbour"), dir_ + "/neighbour", {"LOCKSTEP_JOB_TOKEN=another-job", "LOCKSTEP_TIMEOUT_S=60"}}}};
+  for (const auto& wave : waves) {
+    const auto results = run_jobs(wave);
+    for (size_t j = 0; j < wave.size(); ++j) {
+      int node0 = 0;
+      for (size_t n = 2 * j; n < 2 * j + 2; ++n) {
+        const auto& output = results[n].output;
+        ASSERT_EQ(results[n].exit_code, 0) << output;
+        EXPECT_NE(output.find("joining etcd at http://" + etcd.endpoint()), std::string::npos) << output;
+        EXPECT_EQ(output.find("rendezvous round 1"), std::string::npos) << output;
+        node0 += output.find("rendezvous round 0: node 0 of 2") != std::string::npos;
+      }
+      EXPECT_EQ(node0, 1) << wave[j].work;
+      expect_weights_equal(wave[j].work, dir_ + "/c10d");
     }
   }
 }
