@@ -103,9 +103,7 @@ std::map<std::string, torch::Tensor> FSDPStrategy::model_state_dict() {
 LoadReport FSDPStrategy::load_model_state_dict(const std::map<std::string, torch::Tensor>& weights, bool strict,
                                                const std::string& source) {
   LOCKSTEP_CHECK(fsdp_ != nullptr, name(), ": no model prepared");
-  std::map<std::string, torch::Tensor> incoming;
-  for (const auto& [key, value] : weights) incoming[key.rfind("module.", 0) == 0 ? key.substr(7) : key] = value;
-  LoadReport report = fsdp_->load_full_state_dict(incoming, strict, source);
+  LoadReport report = fsdp_->load_full_state_dict(without_module_prefix(weights), strict, source);
   if (!report.clean() && is_main_process()) logger().warn("{}", report.describe(source));
   return report;
 }

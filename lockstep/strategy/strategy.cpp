@@ -79,16 +79,16 @@ std::map<std::string, torch::Tensor> Strategy::model_state_dict() {
   return weights;
 }
 
+std::map<std::string, torch::Tensor> without_module_prefix(const std::map<std::string, torch::Tensor>& weights) {
+  std::map<std::string, torch::Tensor> stripped;
+  for (const auto& [key, value] : weights) stripped[key.rfind("module.", 0) == 0 ? key.substr(7) : key] = value;
+  return stripped;
+}
+
 LoadReport Strategy::load_model_state_dict(const std::map<std::string, torch::Tensor>& weights, bool strict,
                                            const std::string& source) {
   LOCKSTEP_CHECK(model_ != nullptr, name(), ": no model prepared");
-  // Checkpoints written by a wrapped Python model carry a "module." prefix.
-  std::map<std::string, torch::Tensor> incoming;
-  for (const auto& entry : weights) {
-    std::string key = entry.first;
-    if (key.rfind("module.", 0) == 0) key = key.substr(7);
-    incoming[key] = entry.second;
-  }
+  const std::map<std::string, torch::Tensor> incoming = without_module_prefix(weights);
   LoadReport report;
   std::set<std::string> seen;
   auto load_into = [&](const std::string& key, torch::Tensor target) {

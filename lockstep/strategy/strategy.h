@@ -164,4 +164,9 @@ Registry<Strategy>& strategy_registry();
 // GPU when one is visible, else the CPU; see device_choice.h).
 std::shared_ptr<Strategy> build_strategy(const Config& config);
 
+// `weights` with the "module." prefix that a model wrapped in Python's DDP
+// (or saved from one) puts on every name taken off, as load_model_state_dict
+// does in every strategy.
+std::map<std::string, torch::Tensor> without_module_prefix(const std::map<std::string, torch::Tensor>& weights);
+
 }  // namespace lockstep
