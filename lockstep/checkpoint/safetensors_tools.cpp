@@ -5,6 +5,7 @@
 
 #include "lockstep/checkpoint/checkpoint_file.h"
 #include "lockstep/checkpoint/checkpoint_layout.h"
+#include "lockstep/checkpoint/ema_state_keys.h"
 #include "lockstep/checkpoint/pretrained.h"
 #include "lockstep/checkpoint/pt_file.h"
 #include "lockstep/checkpoint/sharded_checkpoint.h"
@@ -56,13 +57,13 @@ bool is_lockstep_checkpoint(const nlohmann::json& header) {
 namespace {
 
 // The EMAHook's average in a checkpoint's trainer state, by the model's
-// names: "full/<name>" (FSDP: the gathered average) or "param/<name>" and
-// "buffer/<name>" (one process, DDP).
+// names (checkpoint/ema_state_keys.h): gathered (FSDP) or parameter and
+// buffer (one process, DDP).
 std::map<std::string, torch::Tensor> ema_weights(const CheckpointContents& contents, const std::string& path) {
   const State ema = contents.trainer ? contents.trainer->get("hooks").get("EMAHook") : State();
   std::map<std::string, torch::Tensor> weights;
   for (const auto& [name, tensor] : ema.tensors) {
-    for (const char* prefix : {"full/", "param/", "buffer/"}) {
+    for (const char* prefix : {ema_keys::kGathered, ema_keys::kParameter, ema_keys::kBuffer}) {
       const std::string p = prefix;
       if (name.rfind(p, 0) == 0) weights[name.substr(p.size())] = tensor;
     }

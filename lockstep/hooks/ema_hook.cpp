@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "lockstep/checkpoint/ema_state_keys.h"
 #include "lockstep/core/error.h"
 #include "lockstep/engine/trainer.h"
 #include "lockstep/hooks/hook_registry.h"
@@ -22,12 +23,12 @@ std::map<std::string, torch::Tensor> EMAHook::averaged_sources() const {
   std::map<std::string, torch::Tensor> sources;
   Model& model = trainer().model();
   if (parameters_) {
-    for (const auto& [name, tensor] : parameters_()) sources["param/" + name] = tensor;
+    for (const auto& [name, tensor] : parameters_()) sources[ema_keys::kParameter + name] = tensor;
   } else {
-    for (const auto& item : model.named_parameters()) sources["param/" + item.key()] = item.value();
+    for (const auto& item : model.named_parameters()) sources[ema_keys::kParameter + item.key()] = item.value();
   }
   if (options_.update_buffers()) {
-    for (const auto& item : model.named_buffers()) sources["buffer/" + item.key()] = item.value();
+    for (const auto& item : model.named_buffers()) sources[ema_keys::kBuffer + item.key()] = item.value();
   }
   return sources;
 }
@@ -35,7 +36,9 @@ std::map<std::string, torch::Tensor> EMAHook::averaged_sources() const {
 std::map<std::string, torch::Tensor> EMAHook::copied_sources() const {
   std::map<std::string, torch::Tensor> sources;
   if (!options_.update_buffers()) {
-    for (const auto& item : trainer().model().named_buffers()) sources["buffer/" + item.key()] = item.value();
+    for (const auto& item : trainer().model().named_buffers()) {
+      sources[ema_keys::kBuffer + item.key()] = item.value();
+    }
   }
   return sources;
 }

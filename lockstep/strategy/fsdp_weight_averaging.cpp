@@ -1,6 +1,7 @@
 // FSDPStrategy::weight_averaging: averages of the weights (EMAHook) under FSDP.
 #include <torch/torch.h>
 
+#include "lockstep/checkpoint/ema_state_keys.h"
 #include "lockstep/core/error.h"
 #include "lockstep/model/model.h"
 #include "lockstep/parallel/fsdp/fully_sharded_data_parallel.h"
@@ -30,9 +31,11 @@ void swap_shards(FSDPStrategy& fsdp, std::map<std::string, torch::Tensor>& avera
     live.detach().copy_(averaged);
     averaged.copy_(held);
   };
-  for (const auto& [name, shard] : fsdp.fsdp()->named_shard_parameters()) exchange(shard, average.at("param/" + name));
+  for (const auto& [name, shard] : fsdp.fsdp()->named_shard_parameters()) {
+    exchange(shard, average.at(ema_keys::kParameter + name));
+  }
   for (const auto& item : fsdp.model()->named_buffers()) {
-    auto found = average.find("buffer/" + item.key());
+    auto found = average.find(ema_keys::kBuffer + item.key());
     if (found != average.end()) exchange(item.value(), found->second);
   }
   fsdp.fsdp()->shards_changed();
@@ -46,7 +49,7 @@ void set_fsdp_codec(const std::shared_ptr<FSDPStrategy>& fsdp, Strategy::WeightA
     swap_shards(*fsdp, swapped);
     State state;
     try {
-      for (auto& [name, tensor] : fsdp->model_state_dict()) state.tensors["full/" + name] = tensor;
+      for (auto& [name, tensor] : fsdp->model_state_dict()) state.tensors[ema_keys::kGathered + name] = tensor;
     } catch (...) {
       swap_shards(*fsdp, swapped);
       throw;
@@ -67,9 +70,11 @@ void set_fsdp_codec(const std::shared_ptr<FSDPStrategy>& fsdp, Strategy::WeightA
     for (const auto& [name, shard] : fsdp->fsdp()->named_shard_parameters()) kept.emplace_back(shard, shard.detach().clone());
     for (const auto& item : fsdp->model()->named_buffers()) kept.emplace_back(item.value(), item.value().clone());
     fsdp->load_model_state_dict(full, /*strict=*/true, "the EMAHook state");
-    for (const auto& [name, shard] : fsdp->fsdp()->named_shard_parameters()) average.at("param/" + name).copy_(shard);
+    for (const auto& [name, shard] : fsdp->fsdp()->named_shard_parameters()) {
+      average.at(ema_keys::kParameter + name).copy_(shard);
+    }
     for (const auto& item : fsdp->model()->named_buffers()) {
-      auto found = average.find("buffer/" + item.key());
+      auto found = average.find(ema_keys::kBuffer + item.key());
       if (found != average.end()) found->second.copy_(item.value());
     }
     for (auto& [live, value] : kept) live.detach().copy_(value);
