@@ -97,6 +97,44 @@ TEST(RendezvousArgs, TorchrunsElasticArguments) {
             std::string::npos);
 }
 
+TEST(RendezvousArgs, EtcdEndpointsAndSettings) {
+  LaunchOptions options;
+  apply_rdzv_endpoint("h1:2379,h2:2379,https://h3:2379", options);
+  EXPECT_EQ(options.etcd().endpoints, (std::vector<std::string>{"h1:2379", "h2:2379", "https://h3:2379"}));
+  apply_rdzv_endpoint("h1:2379", options);
+  EXPECT_EQ(options.etcd().endpoints, std::vector<std::string>{"h1:2379"});
+  EXPECT_EQ(options.master_addr(), "h1");  // one endpoint also serves the c10d backend
+  apply_rdzv_conf("protocol=https,cacert=ca.pem,cert=node.pem,key=node.key,user=trainer,lease_ttl=6,"
+                  "last_call_timeout=2", options);
+  EXPECT_EQ(options.etcd().protocol, "https");
+  EXPECT_EQ(options.etcd().ca_file, "ca.pem");
+  EXPECT_EQ(options.etcd().cert_file, "node.pem");
+  EXPECT_EQ(options.etcd().key_file, "node.key");
+  EXPECT_EQ(options.etcd().user, "trainer");
+  EXPECT_EQ(options.lease_ttl(), 6);
+  EXPECT_EQ(options.last_call_timeout(), 2);
+  EXPECT_NE(error_of([&] { apply_rdzv_conf("protocol=ftp", options); }).find("protocol=ftp: http or https"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { apply_rdzv_endpoint(",", options); }).find("no endpoint in ','"), std::string::npos);
+  EXPECT_NE(error_of([&] { validate_launch_options(LaunchOptions().command({"x"}).rdzv_backend("zookeeper")); })
+                .find("--rdzv-backend 'zookeeper' is none of c10d, static and etcd"),
+            std::string::npos);
+}
+
+TEST(WorkerEnv, AnEtcdRoundsWorkersMeetAtItsNodeZero) {
+  NodePlacement placement;
+  placement.node_rank = 1;
+  placement.nnodes = 2;
+  placement.round = 3;
+  placement.master_addr = "10.0.0.9";
+  placement.master_port = 41234;
+  auto env = build_worker_env(LaunchOptions().min_nodes(2).nnodes(3).master_addr("unused"), placement, 0, 29500, "r",
+                              {});
+  EXPECT_EQ(env["MASTER_ADDR"], "10.0.0.9");
+  EXPECT_EQ(env["MASTER_PORT"], "41234");
+  EXPECT_EQ(env["RANK"], "1");
+}
+
 TEST(WorkerEnv, AnElasticRoundPlacesTheNodeAndNamesTheRound) {
   NodePlacement placement;
   placement.node_rank = 1;
