@@ -3,6 +3,7 @@
 // run, alternating the two, because this kind of machine is noisy.
 #pragma once
 
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,14 @@
 #include "lockstep/strategy/device_choice.h"
 
 namespace lockstep::bench {
+
+// Wall-clock seconds, comparable across the processes of one machine (a
+// driver and the workers it starts).
+inline double wall_now() {
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
+}
 
 inline double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

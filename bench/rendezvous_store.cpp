@@ -11,7 +11,6 @@
 //
 //   build/bench/bench_rendezvous_store        # BENCH_STORE_NS=16,64 (ranks), BENCH_STORE_REPEATS=2
 //   build/bench/bench_rendezvous_store worker tcp|etcd ENDPOINTS OUT_DIR   (what lockstep run starts)
-#include <time.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -31,12 +30,6 @@ using namespace lockstep;
 namespace fs = std::filesystem;
 
 namespace {
-
-double wall_now() {
-  timespec now{};
-  clock_gettime(CLOCK_REALTIME, &now);
-  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
-}
 
 std::vector<uint8_t> bytes(const std::string& text) { return {text.begin(), text.end()}; }
 
@@ -97,7 +90,7 @@ int worker(const std::string& kind, const std::string& endpoints, const std::str
   logger().set_level(spdlog::level::warn);
   const DistEnv env = detect_dist_env();
   const auto timeout = std::chrono::seconds(300);
-  const double arrived = wall_now();
+  const double arrived = bench::wall_now();
   if (kind == "tcp") {
     init_from_env("auto", "gloo", timeout);  // the launcher's TCPStore, as node 0's in an etcd round
   } else {
@@ -109,7 +102,7 @@ int worker(const std::string& kind, const std::string& endpoints, const std::str
                                               timeout));
     init_process_group(init);
   }
-  const double ready = wall_now();
+  const double ready = bench::wall_now();
   destroy_process_group();
   std::ofstream(out_dir + "/rank_" + std::to_string(env.rank) + ".txt") << std::fixed << arrived << " " << ready << "\n";
   return 0;

@@ -49,13 +49,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Wall-clock seconds, comparable across the processes of one machine.
-double wall_now() {
-  timespec now{};
-  clock_gettime(CLOCK_REALTIME, &now);
-  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
-}
-
 constexpr int64_t kGlobalBatch = 64;
 
 std::string worker_config(int world_size) {
@@ -93,7 +86,7 @@ class ScalingTimeline : public Hook {
  public:
   explicit ScalingTimeline(std::string event) : Hook("ScalingTimeline"), event_(std::move(event)) {}
   void after_step() override {
-    if (trainer().iter() == 0) timeline()[event_] = wall_now();
+    if (trainer().iter() == 0) timeline()[event_] = bench::wall_now();
   }
 
  private:
@@ -104,7 +97,7 @@ LOCKSTEP_REGISTER(hook_registry(), "ScalingTimeline", [](const Config& config, c
 });
 
 int worker(const std::string& out_dir) {
-  const double started = wall_now();
+  const double started = bench::wall_now();
   logger().set_level(spdlog::level::warn);
   const DistEnv env = detect_dist_env();
   Config config = Config::parse(worker_config(env.world_size), "scaling.yaml");
@@ -112,7 +105,7 @@ int worker(const std::string& out_dir) {
     Runner runner(config, RunnerOptions().work_dir(out_dir + "/work"));
     runner.train();
   }
-  const double ended = wall_now();
+  const double ended = bench::wall_now();
   std::ofstream(out_dir + "/rank_" + std::to_string(env.rank) + ".txt")
       << std::fixed << started << " " << timeline()["first_step"] << " " << timeline()["checkpoint"] << " " << ended
       << "\n";
@@ -123,17 +116,17 @@ int worker(const std::string& out_dir) {
 // one host has: BENCHMARKS.md): rendezvous, the world group, one all-reduce,
 // exit. "first step" is the all-reduce's end; there is no checkpoint.
 int light_worker(const std::string& out_dir) {
-  const double started = wall_now();
+  const double started = bench::wall_now();
   logger().set_level(spdlog::level::warn);
   const DistEnv env = detect_dist_env();
   init_from_env("auto", "gloo", std::chrono::seconds(300));
   torch::Tensor one = torch::ones({1});
   world()->all_reduce(one);
-  const double reduced = wall_now();
+  const double reduced = bench::wall_now();
   LOCKSTEP_CHECK(one.item<float>() == static_cast<float>(env.world_size), "light worker: the all-reduce gave ",
                  one.item<float>(), " instead of ", env.world_size);
   destroy_process_group();
-  const double ended = wall_now();
+  const double ended = bench::wall_now();
   std::ofstream(out_dir + "/rank_" + std::to_string(env.rank) + ".txt")
       << std::fixed << started << " " << reduced << " " << reduced << " " << ended << "\n";
   return 0;
@@ -151,9 +144,9 @@ Times run_job(const std::vector<std::string>& argv, int nproc, const std::string
   fs::remove_all(out_dir);
   fs::create_directories(out_dir);
   Times times;
-  const double launched = wall_now();
+  const double launched = bench::wall_now();
   auto result = testing::run_command(argv, {"OMP_NUM_THREADS=1", "LOCKSTEP_TIMEOUT_S=300"}, 900);
-  times.exit = wall_now() - launched;
+  times.exit = bench::wall_now() - launched;
   times.output = result.output;
   if (result.exit_code != 0) return times;
   for (int rank = 0; rank < nproc; ++rank) {

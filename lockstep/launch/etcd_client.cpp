@@ -237,7 +237,7 @@ void EtcdClient::authenticate(size_t endpoint) {
   if (transfer.code != CURLE_OK) throw EtcdError(failure(options_, urls_[endpoint], transfer));
   const json answer = json::parse(transfer.body, nullptr, false);
   if (auto r = refusal(answer)) {
-    throw EtcdError(str_cat("etcd at ", urls_[endpoint], " refused user '", options_.user, "': ", r->message));
+    throw EtcdRefusedError(str_cat("etcd at ", urls_[endpoint], " refused user '", options_.user, "': ", r->message));
   }
   token_ = answer.value("token", "");
 }
@@ -265,16 +265,16 @@ std::string EtcdClient::call(const std::string& path, const std::string& body) {
           if (r->code == kUnavailable || r->code == kDeadlineExceeded) {
             throw EtcdError(str_cat(url, " (", r->message, ")"));  // no leader for now: the next member
           }
-          throw EtcdError(str_cat("etcd at ", url, " refused ", path, ": ", r->message));
+          throw EtcdRefusedError(str_cat("etcd at ", url, " refused ", path, ": ", r->message));
         }
         current_ = index;
         local_address_ = transfer.local_ip;
         return transfer.body;
       }
+    } catch (const EtcdRefusedError&) {
+      throw;
     } catch (const EtcdError& error) {
-      const std::string what = error.what();
-      if (what.rfind("etcd at ", 0) == 0) throw;  // refused, not unreachable
-      failures += (failures.empty() ? "" : "; ") + what;
+      failures += (failures.empty() ? "" : "; ") + std::string(error.what());
     }
   }
   throw EtcdError(str_cat("cannot reach etcd at any of its endpoints: ", failures));
@@ -413,7 +413,7 @@ int64_t EtcdClient::watch_prefix(const std::string& prefix, int64_t after_revisi
         token_.clear();
         continue;
       }
-      throw EtcdError(str_cat("etcd at ", urls_[index], " refused a watch of '", prefix, "': ", refused->message));
+      throw EtcdRefusedError(str_cat("etcd at ", urls_[index], " refused a watch of '", prefix, "': ", refused->message));
     }
     if (transfer.code == CURLE_ABORTED_BY_CALLBACK || transfer.code == CURLE_OPERATION_TIMEDOUT) {
       // A member that never confirmed the watch may be on a machine that is

@@ -46,10 +46,17 @@ struct EtcdOptions {
   std::chrono::milliseconds request_timeout{5000};  // one request to one endpoint
 };
 
-// No endpoint could be reached, or etcd refused the request.
+// No endpoint could be reached (or none had a leader): worth trying again.
 class EtcdError : public Error {
  public:
   using Error::Error;
+};
+
+// etcd answered and said no (permission denied, wrong password, a lease it
+// does not know): trying again gives the same answer.
+class EtcdRefusedError : public EtcdError {
+ public:
+  using EtcdError::EtcdError;
 };
 
 struct EtcdKeyValue {
@@ -108,7 +115,8 @@ class EtcdClient {
 
  private:
   // POSTs `body` to `path` on one endpoint after another until one answers;
-  // returns the answer, or throws EtcdError.
+  // returns the answer, or throws EtcdRefusedError (an answer that says no) or
+  // EtcdError (no member answered).
   std::string call(const std::string& path, const std::string& body);
   void authenticate(size_t endpoint);
 

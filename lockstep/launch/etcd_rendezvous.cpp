@@ -111,9 +111,10 @@ void keep_lease(const std::shared_ptr<EtcdShared>& shared) {
     bool alive = true;
     try {
       alive = etcd.keep_alive(lease);
-    } catch (const EtcdError& error) {
-      // Unreachable: tried again next period. Refused: the lease is gone.
-      alive = std::string(error.what()).rfind("etcd at ", 0) != 0;
+    } catch (const EtcdRefusedError&) {
+      alive = false;  // etcd no longer knows the lease
+    } catch (const EtcdError&) {
+      // Out of reach: tried again next period.
     }
     if (alive) continue;
     std::lock_guard<std::mutex> lock(shared->mutex);
@@ -271,11 +272,10 @@ void EtcdRendezvous::check_job_token() {
       LOCKSTEP_CHECK(!kv || kv->value == check, refused("wrong job token (LOCKSTEP_JOB_TOKEN or --job-token must be "
                      "the same on every node; or another job already uses this --rdzv-id)"));
       if (kv) return;
+    } catch (const EtcdRefusedError& error) {
+      LOCKSTEP_FAIL("lockstep run: node ", shared_->options.node_name, ": ", error.what());
     } catch (const EtcdError& error) {
-      const std::string what = error.what();
-      if (what.rfind("etcd at ", 0) == 0 || Clock::now() >= deadline) {
-        LOCKSTEP_FAIL("lockstep run: node ", shared_->options.node_name, ": ", what);
-      }
+      if (Clock::now() >= deadline) LOCKSTEP_FAIL("lockstep run: node ", shared_->options.node_name, ": ", error.what());
     }
     std::this_thread::sleep_for(milliseconds(500));
   }
@@ -321,7 +321,7 @@ void EtcdRendezvous::enter(int round, int after_round, bool failed) {
   const std::string value = str_cat(shared_->options.nproc_per_node, " ", after_round, " ", previous_rank_);
   try {
     etcd_.put(key, value, lease());
-  } catch (const EtcdError& error) {
+  } catch (const EtcdRefusedError& error) {
     if (std::string(error.what()).find("lease not found") == std::string::npos) throw;
     {
       std::lock_guard<std::mutex> lock(shared_->mutex);
@@ -483,10 +483,10 @@ std::optional<ElasticRendezvous::Round> EtcdRendezvous::join(int after_round, bo
       } else {
         ready = false;
       }
+    } catch (const EtcdRefusedError& error) {
+      LOCKSTEP_FAIL("lockstep run: node ", o.node_name, ": ", error.what());
     } catch (const EtcdError& error) {
-      const std::string what = error.what();
-      if (what.rfind("etcd at ", 0) == 0) LOCKSTEP_FAIL("lockstep run: node ", o.node_name, ": ", what);
-      last_error = what;  // out of reach: tried again until the join timeout
+      last_error = error.what();  // out of reach: tried again until the join timeout
     }
     if (interrupted()) return std::nullopt;
     LOCKSTEP_CHECK(Clock::now() < deadline, "lockstep run: node ", o.node_name, ": ",

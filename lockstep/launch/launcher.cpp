@@ -25,6 +25,7 @@
 #include "lockstep/launch/c10d_rendezvous.h"
 #include "lockstep/launch/etcd_rendezvous.h"
 #include "lockstep/launch/line_prefixer.h"
+#include "lockstep/launch/signal_scope.h"
 #include "lockstep/launch/restart_rounds.h"
 #include "lockstep/launch/spawn_worker.h"
 
@@ -33,16 +34,6 @@ namespace lockstep {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-int g_signal_pipe[2] = {-1, -1};
-
-void on_signal(int signal_number) {
-  int saved = errno;
-  unsigned char byte = static_cast<unsigned char>(signal_number);
-  ssize_t ignored = write(g_signal_pipe[1], &byte, 1);
-  (void)ignored;
-  errno = saved;
-}
 
 void write_all(int fd, const std::string& text) {
   size_t done = 0;
@@ -73,45 +64,6 @@ std::string random_run_id() {
   std::snprintf(buffer, sizeof(buffer), "%08x%08x", device(), device());
   return buffer;
 }
-
-// Installs the launcher's signal handlers for its lifetime and restores the
-// previous ones afterwards.
-class SignalScope {
- public:
-  SignalScope() {
-    LOCKSTEP_CHECK(pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) == 0, "lockstep run: pipe: ", std::strerror(errno));
-    struct sigaction action {};
-    action.sa_handler = on_signal;
-    sigemptyset(&action.sa_mask);
-    action.sa_flags = SA_RESTART;
-    for (int s : kForwarded) sigaction(s, &action, &saved_[index(s)]);
-    sigaction(SIGCHLD, &action, &saved_chld_);
-    struct sigaction ignore {};
-    ignore.sa_handler = SIG_IGN;
-    sigaction(SIGPIPE, &ignore, &saved_pipe_);
-  }
-  ~SignalScope() {
-    for (int s : kForwarded) sigaction(s, &saved_[index(s)], nullptr);
-    sigaction(SIGCHLD, &saved_chld_, nullptr);
-    sigaction(SIGPIPE, &saved_pipe_, nullptr);
-    close(g_signal_pipe[0]);
-    close(g_signal_pipe[1]);
-    g_signal_pipe[0] = g_signal_pipe[1] = -1;
-  }
-  // SIGUSR1/2 are the early warnings a scheduler may send (SLURM's
-  // --signal=USR1@90): passed on, and the workers decide what they mean.
-  static constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
-
- private:
-  static size_t index(int s) {
-    size_t i = 0;
-    while (kForwarded[i] != s) ++i;
-    return i;
-  }
-  struct sigaction saved_[std::size(kForwarded)] {};
-  struct sigaction saved_chld_ {};
-  struct sigaction saved_pipe_ {};
-};
 
 struct Worker {
   int local_rank = 0;
@@ -328,7 +280,7 @@ class Supervisor {
     bool all_ended_seen = false;
     const auto interval = std::chrono::milliseconds(static_cast<long long>(options_.monitor_interval() * 1000));
     while (true) {
-      std::vector<pollfd> fds{{g_signal_pipe[0], POLLIN, 0}};
+      std::vector<pollfd> fds{{SignalScope::read_fd(), POLLIN, 0}};
       for (auto& w : workers_) {
         for (int fd : w.fds) {
           if (fd >= 0) fds.push_back({fd, POLLIN, 0});
@@ -411,7 +363,7 @@ class Supervisor {
 
   void handle_signals(bool& stopping, Clock::time_point& kill_at) {
     unsigned char byte;
-    while (read(g_signal_pipe[0], &byte, 1) == 1) {
+    while (read(SignalScope::read_fd(), &byte, 1) == 1) {
       int s = byte;
       if (s == SIGCHLD) continue;
       const bool warning = s == SIGUSR1 || s == SIGUSR2;
@@ -433,7 +385,7 @@ class Supervisor {
   // Between restarts: whether SIGINT/SIGTERM/SIGHUP arrived (recorded in signal_).
   bool interrupted() {
     unsigned char byte;
-    while (read(g_signal_pipe[0], &byte, 1) == 1) {
+    while (read(SignalScope::read_fd(), &byte, 1) == 1) {
       if (byte != SIGCHLD && byte != SIGUSR1 && byte != SIGUSR2 && signal_ == 0) {
         signal_ = byte;
         say(str_cat("received ", strsignal(byte), " while waiting for the other nodes; stopping"));
