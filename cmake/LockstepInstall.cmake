@@ -56,7 +56,9 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/lockstep/ DESTINATION ${CMAKE_INSTALL_IN
   PATTERN "polling_store.h" EXCLUDE
   PATTERN "background_threads.h" EXCLUDE
   PATTERN "ema_state_keys.h" EXCLUDE
-  PATTERN "signal_scope.h" EXCLUDE)
+  PATTERN "signal_scope.h" EXCLUDE
+  PATTERN "restart_policy.h" EXCLUDE
+  PATTERN "launcher_output.h" EXCLUDE)
 
 install(EXPORT LockstepTargets NAMESPACE lockstep:: FILE LockstepTargets.cmake
   DESTINATION ${LOCKSTEP_INSTALL_CMAKEDIR})

@@ -22,11 +22,10 @@
 #include "lockstep/dist/init.h"
 #include "lockstep/dist/job_identity.h"
 #include "lockstep/dist/network.h"
-#include "lockstep/launch/c10d_rendezvous.h"
-#include "lockstep/launch/etcd_rendezvous.h"
+#include "lockstep/launch/launcher_output.h"
 #include "lockstep/launch/line_prefixer.h"
+#include "lockstep/launch/restart_policy.h"
 #include "lockstep/launch/signal_scope.h"
-#include "lockstep/launch/restart_rounds.h"
 #include "lockstep/launch/spawn_worker.h"
 
 namespace lockstep {
@@ -34,18 +33,6 @@ namespace lockstep {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-void write_all(int fd, const std::string& text) {
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // a closed terminal or pipe: the output is lost, the job goes on
-    done += static_cast<size_t>(n);
-  }
-}
-
-void say(const std::string& message) { write_all(STDERR_FILENO, "lockstep run: " + message + "\n"); }
 
 int decode_status(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -79,137 +66,47 @@ class Supervisor {
  public:
   Supervisor(const LaunchOptions& options, int master_port, std::string run_id, const std::string& job_token,
              bool hosts_store)
-      : options_(options), master_port_(master_port), run_id_(std::move(run_id)), base_env_(current_environment()) {
+      : options_(options),
+        master_port_(master_port),
+        run_id_(std::move(run_id)),
+        base_env_(current_environment()),
+        policy_(make_restart_policy(options, master_port, run_id_, job_token, hosts_store)) {
     if (!job_token.empty()) base_env_["LOCKSTEP_JOB_TOKEN"] = job_token;
-    if (options_.elastic()) {
-      ElasticRendezvous::Options rdzv;
-      rdzv.host = options_.master_addr();
-      rdzv.port = master_port_;
-      rdzv.min_nodes = options_.min_nodes();
-      rdzv.max_nodes = options_.nnodes();
-      rdzv.nproc_per_node = options_.nproc_per_node();
-      rdzv.node_name = this_node_name();
-      rdzv.join_timeout = std::chrono::milliseconds(static_cast<long long>(options_.join_timeout() * 1000));
-      rdzv.last_call_timeout = std::chrono::milliseconds(static_cast<long long>(options_.last_call_timeout() * 1000));
-      if (options_.rdzv_backend() == "etcd") {
-        EtcdRendezvousSettings settings;
-        settings.etcd = options_.etcd();
-        settings.run_id = run_id_;
-        settings.token = job_token;
-        settings.lease_ttl = std::chrono::seconds(static_cast<long long>(options_.lease_ttl()));
-        settings.local_addr = options_.local_addr();
-        elastic_ = make_etcd_rendezvous(rdzv, settings);
-      } else {
-        elastic_ = make_c10d_rendezvous(rdzv, hosts_store);
-      }
-    } else if (!options_.standalone() && options_.nnodes() > 1 && options_.max_restarts() > 0) {
-      rounds_ = std::make_unique<RestartRounds>(
-          options_.master_addr(), master_port_, options_.nnodes(), options_.node_rank(),
-          std::chrono::milliseconds(static_cast<long long>(options_.join_timeout() * 1000)));
-    }
   }
 
+  // Start, supervise, and start again where the policy says, until the
+  // workers succeed, the restarts run out, or a signal arrives (Note [One
+  // supervisor loop] in restart_policy.cpp).
   int run() {
     const int nproc = options_.nproc_per_node();
     if (nproc > 1 && (base_env_.count("OMP_NUM_THREADS") == 0 || base_env_["OMP_NUM_THREADS"].empty())) {
       say("setting OMP_NUM_THREADS=1 for each worker (set it yourself to tune)");
     }
-    if (elastic_) return run_elastic();
-    int restart = 0;
-    while (true) {
-      if (rounds_) rounds_->watch(restart);
-      start_workers(NodePlacement::fixed(options_, restart));
-      int code = supervise();
-      if (code == 0 && requeue_) return requeue_exit();
-      if (signal_ != 0) return 128 + signal_;
-      if (code == 0) return 0;
-      if (restart >= options_.max_restarts()) {
-        if (options_.max_restarts() > 0) say(str_cat("no restarts left (", options_.max_restarts(), " used)"));
-        return code;
-      }
-      ++restart;
-      if (rounds_) {
-        say(str_cat("waiting for every node to join restart ", restart));
-        if (!rounds_->enter(restart, [this] { return interrupted(); })) return 128 + signal_;
-      }
-      say(str_cat("restarting all workers (restart ", restart, " of ", options_.max_restarts(), ")"));
-    }
-  }
-
- private:
-  static std::string this_node_name() {
-    char host[256] = {0};
-    gethostname(host, sizeof(host) - 1);
-    return str_cat(host, ":", getpid());
-  }
-
-  // An elastic job: round after round until the workers succeed, the
-  // restarts run out, or a signal arrives.
-  int run_elastic() {
     const auto interrupted = [this] { return this->interrupted(); };
-    say(str_cat("elastic job of ", options_.min_nodes(), " to ", options_.nnodes(), " nodes: joining ",
-                elastic_->where()));
-    std::optional<ElasticRendezvous::Round> round = elastic_->join(-1, /*failed=*/false, interrupted);
-    while (true) {
-      if (!round) {
-        if (signal_ != 0) return 128 + signal_;
-        say("the job finished while this node waited to join it");
-        return 0;
-      }
-      NodePlacement placement;
-      placement.node_rank = round->group_rank;
-      placement.nnodes = round->nnodes;
-      placement.restart_count = round->restarts;
-      placement.round = round->round;
-      placement.master_addr = round->store_host;
-      placement.master_port = round->store_port;
-      const int nproc = options_.nproc_per_node();
-      say(str_cat("rendezvous round ", round->round, ": node ", round->group_rank, " of ", round->nnodes, " (ranks ",
-                  round->group_rank * nproc, "..", (round->group_rank + 1) * nproc - 1, " of ", round->nnodes * nproc,
-                  "; nodes ", names(round->node_names), "), restarts used ", round->restarts, " of ",
-                  options_.max_restarts()));
-      elastic_->watch(*round);
-      stopped_for_next_round_ = false;
-      start_workers(placement);
+    std::optional<NodePlacement> placement = policy_->next_start(nullptr, /*failed=*/false, interrupted);
+    while (placement) {
+      policy_->watch(*placement);
+      stopped_for_another_node_ = false;
+      start_workers(*placement);
       const int code = supervise();
       if (code == 0 && requeue_) return requeue_exit();
       if (signal_ != 0) return 128 + signal_;
-      if (code == 0 && !stopped_for_next_round_) {
-        elastic_->mark_finished();
+      if (code == 0 && !stopped_for_another_node_) {
+        policy_->finished();
         return 0;
       }
-      const bool failed = !stopped_for_next_round_;
-      if (failed && round->restarts >= options_.max_restarts()) {
-        say(str_cat("no restarts left (", options_.max_restarts(), " used)"));
-        elastic_->abort(str_cat("node ", elastic_name(*round), " ran out of restarts (--max-restarts ",
-                                options_.max_restarts(), ")"));
+      const bool failed = !stopped_for_another_node_;
+      if (policy_->counts_as_restart(failed) && placement->restart_count >= options_.max_restarts()) {
+        if (options_.max_restarts() > 0) say(str_cat("no restarts left (", options_.max_restarts(), " used)"));
+        policy_->give_up(*placement);
         return code;
       }
-      say(str_cat("joining rendezvous round ", round->round + 1));
-      round = elastic_->join(round->round, failed, interrupted);
+      placement = policy_->next_start(&*placement, failed, interrupted);
     }
+    return signal_ != 0 ? 128 + signal_ : 0;  // interrupted, or the job finished while this node waited
   }
 
-  static std::string names(const std::vector<std::string>& list) {
-    std::string text;
-    for (const auto& name : list) text += (text.empty() ? "" : ", ") + name;
-    return text;
-  }
-
-  static std::string elastic_name(const ElasticRendezvous::Round& round) {
-    return round.node_names.at(static_cast<size_t>(round.group_rank));
-  }
-
-  // Why this node's healthy workers must stop for a restart elsewhere ("" if they need not).
-  std::string restart_requested() const {
-    if (rounds_ && rounds_->node_waiting() >= 0) return str_cat("node ", rounds_->node_waiting(), " is restarting the job");
-    if (elastic_) {
-      const std::string reason = elastic_->restart_reason();
-      if (!reason.empty()) return str_cat("a new rendezvous round is starting (", reason, ")");
-    }
-    return "";
-  }
-
+ private:
   void start_workers(const NodePlacement& placement) {
     workers_.clear();
     workers_.resize(static_cast<size_t>(options_.nproc_per_node()));
@@ -289,11 +186,11 @@ class Supervisor {
       poll(fds.data(), fds.size(), static_cast<int>(std::max<long long>(interval.count(), 1)));
       handle_signals(stopping, kill_at);
       drain_output();
-      const std::string restart = stopping ? "" : restart_requested();
+      const std::string restart = stopping ? "" : policy_->stop_reason();
       if (!restart.empty()) {
         // Another node waits for this one in the next round.
         say(restart + "; stopping this node's workers");
-        stopped_for_next_round_ = true;
+        stopped_for_another_node_ = true;
         failure_code = 1;
         stopping = true;
         kill_at = Clock::now() + grace();
@@ -447,9 +344,8 @@ class Supervisor {
   std::vector<Worker> workers_;
   int signal_ = 0;
   bool requeue_ = false;  // a worker exited with kExitRequeue
-  std::unique_ptr<RestartRounds> rounds_;  // fixed multi-node jobs with restarts only
-  std::unique_ptr<ElasticRendezvous> elastic_;  // elastic jobs only
-  bool stopped_for_next_round_ = false;
+  std::unique_ptr<RestartPolicy> policy_;
+  bool stopped_for_another_node_ = false;  // the last supervise() stopped healthy workers for the policy
 };
 
 }  // namespace
