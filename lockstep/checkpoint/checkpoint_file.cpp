@@ -184,9 +184,16 @@ class FileReader {
  public:
   explicit FileReader(const std::string& path) : path_(path) {
     fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    LOCKSTEP_CHECK(fd_ >= 0, "cannot open checkpoint ", path, ": ", std::strerror(errno));
+    LOCKSTEP_CHECK(fd_ >= 0 || errno != ENOENT, path, ": no such file");
+    LOCKSTEP_CHECK(fd_ >= 0, "cannot open ", path, ": ", std::strerror(errno));
     struct stat info {};
-    LOCKSTEP_CHECK(::fstat(fd_, &info) == 0, "cannot stat ", path, ": ", std::strerror(errno));
+    const bool stat_ok = ::fstat(fd_, &info) == 0;
+    const int stat_errno = errno;
+    if (!stat_ok || !S_ISREG(info.st_mode)) {
+      ::close(fd_);  // the destructor does not run for a constructor that throws
+      LOCKSTEP_CHECK(stat_ok, "cannot stat ", path, ": ", std::strerror(stat_errno));
+      LOCKSTEP_FAIL(path, ": not a file (a directory or a device)");
+    }
     size_ = static_cast<uint64_t>(info.st_size);
   }
   ~FileReader() {
@@ -217,24 +224,40 @@ struct ParsedFile {
   uint64_t data_start = 0;
 };
 
-ParsedFile parse_header(const FileReader& file, const std::string& path) {
-  LOCKSTEP_CHECK(file.size() >= 8, path, ": not a checkpoint (", file.size(), " bytes; a header needs 8)");
+// The one reader of a safetensors header, for checkpoints, plain weight
+// files and `lockstep ckpt`: 8 bytes of little-endian length, then that many
+// bytes of JSON object. What the entries mean is parse_header's.
+struct HeaderJson {
+  nlohmann::json json;
+  uint64_t data_start = 0;
+};
+
+HeaderJson read_header_json(const FileReader& file, const std::string& path) {
+  LOCKSTEP_CHECK(file.size() >= 8, path, ": not a safetensors file (", file.size(),
+                 " bytes; the header length alone takes 8)");
   uint64_t header_size = 0;
   file.read_at(0, &header_size, 8);
   LOCKSTEP_CHECK(header_size <= kMaxSafetensorsHeaderBytes && header_size <= file.size() - 8, path,
-                 ": corrupt or truncated: the header claims ", header_size, " bytes but the file holds ",
-                 file.size(), " bytes in all");
+                 ": not a safetensors file, or a truncated one (the header claims ", header_size,
+                 " bytes, the file holds ", file.size(), ")");
   std::string text(header_size, '\0');
   file.read_at(8, text.data(), header_size);
-  nlohmann::json header;
+  HeaderJson header;
   try {
-    header = nlohmann::json::parse(text);
+    header.json = nlohmann::json::parse(text);
   } catch (const std::exception& error) {
-    LOCKSTEP_FAIL(path, ": corrupt header (not valid JSON: ", error.what(), ")");
+    LOCKSTEP_FAIL(path, ": corrupt safetensors header (not valid JSON: ", error.what(), ")");
   }
-  LOCKSTEP_CHECK(header.is_object(), path, ": corrupt header (not a JSON object)");
+  LOCKSTEP_CHECK(header.json.is_object(), path, ": corrupt safetensors header (not a JSON object)");
+  header.data_start = 8 + header_size;
+  return header;
+}
+
+ParsedFile parse_header(const FileReader& file, const std::string& path) {
+  const HeaderJson raw = read_header_json(file, path);
+  const nlohmann::json& header = raw.json;
   ParsedFile parsed;
-  parsed.data_start = 8 + header_size;
+  parsed.data_start = raw.data_start;
   const uint64_t data_size = file.size() - parsed.data_start;
   for (const auto& item : header.items()) {
     if (item.key() == "__metadata__") {
@@ -477,6 +500,10 @@ class CheckpointFileBackend final : public StateReader::Backend {
 };
 
 }  // namespace
+
+nlohmann::json read_safetensors_header(const std::string& path) {
+  return read_header_json(FileReader(path), path).json;
+}
 
 StateReader open_checkpoint_file(const std::string& path) {
   return StateReader(std::make_shared<const CheckpointFileBackend>(path));

@@ -16,11 +16,13 @@
 //
 //   // Plain weights for other tools (no lockstep metadata, names as given):
 //   lockstep::write_safetensors_file("model.safetensors", tensors, {{"format", "pt"}});
+//   nlohmann::json header = lockstep::read_safetensors_header("model.safetensors");   // no data read
 #pragma once
 
 #include <map>
 #include <string>
 
+#include <nlohmann/json.hpp>
 #include <torch/types.h>
 
 #include "lockstep/core/state.h"
@@ -51,5 +53,11 @@ struct SafetensorsContent {
   std::map<std::string, std::string> metadata;
 };
 SafetensorsContent read_safetensors_file(const std::string& path);
+
+// The JSON header of any safetensors file, a checkpoint or plain weights
+// (tensor entries and __metadata__), without reading the data: the same
+// reader the functions above use, so its errors are theirs. The entries
+// themselves are validated when the file is read.
+nlohmann::json read_safetensors_header(const std::string& path);
 
 }  // namespace lockstep

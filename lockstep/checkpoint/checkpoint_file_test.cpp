@@ -157,7 +157,9 @@ TEST(CheckpointFileTest, TruncationAndGarbageGiveClearErrors) {
   }
   testing::write_file(dir.file("g.ckpt"), bytes + "junk");
   EXPECT_NE(verify_checkpoint_file(dir.file("g.ckpt")).find("trailing"), std::string::npos);
-  EXPECT_NE(verify_checkpoint_file(dir.file("missing.ckpt")).find("cannot open"), std::string::npos);
+  EXPECT_NE(verify_checkpoint_file(dir.file("missing.ckpt")).find("missing.ckpt: no such file"), std::string::npos);
+  std::filesystem::create_directory(dir.file("d.ckpt"));
+  EXPECT_NE(verify_checkpoint_file(dir.file("d.ckpt")).find("d.ckpt: not a file"), std::string::npos);
 }
 
 TEST(CheckpointFileTest, PlainSafetensorsRoundTrip) {

@@ -1,7 +1,6 @@
 #include "lockstep/checkpoint/safetensors_tools.h"
 
 #include <filesystem>
-#include <fstream>
 
 #include "lockstep/checkpoint/checkpoint_file.h"
 #include "lockstep/checkpoint/checkpoint_layout.h"
@@ -13,40 +12,6 @@
 #include "lockstep/core/state.h"
 
 namespace lockstep {
-namespace {
-
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors headers are little-endian");
-
-}  // namespace
-
-nlohmann::json read_safetensors_header(const std::string& path) {
-  std::error_code error;
-  LOCKSTEP_CHECK(std::filesystem::is_regular_file(path, error), path, ": no such file");
-  const uint64_t size = std::filesystem::file_size(path, error);
-  LOCKSTEP_CHECK(!error, "cannot read the size of ", path, ": ", error.message());
-  std::ifstream in(path, std::ios::binary);
-  LOCKSTEP_CHECK(in.good(), "cannot open ", path);
-  LOCKSTEP_CHECK(size >= 8, path, ": not a safetensors file (", size, " bytes; the header length alone takes 8)");
-  unsigned char length_bytes[8];
-  in.read(reinterpret_cast<char*>(length_bytes), 8);
-  uint64_t length = 0;
-  for (int i = 7; i >= 0; --i) length = (length << 8) | length_bytes[i];
-  LOCKSTEP_CHECK(length <= kMaxSafetensorsHeaderBytes && length <= size - 8, path,
-                 ": not a safetensors file, or a truncated one (the header claims ", length, " bytes, the file holds ",
-                 size, ")");
-  std::string text(length, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(length));
-  LOCKSTEP_CHECK(in.good(), path, ": cannot read its header");
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& parse_error) {
-    LOCKSTEP_FAIL(path, ": corrupt safetensors header (not valid JSON: ", parse_error.what(), ")");
-  }
-  LOCKSTEP_CHECK(header.is_object(), path, ": corrupt safetensors header (not a JSON object)");
-  return header;
-}
-
 bool is_lockstep_checkpoint(const nlohmann::json& header) {
   auto metadata = header.find("__metadata__");
   if (metadata == header.end() || !metadata->is_object()) return false;

@@ -23,12 +23,9 @@
 #include <torch/arg.h>
 #include <torch/types.h>
 
-namespace lockstep {
+#include "lockstep/checkpoint/checkpoint_file.h"  // read_safetensors_header
 
-// The JSON header of a safetensors file (tensor entries and __metadata__),
-// without reading the data. Errors name the file; the entries themselves are
-// validated when the file is read (read_safetensors_file, read_checkpoint_file).
-nlohmann::json read_safetensors_header(const std::string& path);
+namespace lockstep {
 
 // Whether a header belongs to a lockstep checkpoint (not a plain safetensors file).
 bool is_lockstep_checkpoint(const nlohmann::json& header);

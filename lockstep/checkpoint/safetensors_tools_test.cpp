@@ -47,6 +47,12 @@ TEST(SafetensorsHeaderTest, BadFilesAreNamed) {
   EXPECT_THAT(error_of([&] { read_safetensors_header(dir.file("long")); }), HasSubstr("claims 255 bytes"));
   testing::write_file(dir.file("json"), std::string("\x02\x00\x00\x00\x00\x00\x00\x00{]", 10));
   EXPECT_THAT(error_of([&] { read_safetensors_header(dir.file("json")); }), HasSubstr("json: corrupt safetensors header"));
+  // One reader serves the header and the whole-file readers: the same words.
+  for (const char* name : {"missing", "short", "long", "json"}) {
+    const std::string header_error = error_of([&] { read_safetensors_header(dir.file(name)); });
+    EXPECT_EQ(error_of([&] { read_safetensors_file(dir.file(name)); }), header_error);
+    EXPECT_EQ(error_of([&] { read_checkpoint_file(dir.file(name)); }), header_error);
+  }
 }
 
 TEST(ExportSafetensorsTest, ModelWeightsOnlyUnderTheModelsNames) {
