@@ -2,8 +2,7 @@
 
 #include "lockstep/checkpoint/checkpoint_file.h"
 #include "lockstep/core/error.h"
-#include "lockstep/parallel/fsdp/flat_param.h"
-#include "lockstep/parallel/fsdp/state_keys.h"
+#include "lockstep/parallel/fsdp/flat_layout.h"
 
 namespace lockstep {
 namespace {

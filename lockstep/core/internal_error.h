@@ -9,7 +9,18 @@
 //   LOCKSTEP_ASSERT(phase_ == Phase::kReducing, "finalize outside a reducing pass");
 //   // throws InternalError("lockstep internal error (a bug in lockstep; please report it) at
 //   //                       reducer.cpp:212: phase_ == Phase::kReducing: finalize outside ...")
+//
+// A state machine moves through move_phase, which asserts the move is one of
+// its edges: may_come_from[to] is the set of phases `to` may follow, one bit
+// per phase (kFromAny: any of them).
+//
+//   enum class Phase { kIdle, kBusy };
+//   constexpr unsigned kMayComeFrom[] = {kFromAny, phase_bit(Phase::kIdle)};
+//   constexpr const char* kNames[] = {"idle", "busy"};
+//   move_phase("the loader", phase_, Phase::kBusy, kMayComeFrom, kNames);
 #pragma once
+
+#include <cstddef>
 
 #include "lockstep/core/error.h"
 
@@ -19,6 +30,26 @@ class InternalError : public Error {
  public:
   using Error::Error;
 };
+
+inline constexpr unsigned kFromAny = ~0u;
+
+template <typename Phase>
+constexpr unsigned phase_bit(Phase phase) {
+  return 1u << static_cast<unsigned>(phase);
+}
+
+template <typename Phase, size_t N>
+void move_phase(const char* machine, Phase& phase, Phase to, const unsigned (&may_come_from)[N],
+                const char* const (&names)[N]) {
+  const auto from_index = static_cast<size_t>(phase);
+  const auto to_index = static_cast<size_t>(to);
+  if (to_index >= N || from_index >= N || (may_come_from[to_index] & phase_bit(phase)) == 0) {
+    throw InternalError(str_cat("lockstep internal error (a bug in lockstep; please report it): ", machine,
+                                " has no move from ", from_index < N ? names[from_index] : "?", " to ",
+                                to_index < N ? names[to_index] : "?"));
+  }
+  phase = to;
+}
 
 }  // namespace lockstep
 

@@ -91,7 +91,7 @@ void Reducer::prepare_for_backward(const torch::Tensor& loss, bool sync, int64_t
   LOCKSTEP_CHECK(!reducing(), "DDP: a new backward pass started before the previous one finished its gradient "
                  "reduction on this rank (did an earlier backward raise?)");
   if (!sync) {  // no_sync: hooks only record which parameters were used
-    phase_ = Phase::kLocalBackward;
+    enter(Phase::kLocalBackward);
     return;
   }
   if (rebuild_pending_) rebuild_buckets_from_rank0();
@@ -105,7 +105,7 @@ void Reducer::prepare_for_backward(const torch::Tensor& loss, bool sync, int64_t
 }
 
 void Reducer::start_pass(int64_t iteration) {
-  phase_ = Phase::kReducing;
+  enter(Phase::kReducing);
   iteration_ = iteration;
   exchange_used_map_ = options_.find_unused_parameters() || (options_.static_graph() && !static_graph_learned_);
   next_bucket_ = 0;
@@ -150,7 +150,7 @@ void Reducer::autograd_hook(size_t index) {
   if (phase_ == Phase::kLocalBackward) return;
   timeline_.last_hook = Clock::now();
   if (phase_ == Phase::kReducing) {
-    phase_ = Phase::kFinalizeQueued;
+    enter(Phase::kFinalizeQueued);
     compat::queue_backward_callback([this] { finalize_backward(); });
   }
   if (options_.static_graph()) {
@@ -503,7 +503,15 @@ bool Reducer::reduction_pending() const {
   return reducing();
 }
 
-void Reducer::end_pass() { phase_ = Phase::kIdle; }
+void Reducer::enter(Phase next) {
+  constexpr unsigned kQuiet = phase_bit(Phase::kIdle) | phase_bit(Phase::kLocalBackward);
+  constexpr unsigned kMayComeFrom[] = {kFromAny, kQuiet, kQuiet, phase_bit(Phase::kReducing)};
+  constexpr const char* kNames[] = {"idle", "a no_sync backward", "a synchronised backward before its first hook",
+                                    "a synchronised backward with its hooks firing"};
+  move_phase("the DDP reducer", phase_, next, kMayComeFrom, kNames);
+}
+
+void Reducer::end_pass() { enter(Phase::kIdle); }
 
 std::vector<std::vector<size_t>> Reducer::bucket_indices() const {
   std::lock_guard<std::mutex> lock(mutex_);

@@ -179,11 +179,13 @@ class Reducer {
   std::vector<Bucket> buckets_;
   std::vector<Location> locations_;
 
-  // Where the reducer is in a step. Every transition is written once below;
-  // a transition the machine does not have is an internal error.
+  // Where the reducer is in a step. Every transition goes through enter(),
+  // which asserts it is an edge of this machine (an internal error if not):
   //   kIdle --prepare_for_backward(sync=false)--> kLocalBackward --finish_backward--> kIdle
   //   kIdle --prepare_for_backward(sync=true)---> kReducing --first hook--> kFinalizeQueued
   //   kReducing | kFinalizeQueued --finalize_backward (or a failure in it)--> kIdle
+  //   kLocalBackward --prepare_for_backward / abandon--> kLocalBackward | kReducing
+  //     (a no_sync backward that raised never reached finish_backward)
   enum class Phase {
     kIdle,            // no backward expected: a gradient hook now is an error outside no_sync
     kLocalBackward,   // a no_sync backward: hooks record which parameters were used
@@ -191,6 +193,8 @@ class Reducer {
     kFinalizeQueued,  // hooks are firing; finalize_backward is queued with autograd
   };
   bool reducing() const { return phase_ == Phase::kReducing || phase_ == Phase::kFinalizeQueued; }
+  // Moves to `next`, asserting the diagram above has that edge.
+  void enter(Phase next);
   // Back to kIdle, whatever the pass was: the one reset.
   void end_pass();
 

@@ -6,6 +6,7 @@
 #include "lockstep/compat/cuda.h"
 #include "lockstep/compat/storage.h"
 #include "lockstep/core/error.h"
+#include "lockstep/core/internal_error.h"
 #include "lockstep/dist/process_group.h"
 
 namespace lockstep::fsdp {
@@ -25,44 +26,6 @@ void wait_for_unit(Work& work, const std::string& path, const char* what) {
 }
 
 }  // namespace
-
-ShardOverlap shard_overlap(int64_t offset, int64_t numel, int shard_rank, int64_t shard_numel) {
-  const int64_t first = shard_rank * shard_numel;
-  const int64_t begin = std::max(offset, first);
-  const int64_t end = std::min(offset + numel, first + shard_numel);
-  if (begin >= end) return ShardOverlap{};
-  return ShardOverlap{begin - first, begin - offset, end - begin};
-}
-
-std::vector<LayoutPiece> shard_pieces(int64_t numel, int64_t shard_numel, int shards) {
-  std::vector<LayoutPiece> pieces;
-  for (int s = 0; s < shards; ++s) {
-    const int64_t begin = s * shard_numel;
-    pieces.push_back(LayoutPiece{begin, std::clamp<int64_t>(numel - begin, 0, shard_numel)});
-  }
-  return pieces;
-}
-
-void fill_from_pieces(torch::Tensor out, int64_t begin, const std::vector<LayoutPiece>& pieces,
-                      const std::function<torch::Tensor(size_t piece, int64_t first, int64_t count)>& read) {
-  torch::NoGradGuard no_grad;
-  const int64_t end = begin + out.numel();
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    const int64_t from = std::max(begin, pieces[i].begin);
-    const int64_t to = std::min(end, pieces[i].begin + pieces[i].numel);
-    if (from >= to) continue;
-    out.narrow(0, from - begin, to - from).copy_(read(i, from - pieces[i].begin, to - from));
-  }
-}
-
-torch::Tensor read_saved_piece(const StateReader& saved, const std::string& key, int64_t first, int64_t count,
-                               int64_t saved_numel) {
-  LOCKSTEP_CHECK(saved.contains(key), saved.source(), ": holds no '", key, "', though its shard holds ", count,
-                 " of the elements needed from it");
-  LOCKSTEP_CHECK(saved_numel < 0 || saved.entry(key).numel() == saved_numel, saved.source(), ": '", key, "' has ",
-                 saved.entry(key).numel(), " elements, the layout says ", saved_numel);
-  return saved.read_elements(key, first, count);
-}
 
 std::pair<double, double> gradient_divide_factors(int world_size) {
   int factor = 1;
@@ -90,7 +53,7 @@ FlatParamUnit::FlatParamUnit(int index, std::string path, torch::nn::Module* mod
     shard_rank_ = setup_.shard_group->rank();
     shard_world_ = setup_.shard_group->size();
   }
-  shard_numel_ = (numel_ + shard_world_ - 1) / shard_world_;
+  shard_numel_ = fsdp::shard_numel(numel_, shard_world_);
   padded_numel_ = shard_numel_ * shard_world_;
 
   aliases_shard_ = shard_world_ == 1 && setup_.param_dtype == first.scalar_type() &&
@@ -127,7 +90,7 @@ void FlatParamUnit::shard_from_slots() {
 // Cut while the model was built (shard_while_building.h): the parameters are
 // placeholders already, and the whole unit never exists again here.
 void FlatParamUnit::adopt_prebuilt_shard(const torch::Tensor& prebuilt) {
-  LOCKSTEP_CHECK(prebuilt.numel() == shard_numel_, "FSDP unit '", path_, "': the shard cut while building holds ",
+  LOCKSTEP_ASSERT(prebuilt.numel() == shard_numel_, "FSDP unit '", path_, "': the shard cut while building holds ",
                  prebuilt.numel(), " elements, this layout needs ", shard_numel_);
   shard_ = prebuilt.reshape(-1).to(shard_options());
   if (aliases_shard_) {
@@ -139,7 +102,7 @@ void FlatParamUnit::adopt_prebuilt_shard(const torch::Tensor& prebuilt) {
   full_ = torch::empty({padded_numel_}, torch::TensorOptions().dtype(setup_.param_dtype).device(setup_.compute_device));
   compat::free_storage(full_);
   finish_shard_setup();
-  state_ = State::kSharded;
+  enter(State::kSharded);
   point_params_at_empty();
   if (setup_.persistent) {
     start_gather();
@@ -239,32 +202,41 @@ void FlatParamUnit::start_gather() {
   }
   if (shard_world_ == 1) {
     full_.copy_(source);
-    state_ = State::kGathered;
+    enter(State::kGathered);
     point_params_at_full();
     return;
   }
   gather_source_ = source;
   if (setup_.step_check) setup_.step_check->record(index_, StepCheck::Kind::kGather);
   gather_work_ = setup_.shard_group->all_gather_into_tensor(full_, gather_source_, /*async=*/true);
-  state_ = State::kGathering;
+  enter(State::kGathering);
 }
 
 void FlatParamUnit::finish_gather() {
-  LOCKSTEP_CHECK(state_ != State::kSharded, "FSDP internal: unit '", path_, "' finished a gather it never started");
+  LOCKSTEP_ASSERT(state_ != State::kSharded, "FSDP unit '", path_, "' finished a gather it never started");
   if (state_ == State::kGathered) return;
   auto work = std::move(gather_work_);
   gather_work_.reset();
   wait_for_unit(*work, path_, "gathering its parameters");
   gather_source_ = torch::Tensor();
-  state_ = State::kGathered;
+  enter(State::kGathered);
   point_params_at_full();
+}
+
+void FlatParamUnit::enter(State next) {
+  constexpr unsigned kMayComeFrom[] = {
+      phase_bit(State::kGathered),                               // kSharded: resharded
+      phase_bit(State::kSharded),                                // kGathering: a gather started
+      phase_bit(State::kSharded) | phase_bit(State::kGathering)};  // kGathered
+  constexpr const char* kNames[] = {"sharded", "gathering", "gathered"};
+  move_phase("an FSDP unit", state_, next, kMayComeFrom, kNames);
 }
 
 void FlatParamUnit::refresh() {
   if (aliases_shard_ || state_ == State::kSharded) return;
   if (state_ == State::kGathering) finish_gather();
   if (!stale()) return;
-  state_ = State::kSharded;  // the bytes stay allocated; start_gather overwrites them
+  enter(State::kSharded);  // the bytes stay allocated; start_gather overwrites them
   start_gather();
   finish_gather();
 }
@@ -274,14 +246,14 @@ void FlatParamUnit::reshard() {
   if (state_ == State::kGathering) finish_gather();
   point_params_at_empty();
   compat::free_storage(full_);
-  state_ = State::kSharded;
+  enter(State::kSharded);
 }
 
 void FlatParamUnit::absorb_grad(size_t index) {
   FlatSlot& slot = slots_.at(index);
   torch::Tensor& grad = slot.param.mutable_grad();
   if (!grad.defined()) return;
-  LOCKSTEP_CHECK(!reduce_work_, "FSDP internal: unit '", path_, "' got a gradient while its reduction runs");
+  LOCKSTEP_ASSERT(!reduce_work_, "FSDP unit '", path_, "' got a gradient while its reduction runs");
   torch::NoGradGuard no_grad;
   if (!reduce_in_.defined()) reduce_in_ = torch::zeros({padded_numel_}, full_.options().dtype(setup_.reduce_dtype));
   reduce_in_.narrow(0, slot.offset, slot.numel).copy_(grad.reshape(-1));
@@ -306,7 +278,7 @@ void FlatParamUnit::absorb_grad(size_t index) {
 // into the shard's .grad. (DDP without a comm hook divides once, before the
 // sum: Note [Dividing by the world size].)
 void FlatParamUnit::start_reduce() {
-  LOCKSTEP_CHECK(!reduce_work_ && !reduce_out_.defined(), "FSDP internal: unit '", path_,
+  LOCKSTEP_ASSERT(!reduce_work_ && !reduce_out_.defined(), "FSDP unit '", path_,
                  "' reduces twice in one backward");
   for (size_t s = 0; s < slots_.size(); ++s) absorb_grad(s);
   torch::NoGradGuard no_grad;

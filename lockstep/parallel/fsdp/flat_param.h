@@ -23,7 +23,8 @@
 //   unit.start_reduce(); ...; unit.finish_reduce();  // .grad of the shard
 //
 // Layout: the slots' elements back to back in slot order, then zeros up to
-// a multiple of the shard group's size; rank r owns [r*S, (r+1)*S).
+// a multiple of the shard group's size; rank r owns [r*S, (r+1)*S)
+// (flat_layout.h, which holds the arithmetic without the unit).
 #pragma once
 
 #include <cstdint>
@@ -36,7 +37,7 @@
 #include <torch/torch.h>
 
 #include "lockstep/compat/autograd.h"
-#include "lockstep/core/state_reader.h"
+#include "lockstep/parallel/fsdp/flat_layout.h"
 #include "lockstep/parallel/fsdp/step_check.h"
 
 namespace lockstep {
@@ -77,36 +78,6 @@ struct UnitSetup {
   // unit is built, on the compute device (sync_module_states, a unit at a time).
   std::shared_ptr<ProcessGroup> sync_group;
 };
-
-// The part of a flat layout's [offset, offset + numel) that shard
-// `shard_rank` holds (shards of shard_numel elements, back to back): where it
-// starts in the shard and in the range, and its length (0: none of it).
-struct ShardOverlap {
-  int64_t in_shard = 0;
-  int64_t in_range = 0;
-  int64_t length = 0;
-};
-ShardOverlap shard_overlap(int64_t offset, int64_t numel, int shard_rank, int64_t shard_numel);
-
-// Resharding: a saved piece of a flat layout, elements [begin, begin + numel)
-// of it, stored from element 0 of some saved tensor.
-struct LayoutPiece {
-  int64_t begin = 0;
-  int64_t numel = 0;
-};
-// The pieces a layout of `numel` elements has in `shards` shards of
-// `shard_numel` (padding left out; empty pieces for shards of padding only).
-std::vector<LayoutPiece> shard_pieces(int64_t numel, int64_t shard_numel, int shards);
-// Fills `out`, the layout's elements [begin, begin + out.numel()), from the
-// pieces that overlap it; read(i, first, count) returns elements
-// [first, first + count) of piece i's tensor. Only those elements are read.
-void fill_from_pieces(torch::Tensor out, int64_t begin, const std::vector<LayoutPiece>& pieces,
-                      const std::function<torch::Tensor(size_t piece, int64_t first, int64_t count)>& read);
-// Elements [first, first + count) of `key` in a part of a saved shard file;
-// the error names the file when it has no `key` or, with saved_numel >= 0, a
-// `key` of another size than the saved layout says.
-torch::Tensor read_saved_piece(const StateReader& saved, const std::string& key, int64_t first, int64_t count,
-                               int64_t saved_numel = -1);
 
 // PyTorch's split of the world size N into (pre, post) divisors, as
 // DefaultState._get_gradient_predivide_factor computes it: pre doubles from 1
@@ -231,6 +202,9 @@ class FlatParamUnit {
   std::vector<std::unique_ptr<compat::PostAccumulateHook>>& hooks() { return hooks_; }
 
  private:
+  // Moves to `next`: sharded -> gathering -> gathered (or sharded -> gathered
+  // in one go) -> sharded, asserted.
+  void enter(State next);
   void point_params_at_full();
   void point_params_at_empty();
   void shard_from_slots();

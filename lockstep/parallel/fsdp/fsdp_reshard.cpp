@@ -21,7 +21,7 @@
 #include "lockstep/core/shape_text.h"
 #include "lockstep/dist/process_group.h"
 #include "lockstep/parallel/fsdp/fully_sharded_data_parallel.h"
-#include "lockstep/parallel/fsdp/state_keys.h"
+#include "lockstep/parallel/fsdp/flat_layout.h"
 
 namespace lockstep {
 namespace {
@@ -54,12 +54,11 @@ State FullyShardedDataParallel::resharded_state_dict(const json& saved_layout,
   State state;
   for (size_t u = 0; u < units_.size(); ++u) {
     const fsdp::FlatParamUnit& unit = *units_[u];
-    const std::string key = "shards/" + unit_key(unit);
+    const std::string key = "shards/" + unit_key(unit.path());
     const int64_t saved_shard = saved_shard_numel(saved_layout, u);
     torch::Tensor shard = torch::zeros({unit.shard_numel()}, torch::TensorOptions().dtype(unit.shard().scalar_type()));
-    const int64_t begin = unit.shard_rank() * unit.shard_numel();
-    const int64_t length = std::clamp<int64_t>(unit.numel() - begin, 0, unit.shard_numel());
-    fsdp::fill_from_pieces(shard.narrow(0, 0, length), begin,
+    const fsdp::LayoutPiece mine = fsdp::shard_piece(unit.numel(), unit.shard_numel(), unit.shard_rank());
+    fsdp::fill_from_pieces(shard.narrow(0, 0, mine.numel), mine.begin,
                            fsdp::shard_pieces(unit.numel(), saved_shard, saved_shards),
                            [&](size_t s, int64_t first, int64_t count) {
                              return fsdp::read_saved_piece(saved[s], key, first, count, saved_shard);
@@ -101,9 +100,9 @@ State FullyShardedDataParallel::resharded_optimizer_state(const torch::optim::Op
   } else {
     for (size_t u = 0; u < units_.size(); ++u) {
       const fsdp::FlatParamUnit& unit = *units_[u];
-      const int64_t begin = unit.shard_rank() * unit.shard_numel();
+      const fsdp::LayoutPiece mine = fsdp::shard_piece(unit.numel(), unit.shard_numel(), unit.shard_rank());
       places["0." + std::to_string(u)] =
-          Place{begin, std::clamp<int64_t>(unit.numel() - begin, 0, unit.shard_numel()), unit.shard_numel(),
+          Place{mine.begin, mine.numel, unit.shard_numel(),
                 fsdp::shard_pieces(unit.numel(), saved_shard_numel(saved_layout, u), saved_shards)};
     }
   }

@@ -12,7 +12,7 @@
 #include "lockstep/dist/comm.h"
 #include "lockstep/dist/process_group.h"
 #include "lockstep/parallel/fsdp/fully_sharded_data_parallel.h"
-#include "lockstep/parallel/fsdp/state_keys.h"
+#include "lockstep/parallel/fsdp/flat_layout.h"
 
 namespace lockstep {
 namespace {
@@ -179,7 +179,7 @@ json FullyShardedDataParallel::layout() const {
 
 State FullyShardedDataParallel::sharded_state_dict() const {
   State state;
-  for (const auto& unit : units_) state.tensors["shards/" + unit_key(*unit)] = unit->shard().detach();
+  for (const auto& unit : units_) state.tensors["shards/" + unit_key(unit->path())] = unit->shard().detach();
   for (const auto& [name, tensor] : frozen_) state.tensors["frozen/" + name] = tensor.detach();
   for (const auto& [name, tensor] : buffers_) state.tensors["buffers/" + name] = tensor.detach();
   state.values["layout"] = layout();
@@ -240,7 +240,7 @@ void FullyShardedDataParallel::load_sharded_state_dict(const State& state, const
 
   torch::NoGradGuard no_grad;
   for (auto& unit : units_) {
-    const torch::Tensor& value = state.tensor("shards/" + unit_key(*unit), source);
+    const torch::Tensor& value = state.tensor("shards/" + unit_key(unit->path()), source);
     LOCKSTEP_CHECK(value.numel() == unit->shard_numel(), source, ": shard of unit '", unit->path(), "' has ",
                    value.numel(), " elements, expected ", unit->shard_numel());
     torch::Tensor shard = unit->shard();

@@ -184,7 +184,7 @@ void FullyShardedDataParallel::begin_backward(const torch::Tensor& loss, bool sy
     }
   }
   // A backward already running (its hooks fired before this call) keeps running, now planned.
-  phase_ = in_backward() ? Phase::kBackward : Phase::kPlanned;
+  enter(in_backward() ? Phase::kBackward : Phase::kPlanned);
 }
 
 void FullyShardedDataParallel::end_backward(bool /*sync*/) {
@@ -263,7 +263,7 @@ void FullyShardedDataParallel::after_step() {
 void FullyShardedDataParallel::begin_backward_pass() {
   LOCKSTEP_ASSERT(!in_backward(), "FSDP backward pass begun twice");
   step_check_->verify();  // before this backward pairs a collective with another rank's
-  phase_ = phase_ == Phase::kPlanned ? Phase::kBackward : Phase::kUnplannedBackward;
+  enter(phase_ == Phase::kPlanned ? Phase::kBackward : Phase::kUnplannedBackward);
   compat::queue_backward_callback([this] { finish_backward_pass(); });
 }
 
@@ -341,7 +341,17 @@ void FullyShardedDataParallel::reset_backward_state() {
     run.ready_grads = 0;
     std::fill(run.slot_ready.begin(), run.slot_ready.end(), 0);
   }
-  phase_ = Phase::kIdle;
+  enter(Phase::kIdle);
+}
+
+void FullyShardedDataParallel::enter(Phase next) {
+  constexpr unsigned kMayComeFrom[] = {
+      kFromAny,                                                 // kIdle
+      phase_bit(Phase::kIdle) | phase_bit(Phase::kPlanned),     // kPlanned
+      kFromAny & ~phase_bit(Phase::kIdle),                      // kBackward
+      phase_bit(Phase::kIdle)};                                 // kUnplannedBackward
+  constexpr const char* kNames[] = {"idle", "a planned backward", "a backward", "an unplanned backward"};
+  move_phase("FSDP", phase_, next, kMayComeFrom, kNames);
 }
 
 // --- parameters, memory ----------------------------------------------------

@@ -267,9 +267,12 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
   std::unique_ptr<fsdp::StepCheck> step_check_;  // ranks ran the same step and units (Note [FSDP's step check])
   int64_t iteration_ = 0;                         // of the current backward, for the step check
 
-  // Where FSDP is in a step's backward. Every transition is written once:
+  // Where FSDP is in a step's backward. Every transition goes through
+  // enter(), which asserts it is an edge of this machine:
   //   kIdle --begin_backward--> kPlanned --first hook--> kBackward
   //   kIdle --first hook (no begin_backward)--> kUnplannedBackward
+  //   kPlanned --begin_backward--> kPlanned (a planned loss whose backward never ran)
+  //   kBackward | kUnplannedBackward --begin_backward--> kBackward (hooks fired before the plan)
   //   any --finish_backward_pass / end_backward--> kIdle (reset_backward_state)
   enum class Phase {
     kIdle,
@@ -278,6 +281,8 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
     kUnplannedBackward,  // hooks are firing for a backward begin_backward never saw: every slot counts
   };
   bool in_backward() const { return phase_ == Phase::kBackward || phase_ == Phase::kUnplannedBackward; }
+  // Moves to `next`, asserting the diagram above has that edge.
+  void enter(Phase next);
   // Clears every unit's per-backward progress and returns to kIdle: the one reset.
   void reset_backward_state();
 

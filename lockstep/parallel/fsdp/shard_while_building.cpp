@@ -76,7 +76,7 @@ void detail::shard_now(const std::shared_ptr<torch::nn::Module>& module) {
     numel += param.numel();
   }
   if (params.empty()) return;
-  const int64_t shard_numel = (numel + plan.shard_world - 1) / plan.shard_world;
+  const int64_t shard_numel = fsdp::shard_numel(numel, plan.shard_world);
   // Parameter by parameter: broadcast from rank 0 (on the compute device),
   // the part that falls in this rank's shard copied out, then released. The
   // flat parameter is never assembled: the unit exists once, as its

@@ -1,0 +1,73 @@
+// The layout of an FSDP unit's flat parameter, without the unit: which rank
+// owns which elements, and how the layout is named and cut in saved shards.
+// Stateless arithmetic, shared by the runtime (FlatParamUnit, resharding) and
+// by checkpoint/ (gathering a sharded checkpoint's weights), which needs no
+// FSDP runtime to read a file.
+//
+// A unit's layout: its parameters' elements back to back in slot order, then
+// zeros up to a multiple of the shard count; shard r holds
+// [r * S, (r + 1) * S) with S = shard_numel(numel, shards).
+//
+//   const int64_t S = fsdp::shard_numel(/*numel=*/10, /*shards=*/3);        // 4 (padded to 12)
+//   fsdp::ShardOverlap part = fsdp::shard_overlap(/*offset=*/3, /*numel=*/7, /*shard_rank=*/1, S);
+//   // part: elements [4, 8) of the layout, at 0 in shard 1 and at 1 in the range
+//   fsdp::fill_from_pieces(out, begin, fsdp::shard_pieces(10, S, 3), read_piece);   // resharding
+//   fsdp::unit_key("layers.0");                                              // "layers.0.flat_param"
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "lockstep/core/state_reader.h"
+
+namespace lockstep::fsdp {
+
+// Elements per shard of a layout of `numel` elements over `shards` shards.
+inline int64_t shard_numel(int64_t numel, int shards) { return (numel + shards - 1) / shards; }
+
+// The part of a flat layout's [offset, offset + numel) that shard
+// `shard_rank` holds (shards of shard_numel elements, back to back): where it
+// starts in the shard and in the range, and its length (0: none of it).
+struct ShardOverlap {
+  int64_t in_shard = 0;
+  int64_t in_range = 0;
+  int64_t length = 0;
+};
+ShardOverlap shard_overlap(int64_t offset, int64_t numel, int shard_rank, int64_t shard_numel);
+
+// A piece of a flat layout, elements [begin, begin + numel) of it; in a saved
+// shard it is stored from element 0 of the saved tensor.
+struct LayoutPiece {
+  int64_t begin = 0;
+  int64_t numel = 0;
+};
+// The elements of a layout of `numel` that shard `shard` holds (the padding
+// left out: empty for a shard of padding only).
+LayoutPiece shard_piece(int64_t numel, int64_t shard_numel, int shard);
+// shard_piece of every shard, in order.
+std::vector<LayoutPiece> shard_pieces(int64_t numel, int64_t shard_numel, int shards);
+// Fills `out`, the layout's elements [begin, begin + out.numel()), from the
+// pieces that overlap it; read(i, first, count) returns elements
+// [first, first + count) of piece i's tensor. Only those elements are read.
+void fill_from_pieces(torch::Tensor out, int64_t begin, const std::vector<LayoutPiece>& pieces,
+                      const std::function<torch::Tensor(size_t piece, int64_t first, int64_t count)>& read);
+// Elements [first, first + count) of `key` in a part of a saved shard file;
+// the error names the file when it has no `key` or, with saved_numel >= 0, a
+// `key` of another size than the saved layout says.
+torch::Tensor read_saved_piece(const StateReader& saved, const std::string& key, int64_t first, int64_t count,
+                               int64_t saved_numel = -1);
+
+// How FSDP's state dicts name things: a unit's flat shard ("flat_param" for
+// the root unit, whose path is ""), and the "<group>.<index>.<buffer>" keys of
+// optimizer state.
+inline std::string unit_key(const std::string& unit_path) {
+  return unit_path.empty() ? "flat_param" : unit_path + ".flat_param";
+}
+// "0.12.exp_avg" -> {"0.12", "exp_avg"}; false for other keys.
+bool split_state_key(const std::string& key, std::string* position, std::string* buffer);
+
+}  // namespace lockstep::fsdp
