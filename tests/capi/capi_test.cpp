@@ -10,7 +10,7 @@
 // differential suite's case CApi_DDP_2ranks.)
 #include <gtest/gtest.h>
 
-#include "tests/reliability/reliability_util.h"
+#include "tests/support/small_job.h"
 #include "tests/support/capi_support.h"
 #include "tests/support/multiprocess.h"
 

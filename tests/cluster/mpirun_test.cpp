@@ -5,7 +5,7 @@
 // `lockstep run`, bitwise. Across two hosts: tests/multinode (scenario mpirun).
 #include <gtest/gtest.h>
 
-#include "tests/reliability/reliability_util.h"
+#include "tests/support/small_job.h"
 #include "tests/support/mpirun.h"
 
 namespace lockstep {
@@ -25,8 +25,8 @@ std::vector<std::string> train(const std::string& config, const std::string& wor
 TEST(Mpirun, FourRanksOnOneHostTrainBitwiseLikeTheSameJobUnderLockstepRun) {
   if (auto problem = testing::mpirun_problem(/*needs_mpi_build=*/false); !problem.empty()) GTEST_SKIP() << problem;
   testing::TempDir dir;
-  // The reliability tests' job: shuffled, 30 iterations, 3 per epoch on 4 ranks.
-  const std::string config = testing::write_reliability_config(dir);
+  // The small job: shuffled, 30 iterations, 3 per epoch on 4 ranks.
+  const std::string config = testing::write_small_job(dir);
   const std::vector<std::string> env{"LOCKSTEP_TIMEOUT_S=60", "OMP_NUM_THREADS=1"};
 
   auto loopback = testing::run_command(testing::launched(4, {}, train(config, dir.file("loopback"), "pytorch")), env, 300);

@@ -11,6 +11,7 @@
 
 #include "lockstep/checkpoint/checkpoint_file.h"
 #include "tests/support/etcd_server.h"
+#include "tests/support/small_job.h"
 #include "tests/support/test_support.h"
 
 namespace lockstep {
@@ -19,44 +20,20 @@ namespace {
 using testing::EtcdServer;
 using testing::run_command;
 
-const char* const kJob = R"YAML(
-randomness: {seed: 11}
-model:
-  type: MLP
-  in_features: 64
-  hidden: [32, 32]
-  data_preprocessor: {type: ImgDataPreprocessor, mean: [100.0], std: [60.0]}
-train_dataloader:
-  batch_size: 4
-  sampler: {type: DefaultSampler, shuffle: true}
-  dataset: {type: SyntheticImages, size: 96, height: 8, width: 8, seed: 1}
-strategy: {type: DDPStrategy, launcher: pytorch, backend: gloo}
-train_cfg: {max_iters: 30, by_epoch: false}
-optim_wrapper:
-  optimizer: {type: SGD, lr: 0.05, momentum: 0.9, weight_decay: 0.0001}
-default_hooks:
-  logger: {interval: 10}
-  checkpoint: {by_epoch: false, interval: 10}
-)YAML";
-
 class EtcdRendezvousRun : public ::testing::Test {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/lockstep_etcd_run_XXXXXX";
-    dir_ = mkdtemp(pattern);
-    testing::write_file(dir_ + "/job.yaml", kJob);
+    dir_ = std::make_unique<testing::TempDir>();
+    config_ = testing::write_small_job(*dir_);
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  // `lockstep run` of one node of an elastic job of two, training kJob into `work`.
+  // `lockstep run` of one node of an elastic job of two, training the small job into `work`.
   std::vector<std::string> node(const std::vector<std::string>& rendezvous, const std::string& work) const {
     std::vector<std::string> argv{testing::lockstep_binary(), "run", "--nnodes", "2:2", "--nproc-per-node", "1",
                                   "--rdzv-conf", "last_call_timeout=1"};
     argv.insert(argv.end(), rendezvous.begin(), rendezvous.end());
-    for (const std::string& arg : std::vector<std::string>{"--", testing::lockstep_binary(), "train",
-                                                           dir_ + "/job.yaml", "--work-dir", work}) {
-      argv.push_back(arg);
-    }
+    argv.push_back("--");
+    for (const std::string& arg : testing::train_argv(config_, work, {testing::ddp_strategy_line()})) argv.push_back(arg);
     return argv;
   }
   // Jobs of two nodes each, all nodes at once: (rendezvous, work dir, environment) per job.
@@ -77,17 +54,12 @@ class EtcdRendezvousRun : public ::testing::Test {
     return results;
   }
   void expect_weights_equal(const std::string& work, const std::string& reference) const {
-    const auto expected = weights_of_final_checkpoint(reference);
-    const auto actual = weights_of_final_checkpoint(work);
-    ASSERT_EQ(actual.size(), expected.size());
-    for (const auto& [name, tensor] : expected) {
-      EXPECT_TRUE(torch::equal(actual.at(name), tensor)) << work << ": " << name;
-    }
+    EXPECT_TRUE(testing::bitwise_equal(testing::checkpoint_weights(work + "/model_final.ckpt"),
+                                       testing::checkpoint_weights(reference + "/model_final.ckpt")))
+        << work;
   }
-  static std::map<std::string, torch::Tensor> weights_of_final_checkpoint(const std::string& work_dir) {
-    return read_checkpoint_file(work_dir + "/model_final.ckpt").get("model").tensors;
-  }
-  std::string dir_;
+  std::unique_ptr<testing::TempDir> dir_;
+  std::string config_;
 };
 
 TEST_F(EtcdRendezvousRun, TrainsBitwiseLikeTheC10dRendezvousBesideAnotherJobAndAgainUnderTheSameId) {
@@ -96,7 +68,7 @@ TEST_F(EtcdRendezvousRun, TrainsBitwiseLikeTheC10dRendezvousBesideAnotherJobAndA
   const std::vector<std::string> env{"LOCKSTEP_JOB_TOKEN=etcd-run-test", "LOCKSTEP_TIMEOUT_S=60"};
   const std::string port = std::to_string(EtcdServer::free_port());
   for (const auto& result : run_jobs({{{"--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:" + port},
-                                       dir_ + "/c10d", env}})) {
+                                       dir_->file("c10d"), env}})) {
     ASSERT_EQ(result.exit_code, 0) << result.output;
   }
   auto on_etcd = [&](const std::string& id) {
@@ -104,9 +76,9 @@ TEST_F(EtcdRendezvousRun, TrainsBitwiseLikeTheC10dRendezvousBesideAnotherJobAndA
   };
   // job1, then job1 again beside another job (its own id and token) on the same etcd.
   const std::vector<std::vector<Job>> waves{
-      {{on_etcd("job1"), dir_ + "/etcd", env}},
-      {{on_etcd("job1"), dir_ + "/again", env},
-       {on_etcd("neighbour"), dir_ + "/neighbour", {"LOCKSTEP_JOB_TOKEN=another-job", "LOCKSTEP_TIMEOUT_S=60"}}}};
+      {{on_etcd("job1"), dir_->file("etcd"), env}},
+      {{on_etcd("job1"), dir_->file("again"), env},
+       {on_etcd("neighbour"), dir_->file("neighbour"), {"LOCKSTEP_JOB_TOKEN=another-job", "LOCKSTEP_TIMEOUT_S=60"}}}};
   for (const auto& wave : waves) {
     const auto results = run_jobs(wave);
     for (size_t j = 0; j < wave.size(); ++j) {
@@ -119,7 +91,7 @@ TEST_F(EtcdRendezvousRun, TrainsBitwiseLikeTheC10dRendezvousBesideAnotherJobAndA
         node0 += output.find("rendezvous round 0: node 0 of 2") != std::string::npos;
       }
       EXPECT_EQ(node0, 1) << wave[j].work;
-      expect_weights_equal(wave[j].work, dir_ + "/c10d");
+      expect_weights_equal(wave[j].work, dir_->file("c10d"));
     }
   }
 }
@@ -128,7 +100,7 @@ TEST_F(EtcdRendezvousRun, AnotherJobTokenIsRefused) {
   if (auto why = EtcdServer::missing(); !why.empty()) GTEST_SKIP() << why;
   EtcdServer etcd;
   std::vector<std::string> first = node({"--rdzv-backend", "etcd", "--rdzv-endpoint", etcd.endpoint(), "--rdzv-id",
-                                         "job2", "--join-timeout", "2"}, dir_ + "/w");
+                                         "job2", "--join-timeout", "2"}, dir_->file("w"));
   // The first node records the job's token and waits (in vain) for a second node.
   auto waiting = run_command(first, {"LOCKSTEP_JOB_TOKEN=the-token"}, 60);
   EXPECT_NE(waiting.exit_code, 0);
@@ -144,7 +116,7 @@ TEST_F(EtcdRendezvousRun, UnreachableEtcdIsAnErrorNamingEveryEndpoint) {
   const std::string a = "127.0.0.1:" + std::to_string(EtcdServer::free_port());
   const std::string b = "127.0.0.1:" + std::to_string(EtcdServer::free_port());
   auto result = run_command(node({"--rdzv-backend", "etcd", "--rdzv-endpoint", a + "," + b, "--rdzv-id", "job3"},
-                                 dir_ + "/w"),
+                                 dir_->file("w")),
                             {"LOCKSTEP_JOB_TOKEN=t"}, 60);
   EXPECT_NE(result.exit_code, 0);
   EXPECT_LT(result.seconds, 30);
@@ -152,9 +124,9 @@ TEST_F(EtcdRendezvousRun, UnreachableEtcdIsAnErrorNamingEveryEndpoint) {
       << result.output;
   EXPECT_NE(result.output.find("http://" + b + " ("), std::string::npos) << result.output;
   // Settings etcd needs are asked for by name.
-  result = run_command(node({"--rdzv-backend", "etcd", "--rdzv-endpoint", a}, dir_ + "/w"), {"LOCKSTEP_JOB_TOKEN=t"});
+  result = run_command(node({"--rdzv-backend", "etcd", "--rdzv-endpoint", a}, dir_->file("w")), {"LOCKSTEP_JOB_TOKEN=t"});
   EXPECT_NE(result.output.find("--rdzv-backend etcd needs --rdzv-id"), std::string::npos) << result.output;
-  result = run_command(node({"--rdzv-backend", "etcd", "--rdzv-endpoint", a, "--rdzv-id", "j"}, dir_ + "/w"),
+  result = run_command(node({"--rdzv-backend", "etcd", "--rdzv-endpoint", a, "--rdzv-id", "j"}, dir_->file("w")),
                        {"LOCKSTEP_JOB_TOKEN="});
   EXPECT_NE(result.output.find("--rdzv-backend etcd needs a job token"), std::string::npos) << result.output;
 }

@@ -10,7 +10,7 @@
 #include <functional>
 #include <regex>
 
-#include "tests/reliability/reliability_util.h"
+#include "tests/support/small_job.h"
 #include "tests/support/multiprocess.h"
 
 namespace lockstep {
@@ -28,7 +28,7 @@ int line_of(const std::string& text, const std::string& needle) {
 // The reliability config with one substring replaced, written to `name`.
 std::string variant(const testing::TempDir& dir, const std::string& name, const std::string& from,
                     const std::string& to) {
-  std::string text = testing::reliability_config();
+  std::string text = testing::small_job_config();
   const size_t at = text.find(from);
   EXPECT_NE(at, std::string::npos) << from;
   text.replace(at, from.size(), to);
@@ -90,7 +90,7 @@ std::string work(const testing::TempDir& dir, const std::string& name) { return 
 
 TEST(BadInput, EveryBadInputFailsWithAMessageNamingItAndANonZeroExit) {
   testing::TempDir dir;
-  const std::string good = testing::write_reliability_config(dir);
+  const std::string good = testing::write_small_job(dir);
   BoundPort taken;
   ASSERT_GT(taken.port(), 0);
   const std::string ddp = testing::ddp_strategy_line();

@@ -5,7 +5,7 @@
 
 #include <filesystem>
 
-#include "tests/reliability/reliability_util.h"
+#include "tests/support/small_job.h"
 
 namespace lockstep {
 namespace {
@@ -23,7 +23,7 @@ std::vector<std::string> partial_files(const std::string& work_dir) {
 
 TEST(CheckpointFault, WriterKilledMidSaveResumesFromThePreviousCheckpoint) {
   testing::TempDir dir;
-  const std::string config = testing::write_reliability_config(dir);
+  const std::string config = testing::write_small_job(dir);
   const std::string work_dir = dir.file("run");
 
   // Chunk 1 is the header length, chunk 2 the header: the process dies with
@@ -53,7 +53,7 @@ TEST(CheckpointFault, WriterKilledMidSaveResumesFromThePreviousCheckpoint) {
 
 TEST(CheckpointFault, FullDiskWhileSavingKeepsThePreviousCheckpointAndStopsWithAClearError) {
   testing::TempDir dir;
-  const std::string config = testing::write_reliability_config(dir);
+  const std::string config = testing::write_small_job(dir);
   const std::string work_dir = dir.file("run");
   auto first = testing::run_command(testing::train_argv(config, work_dir),
                                     {"LOCKSTEP_FAULT_KILL_AT=write:model_0000014.ckpt"}, 120);

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "lockstep/checkpoint/checkpoint_file.h"
-#include "tests/reliability/reliability_util.h"
+#include "tests/support/small_job.h"
 
 namespace lockstep {
 namespace {
@@ -19,7 +19,7 @@ const char* const kPowerSGD =
 
 TEST(CommHookResume, PowerSGDStateResumesBitwise) {
   testing::TempDir dir;
-  const std::string config = testing::write_reliability_config(dir);
+  const std::string config = testing::write_small_job(dir);
   const std::vector<std::string> env{"LOCKSTEP_TIMEOUT_S=60"};
   auto straight = testing::run_command(
       testing::launched(2, {}, testing::train_argv(config, dir.file("straight"), {kPowerSGD})), env, 180);

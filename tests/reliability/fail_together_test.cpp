@@ -33,7 +33,7 @@
 #include "lockstep/parallel/fsdp/wrap_policy.h"
 #include "lockstep/runner/runner.h"
 #include "tests/parallel/ddp_models.h"
-#include "tests/reliability/reliability_util.h"
+#include "tests/support/small_job.h"
 #include "tests/support/multiprocess.h"
 
 namespace lockstep {
@@ -230,7 +230,7 @@ TEST(FailTogether, FsdpSaysAFailedStepCannotBeDroppedAndTheOtherRankEnds) {
 // STAY_ALIVE catches its error and stays alive for 20 s, as a program that
 // owns its loop would, so the others cannot learn of the failure by its exit.
 LOCKSTEP_WORKER_TEST(FailTogetherWorker, RunnerFailsOnEveryRank) {
-  Config config = Config::parse(testing::reliability_config(), "reliability.yaml");
+  Config config = Config::parse(testing::small_job_config(), "small_job.yaml");
   config.apply_override(env_or("STRATEGY", testing::ddp_strategy_line()));
   const std::string work_dir = env_or("RUN_DIR");
   const int stay_alive = std::stoi(env_or("STAY_ALIVE", "-1"));
@@ -327,7 +327,7 @@ TEST(FailTogether, OneRanksShardWriteFailsOnEveryRank) {
 TEST(FailTogether, ARankThatCannotReadTheChosenCheckpointFailsEveryRank) {
   LOCKSTEP_REQUIRE_LAUNCHER();
   testing::TempDir dir;
-  const std::string config = testing::write_reliability_config(dir);
+  const std::string config = testing::write_small_job(dir);
   auto first = testing::run_command(
       testing::launched(2, {}, testing::train_argv(config, dir.path(), {testing::ddp_strategy_line(),
                                                                         "train_cfg.max_iters=12"})),

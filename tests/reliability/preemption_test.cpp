@@ -9,7 +9,7 @@
 #include <filesystem>
 
 #include "lockstep/core/stop_signals.h"
-#include "tests/reliability/reliability_util.h"
+#include "tests/support/small_job.h"
 
 namespace lockstep {
 namespace {
@@ -33,7 +33,7 @@ class Preemption : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new testing::TempDir();
-    config_ = testing::write_reliability_config(*dir_);
+    config_ = testing::write_small_job(*dir_);
     auto straight = testing::run_command(
         testing::launched(2, {}, testing::train_argv(config_, dir_->file("straight"), {testing::ddp_strategy_line()})),
         kEnv, 180);
@@ -127,7 +127,7 @@ TEST_F(Preemption, ASignalOnOneRankStopsEveryRankAtTheSameIteration) {
 // the previous checkpoint, intact, which the next run resumes from.
 TEST(PreemptionGrace, AStuckSaveEndsAtTheGracePeriodAndLeavesNoTornCheckpoint) {
   testing::TempDir dir;
-  const std::string config = testing::write_reliability_config(dir);
+  const std::string config = testing::write_small_job(dir);
   const std::string work = dir.file("stuck");
   auto stuck = testing::run_command(
       testing::train_argv(config, work,
@@ -155,7 +155,7 @@ TEST(PreemptionGrace, AStuckSaveEndsAtTheGracePeriodAndLeavesNoTornCheckpoint) {
 // that signal, whatever the grace period.
 TEST(PreemptionGrace, ASecondSignalEndsTheProcessAtOnce) {
   testing::TempDir dir;
-  const std::string config = testing::write_reliability_config(dir);
+  const std::string config = testing::write_small_job(dir);
   const std::string work = dir.file("twice");
   const std::string log = dir.file("train.log");
   std::string command;
@@ -181,7 +181,7 @@ TEST(PreemptionGrace, ASecondSignalEndsTheProcessAtOnce) {
 // One process, no launcher: the same stop, save and exit status.
 TEST(PreemptionGrace, OneProcessStopsSavesAndExits75) {
   testing::TempDir dir;
-  const std::string config = testing::write_reliability_config(dir);
+  const std::string config = testing::write_small_job(dir);
   const std::string work = dir.file("one");
   auto preempted = testing::run_command(
       testing::train_argv(config, work, {fault_hook("signal_at_iter: 3, signal: SIGTERM, signal_to: self")}), {}, 120);

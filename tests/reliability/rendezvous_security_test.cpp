@@ -10,7 +10,7 @@
 #include "lockstep/dist/comm.h"
 #include "lockstep/dist/init.h"
 #include "lockstep/dist/job_identity.h"
-#include "tests/reliability/reliability_util.h"
+#include "tests/support/small_job.h"
 #include "tests/support/multiprocess.h"
 
 namespace lockstep {

@@ -8,7 +8,7 @@
 #include <iostream>
 #include <random>
 
-#include "tests/reliability/reliability_util.h"
+#include "tests/support/small_job.h"
 
 namespace lockstep {
 namespace {
@@ -24,7 +24,7 @@ uint64_t test_seed() {
 
 TEST(Restart, KilledWorkerIsRestartedAndTheJobEndsBitwiseEqualToAnUninterruptedRun) {
   testing::TempDir dir;
-  const std::string config = testing::write_reliability_config(dir);
+  const std::string config = testing::write_small_job(dir);
   const std::vector<std::string> env{"LOCKSTEP_TIMEOUT_S=60"};
 
   auto straight = testing::run_command(

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <regex>
 
-#include "tests/reliability/reliability_util.h"
+#include "tests/support/small_job.h"
 
 namespace lockstep {
 namespace {
@@ -36,7 +36,7 @@ void flip_bytes_in_the_middle(const std::string& path) {
 TEST(ResumeChoice, FallingBackPastADamagedCheckpointKeepsItsSeedAndEndsBitwiseEqual) {
   LOCKSTEP_REQUIRE_LAUNCHER();
   testing::TempDir dir;
-  const std::string config = testing::write_reliability_config(dir);
+  const std::string config = testing::write_small_job(dir);
   const std::string run = dir.file("run");
   // Shuffled data, no seed: one is drawn at start.
   const std::vector<std::string> no_seed{testing::ddp_strategy_line(), "randomness=null"};

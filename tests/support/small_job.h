@@ -1,5 +1,13 @@
-// Shared pieces of the reliability tests: a small 2-rank DDP config on
-// synthetic data, and running `lockstep train` / `lockstep run` on it.
+// A small job that many multi-process tests train (reliability, cluster, e2e):
+// an MLP on synthetic images, and the commands that run it with `lockstep
+// train` under `lockstep run`, and their checkpoints compared bit for bit.
+// One job, so that a fix to it lands once; a test changes what it needs with
+// --set (`ddp_strategy_line()` makes it DDP).
+//
+//   const std::string config = testing::write_small_job(dir);
+//   auto result = testing::run_command(
+//       testing::launched(2, {}, testing::train_argv(config, dir.file("work"), {testing::ddp_strategy_line()})));
+//   EXPECT_TRUE(testing::bitwise_equal(testing::checkpoint_weights(a), testing::checkpoint_weights(b)));
 #pragma once
 
 #include <gtest/gtest.h>
@@ -16,7 +24,7 @@ namespace lockstep::testing {
 
 // 6 iterations per epoch and rank, checkpoints every 5 iterations, so a run
 // crosses epoch boundaries (sampler reshuffles) between checkpoints.
-inline const char* reliability_config() {
+inline const char* small_job_config() {
   return R"YAML(
 randomness: {seed: 11}
 model:
@@ -42,9 +50,9 @@ default_hooks:
 inline const char* ddp_strategy_line() { return "strategy={type: DDPStrategy, launcher: pytorch, backend: gloo}"; }
 
 // Writes the config into `dir` and returns its path.
-inline std::string write_reliability_config(const TempDir& dir) {
-  const std::string path = dir.file("reliability.yaml");
-  write_file(path, reliability_config());
+inline std::string write_small_job(const TempDir& dir) {
+  const std::string path = dir.file("small_job.yaml");
+  write_file(path, small_job_config());
   return path;
 }
 
