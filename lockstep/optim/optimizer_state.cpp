@@ -93,9 +93,29 @@ struct HasStep : std::false_type {};
 template <typename S>
 struct HasStep<S, std::void_t<decltype(std::declval<S&>().step())>> : std::true_type {};
 
+// Note [Why the optimizer code asks for types]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Elsewhere lockstep asks an object what it can do instead of which type it
+// is. Optimizers are the exception, for a reason libtorch sets: its
+// Optimizer and OptimizerOptions expose, virtually, only lr (get_lr/set_lr),
+// serialize() into a write-only archive and the optimizer's load(). So:
+//   - any optimizer checkpoints through those (Note [Generic optimizer
+//     state]): reading its state generically is what every type gets;
+//   - SGD, Adam, AdamW and RMSprop also have typed codecs, chosen here by
+//     dynamic_cast (which matches subclasses, such as lockstep::Adam), because
+//     serialize() copies every buffer and spells options its own way: the
+//     typed codecs alias the live buffers, as PyTorch's state_dict does (no
+//     copy of Adam's two buffers per parameter at each save), check which
+//     buffers a step with these options needs, and keep the layout every
+//     checkpoint of these types already holds ("betas": [b1, b2]);
+//   - schedulers reach momentum and weight_decay (param_groups.cpp) through
+//     the options' concrete type, since no virtual gives them; an options type
+//     lockstep does not know offers lr only, and the error says so.
+// A capability on Optimizer would need a change to libtorch.
+
 // Calls f(codec, type name) for the four types with a typed codec and returns
 // true; false (f not called) for any other type, which the generic codec
-// below serves.
+// below serves (Note [Why the optimizer code asks for types]).
 template <typename F>
 bool with_codec(const optim::Optimizer& optimizer, F&& f) {
   if (dynamic_cast<const optim::SGD*>(&optimizer)) {

@@ -67,7 +67,9 @@ std::optional<double> access(O& o, const std::string& option, const double* new_
 }
 
 // Calls f(typed options) for the option types lockstep knows; sets *known to
-// false (and returns nullopt) for any other type.
+// false (and returns nullopt) for any other type. By type, because libtorch's
+// options expose only lr virtually (Note [Why the optimizer code asks for
+// types] in optimizer_state.cpp).
 template <typename F>
 std::optional<double> visit(optim::OptimizerOptions& options, F&& f, bool* known) {
   *known = true;
