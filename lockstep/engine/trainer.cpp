@@ -273,6 +273,24 @@ void Trainer::run_step() {
   run_batch(batch, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
+// Note [One training step, top to bottom]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// What detectron2's run_step shows in one screen, lockstep's default path
+// does in this order (each line where it is written):
+//   data           run_step: data_loader().next()
+//   zero_grad      run_batch, with zero_grad_before_forward (else after each step)
+//   forward        Model::train_step: data_preprocessor, loss(), parse_losses
+//   backward       OptimWrapper::backward: DDP/FSDP begin, loss.backward(), end
+//   after_backward OptimWrapper::backward calls StepContext::after_backward,
+//                  which is Trainer::after_backward: every hook's after_backward
+//   step           OptimWrapper::update_params: step() then zero_grad(), once
+//                  every accumulative_counts backward passes
+//   metrics        run_batch: write_metrics
+// The model owns forward-to-step (train_step) so that a model that overrides
+// it (a GAN: two optimizers, two backward passes, in its own order) keeps its
+// freedom; after_backward reaches the trainer's hooks through the
+// StepContext callback for the same reason: the hooks run after every
+// backward pass a train_step makes, not once per step.
 LogVars Trainer::run_batch(const Batch& batch, double data_time) {
   LOCKSTEP_CHECK(model_->is_training(), "the model is in eval mode at iteration ", iter_,
                  ": a hook switched it with eval() and did not switch it back with train()");
