@@ -18,6 +18,7 @@
 #include "lockstep/strategy/strategy.h"
 #include "tests/fsdp/fsdp_test_util.h"
 #include "tests/support/multiprocess.h"
+#include "tests/support/small_job.h"
 #include "tests/support/tiny_momentum.h"
 
 namespace lockstep {
@@ -41,31 +42,18 @@ LOCKSTEP_REGISTER(hook_registry(), "ThrowBeforeIteration", [](const Config& conf
   return std::make_shared<ThrowBeforeIteration>(config.get<int64_t>("iteration"));
 });
 
-const char* const kConfig = R"YAML(
-randomness: {seed: 21}
-model:
-  type: MLP
-  in_features: 64
-  hidden: [32, 16]
-  data_preprocessor: {type: ImgDataPreprocessor, mean: [100.0], std: [60.0]}
-train_dataloader:
-  batch_size: 8
-  sampler: {type: DefaultSampler, shuffle: true}
-  dataset: {type: SyntheticImages, size: 96, height: 8, width: 8, seed: 4}
-train_cfg: {max_iters: 12, by_epoch: false}
-optim_wrapper:
-  optimizer: {type: TinyMomentum, lr: 0.05}
-default_hooks:
-  logger: {interval: 6}
-  checkpoint: {by_epoch: false, interval: 6}
-)YAML";
+// The small job (tests/support/small_job.h), 12 iterations with the user's
+// optimizer: checkpoints at 5 and 10.
+const std::vector<std::string> kJobChanges{"optim_wrapper.optimizer={_delete_: true, type: TinyMomentum, lr: 0.05}",
+                                           "param_scheduler=null", "train_cfg.max_iters=12"};
 
-// Trains kConfig with `strategy` (and `extra` overrides) in a world of its
+// Trains the job with `strategy` (and `extra` overrides) in a world of its
 // own; returns the full model state (on every rank).
 std::map<std::string, torch::Tensor> train(const std::string& strategy, const std::string& work_dir,
                                            const std::vector<std::string>& extra = {}, bool resume = false) {
   testing::WorkerWorld world;
-  Config config = Config::parse(kConfig, "any_optimizer.yaml");
+  Config config = Config::parse(testing::small_job_config(), "small_job.yaml");
+  for (const auto& assignment : kJobChanges) config.apply_override(assignment);
   config.apply_override(strategy);
   for (const auto& assignment : extra) config.apply_override(assignment);
   Runner runner(config, RunnerOptions().work_dir(work_dir).resume(resume));
@@ -78,8 +66,6 @@ std::map<std::string, torch::Tensor> train(const std::string& strategy, const st
   return runner.strategy().model_state_dict();
 }
 
-const char* const kDdp = "strategy={type: DDPStrategy, launcher: pytorch, backend: gloo}";
-
 std::string fsdp(const std::string& state_dict_type) {
   return "strategy={type: FSDPStrategy, launcher: pytorch, backend: gloo, state_dict_type: " + state_dict_type +
          ", model_wrapper: {auto_wrap_policy: {type: module_type, module_types: [Linear]}}}";
@@ -89,7 +75,7 @@ LOCKSTEP_WORKER_TEST(FsdpAnyOptimizerWorker, TrainsLikeDdpAndResumesBitwise) {
   const std::string root = testing::env_or("FSDP_TEST_DIR");
   ASSERT_FALSE(root.empty());
   const bool main = testing::env_or("RANK", "0") == "0";
-  auto ddp = train(kDdp, root + "/ddp");
+  auto ddp = train(testing::ddp_strategy_line(), root + "/ddp");
   auto straight = train(fsdp("sharded"), root + "/fsdp");
   if (main) testing::expect_matches(straight, ddp, 1e-5, 1e-6, "FSDP with TinyMomentum against DDP");
   for (const char* kind : {"sharded", "full"}) {
