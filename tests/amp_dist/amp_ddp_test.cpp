@@ -138,11 +138,8 @@ LOCKSTEP_WORKER_TEST(AmpDdpWorker, CleanStepsGrowTheScaleAndMatchOneProcess) {
 
 TEST(AmpDdp, InfOnOneRankSkipsTheStepOnEveryRankAndHalvesTheScale) {
   LOCKSTEP_REQUIRE_LAUNCHER();
-  for (const char* test : {"AmpDdpWorker.InfInOneRanksInputSkipsTheStepEverywhere",
-                           "AmpDdpWorker.InfInOneRanksReducedGradientSkipsTheStepEverywhere"}) {
-    auto result = testing::run_workers(2, test);
-    EXPECT_WORKERS_OK(result) << test;
-  }
+  testing::expect_each_worker_ok(2, {"AmpDdpWorker.InfInOneRanksInputSkipsTheStepEverywhere",
+                                     "AmpDdpWorker.InfInOneRanksReducedGradientSkipsTheStepEverywhere"});
 }
 
 TEST(AmpDdp, CleanStepsGrowTheScaleOnEveryRankAndMatchOneProcess) {

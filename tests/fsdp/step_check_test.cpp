@@ -118,14 +118,13 @@ LOCKSTEP_WORKER_TEST(FsdpStepWorker, SkippedUnitEndsEveryRankWithoutAHang) {
 
 TEST(FsdpStepCheck, RanksOutOfStepFailWithoutHanging) {
   LOCKSTEP_REQUIRE_LAUNCHER();
-  for (const char* test : {"FsdpStepWorker.SkippedStepFailsOnEveryRank", "FsdpStepWorker.UnitsInAnotherOrderFailOnEveryRank",
-                           "FsdpStepWorker.SkippedUnitEndsEveryRankWithoutAHang"}) {
-    testing::WorkersOptions options;
-    options.env = {"LOCKSTEP_TIMEOUT_S=15"};
-    options.timeout_s = 120;
-    auto result = testing::run_workers(2, test, options);
-    EXPECT_WORKERS_OK(result) << test;
-  }
+  testing::WorkersOptions options;
+  options.env = {"LOCKSTEP_TIMEOUT_S=15"};
+  options.timeout_s = 120;
+  testing::expect_each_worker_ok(2, {"FsdpStepWorker.SkippedStepFailsOnEveryRank",
+                                     "FsdpStepWorker.UnitsInAnotherOrderFailOnEveryRank",
+                                     "FsdpStepWorker.SkippedUnitEndsEveryRankWithoutAHang"},
+                                 options);
 }
 
 }  // namespace

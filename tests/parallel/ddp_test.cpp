@@ -176,12 +176,10 @@ LOCKSTEP_WORKER_TEST(DdpWorker, ParameterUsedOnSomeRanksWithNoSyncMicroStepsMatc
 
 TEST(Ddp, ParameterUsedOnSomeRanksOnly) {
   LOCKSTEP_REQUIRE_LAUNCHER();
-  for (const char* view : {"0", "1"}) {
-    for (const char* test : {"DdpWorker.ParameterUsedOnSomeRanksMatchesOneProcess",
-                             "DdpWorker.ParameterUsedOnSomeRanksWithNoSyncMicroStepsMatchesOneProcess"}) {
-      auto result = testing::run_workers(2, test, {std::string("DDP_VIEW=") + view});
-      EXPECT_WORKERS_OK(result) << test << " gradient_as_bucket_view " << view;
-    }
+  for (const std::string view : {"0", "1"}) {
+    testing::expect_each_worker_ok(2, {"DdpWorker.ParameterUsedOnSomeRanksMatchesOneProcess",
+                                       "DdpWorker.ParameterUsedOnSomeRanksWithNoSyncMicroStepsMatchesOneProcess"},
+                                   {"DDP_VIEW=" + view}, " gradient_as_bucket_view " + view);
   }
 }
 
@@ -235,18 +233,12 @@ LOCKSTEP_WORKER_TEST(DdpWorker, BucketsAreRebuiltBeforeTheSecondForward) {
 
 TEST(Ddp, CustomBackwardAndBucketRebuild) {
   LOCKSTEP_REQUIRE_LAUNCHER();
-  for (const char* test : {"DdpWorker.BackwardOutsideTheOptimWrapperFails", "DdpWorker.BucketsAreRebuiltBeforeTheSecondForward"}) {
-    testing::WorkersOptions options;
-    options.env = {"LOCKSTEP_TIMEOUT_S=20"};
-    options.timeout_s = 90;
-    auto result = testing::run_workers(2, test, options);
-    EXPECT_WORKERS_OK(result) << test;
-  }
   testing::WorkersOptions options;
-  options.env = {"LOCKSTEP_TIMEOUT_S=20", "DDP_FIND_UNUSED=1"};
+  options.env = {"LOCKSTEP_TIMEOUT_S=20"};
   options.timeout_s = 90;
-  auto result = testing::run_workers(2, "DdpWorker.SkippedStepIsNamedOnEveryRank", options);
-  EXPECT_WORKERS_OK(result) << "with find_unused_parameters";
+  testing::expect_each_worker_ok(
+      2, {"DdpWorker.BackwardOutsideTheOptimWrapperFails", "DdpWorker.BucketsAreRebuiltBeforeTheSecondForward"},
+      options);
 }
 
 // gradient_as_bucket_view changes where gradients live, not their bits. On 3
@@ -316,22 +308,19 @@ TEST(Ddp, EquivalenceOnTwoAndFourRanks) {
     auto unused = testing::run_workers(nproc, "DdpWorker.UnusedParametersMatchOneProcess",
                                        {"DDP_VIEW=1", "DDP_HOOK=allreduce"});
     EXPECT_WORKERS_OK(unused) << "nproc " << nproc << " find_unused_parameters with the allreduce hook";
-    for (const char* test : {"DdpWorker.UnusedParametersMatchOneProcess", "DdpWorker.TiedParametersMatchOneProcess",
-                             "DdpWorker.SyncBatchNormMatchesBatchNormInOneProcess",
-                             "DdpWorker.AccumulationWithNoSyncMatchesOneProcess",
-                             "DdpWorker.StaticGraphWithUnusedParametersMatchesOneProcess"}) {
-      auto result = testing::run_workers(nproc, test, {"DDP_VIEW=1"});
-      EXPECT_WORKERS_OK(result) << "nproc " << nproc << " " << test;
-    }
+    testing::expect_each_worker_ok(nproc,
+                                   {"DdpWorker.UnusedParametersMatchOneProcess", "DdpWorker.TiedParametersMatchOneProcess",
+                                    "DdpWorker.SyncBatchNormMatchesBatchNormInOneProcess",
+                                    "DdpWorker.AccumulationWithNoSyncMatchesOneProcess",
+                                    "DdpWorker.StaticGraphWithUnusedParametersMatchesOneProcess"},
+                                   {"DDP_VIEW=1"}, " on " + std::to_string(nproc) + " ranks");
   }
 }
 
 TEST(Ddp, CompressionHooks) {
   LOCKSTEP_REQUIRE_LAUNCHER();
-  for (const char* test : {"DdpWorker.Bf16CompressionStaysWithinItsTolerance", "DdpWorker.Fp16CompressionStaysWithinItsTolerance"}) {
-    auto result = testing::run_workers(2, test);
-    EXPECT_WORKERS_OK(result) << test;
-  }
+  testing::expect_each_worker_ok(
+      2, {"DdpWorker.Bf16CompressionStaysWithinItsTolerance", "DdpWorker.Fp16CompressionStaysWithinItsTolerance"});
 }
 
 LOCKSTEP_WORKER_TEST(DdpWorker, LaunchesBucketsBeforeBackwardEnds) {
@@ -431,19 +420,14 @@ LOCKSTEP_WORKER_TEST(DdpWorker, ForwardWithoutBackwardFailsEveryRank) {
 
 TEST(Ddp, MismatchesFailOnEveryRankWithoutHanging) {
   LOCKSTEP_REQUIRE_LAUNCHER();
-  for (const char* test : {"DdpWorker.ShapeMismatchFailsOnEveryRank", "DdpWorker.SkippedStepIsNamedOnEveryRank",
-                           "DdpWorker.ForwardWithoutBackwardFailsEveryRank"}) {
-    testing::WorkersOptions options;
-    options.env = {"LOCKSTEP_TIMEOUT_S=20"};
-    options.timeout_s = 90;
-    auto result = testing::run_workers(2, test, options);
-    EXPECT_WORKERS_OK(result) << test;
-  }
   testing::WorkersOptions options;
-  options.env = {"LOCKSTEP_TIMEOUT_S=20", "DDP_FIND_UNUSED=1"};
+  options.env = {"LOCKSTEP_TIMEOUT_S=20"};
   options.timeout_s = 90;
-  auto result = testing::run_workers(2, "DdpWorker.SkippedStepIsNamedOnEveryRank", options);
-  EXPECT_WORKERS_OK(result) << "with find_unused_parameters";
+  testing::expect_each_worker_ok(2, {"DdpWorker.ShapeMismatchFailsOnEveryRank", "DdpWorker.SkippedStepIsNamedOnEveryRank",
+                                     "DdpWorker.ForwardWithoutBackwardFailsEveryRank"},
+                                 options);
+  options.env.push_back("DDP_FIND_UNUSED=1");
+  testing::expect_each_worker_ok(2, {"DdpWorker.SkippedStepIsNamedOnEveryRank"}, options, " with find_unused_parameters");
 }
 
 }  // namespace

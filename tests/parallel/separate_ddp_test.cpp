@@ -143,11 +143,8 @@ LOCKSTEP_WORKER_TEST(SeparateDdpWorker, EachStepTouchesOnlyItsOwnNetwork) {
 
 TEST(SeparateDdp, TwoNetworksTwoOptimizers) {
   LOCKSTEP_REQUIRE_LAUNCHER();
-  for (const char* test : {"SeparateDdpWorker.MatchesOneProcessWithTheWholeBatch",
-                           "SeparateDdpWorker.EachStepTouchesOnlyItsOwnNetwork"}) {
-    auto result = testing::run_workers(2, test);
-    EXPECT_WORKERS_OK(result) << test;
-  }
+  testing::expect_each_worker_ok(2, {"SeparateDdpWorker.MatchesOneProcessWithTheWholeBatch",
+                                     "SeparateDdpWorker.EachStepTouchesOnlyItsOwnNetwork"});
 }
 
 }  // namespace

@@ -30,6 +30,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <thread>
 #include <vector>
@@ -165,3 +166,26 @@ class WorkerWorld {
 // Expects a run_workers result to have succeeded, printing all output if not.
 #define EXPECT_WORKERS_OK(result) \
   EXPECT_EQ((result).exit_code, 0) << "worker output:\n" << (result).output
+
+namespace lockstep::testing {
+
+// Runs each worker test in turn on `nproc` ranks and expects each to
+// succeed; a failure names the test and `context`, with all its output.
+//   expect_each_worker_ok(2, {"DdpWorker.A", "DdpWorker.B"}, options, " with find_unused_parameters");
+inline void expect_each_worker_ok(int nproc, std::initializer_list<const char*> tests,
+                                  const WorkersOptions& options = {}, const std::string& context = "") {
+  for (const char* test : tests) {
+    const CommandResult result = run_workers(nproc, test, options);
+    EXPECT_WORKERS_OK(result) << test << context;
+  }
+}
+
+// The same with these extra "NAME=value" variables for every worker.
+inline void expect_each_worker_ok(int nproc, std::initializer_list<const char*> tests,
+                                  std::vector<std::string> env, const std::string& context = "") {
+  WorkersOptions options;
+  options.env = std::move(env);
+  expect_each_worker_ok(nproc, tests, options, context);
+}
+
+}  // namespace lockstep::testing
