@@ -2,9 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "lockstep/core/error.h"
 #include "lockstep/launch/line_prefixer.h"
 #include "lockstep/launch/rendezvous_args.h"
+#include "lockstep/launch/restart_policy.h"
 #include "tests/support/test_support.h"
 
 namespace lockstep {
@@ -53,6 +56,25 @@ TEST(WorkerEnv, SocketInterfaceOnlyWhenNamed) {
   EXPECT_EQ(build_worker_env(named, 0, 0, 1, "r", {{"GLOO_SOCKET_IFNAME", "lo"}})["GLOO_SOCKET_IFNAME"], "eth1,eth2");
   EXPECT_EQ(build_worker_env(LaunchOptions(), 0, 0, 1, "r", {{"GLOO_SOCKET_IFNAME", "lo"}})["GLOO_SOCKET_IFNAME"], "lo");
   EXPECT_EQ(build_worker_env(LaunchOptions(), 0, 0, 1, "r", {}).count("GLOO_SOCKET_IFNAME"), 0u);
+}
+
+TEST(RestartPolicy, AFixedJobRestartsInPlaceAndEveryRestartCounts) {
+  const auto options = LaunchOptions().nproc_per_node(2).nnodes(1).max_restarts(3).command({"true"});
+  auto policy = make_restart_policy(options, /*master_port=*/1234, "run", "", /*hosts_store=*/true);
+  const auto never = [] { return false; };
+  std::optional<NodePlacement> first = policy->next_start(nullptr, false, never);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->restart_count, 0);
+  EXPECT_EQ(first->round, -1);  // not elastic
+  policy->watch(*first);
+  EXPECT_EQ(policy->stop_reason(), "");  // one node: nobody else restarts it
+  EXPECT_TRUE(policy->counts_as_restart(true));
+  EXPECT_TRUE(policy->counts_as_restart(false));
+  std::optional<NodePlacement> second = policy->next_start(&*first, true, never);
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->restart_count, 1);
+  EXPECT_EQ(second->node_rank, 0);
+  EXPECT_EQ(second->nnodes, 1);
 }
 
 TEST(LaunchOptionsCheck, NamesTheBadOption) {
