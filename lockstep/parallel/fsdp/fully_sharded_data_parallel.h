@@ -186,20 +186,51 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
   void reset_peak_stats();
 
  private:
-  // UnitRuntime
-  void enter_unit(int unit) override;
-  void leave_unit(int unit) noexcept override;
-  void register_output(int unit, const torch::Tensor& output) override;
+  // Each private method's home, by concern: construction in fsdp_setup.cpp,
+  // the step in fully_sharded_data_parallel.cpp, state dicts and optimizer
+  // state in fsdp_state_dict.cpp, resharding in fsdp_reshard.cpp.
 
-  // An error naming `source` and the first difference if a checkpoint of
-  // `saved` (a layout()) does not fit this model's units.
-  void check_units_fit(const nlohmann::json& saved, const std::string& source, bool same_shard_world) const;
+  // --- construction (fsdp_setup.cpp) ---------------------------------------
   static int hybrid_shard_group_size(const FSDPOptions& options, const ProcessGroup& group);
   void add_prebuilt_units(std::vector<std::string>& unit_paths) const;
   torch::Tensor checked_prebuilt_shard(const std::string& path, const std::vector<fsdp::FlatSlot>& slots,
                                        const fsdp::PrebuiltShard& cut) const;
   void build_units(const std::vector<std::string>& unit_paths);
-  // Optimizer state conversions (fsdp_state_dict.cpp), for flat shards and for original parameters.
+  void intercept_sequential_entries();
+  void restore_sequential_entries();
+  void verify_same_model_on_every_rank();
+  void move_unsharded_to(const torch::Device& device);
+  void sync_module_states();
+  void install_gradient_hooks(fsdp::FlatParamUnit& unit);
+  void check_interception() const;
+
+  // --- the step: forward (fully_sharded_data_parallel.cpp) ------------------
+  // UnitRuntime
+  void enter_unit(int unit) override;
+  void leave_unit(int unit) noexcept override;
+  void register_output(int unit, const torch::Tensor& output) override;
+  void ensure_gathered(fsdp::FlatParamUnit& unit);
+  void prefetch(int unit);
+  int gathered_units() const;
+  int next_in_forward(int unit) const;
+  int next_in_backward(int unit) const;
+  void refresh_persistent_units();
+  void throw_pending_error();
+
+  // --- the step: backward (fully_sharded_data_parallel.cpp) -----------------
+  void pre_backward(int unit);
+  void on_grad_ready(int unit, size_t slot);
+  void post_backward(int unit);
+  void begin_backward_pass();
+  void finish_backward_pass();
+  void finish_oldest_reduction();
+  void sample_memory();
+
+  // --- state dicts and optimizer state (fsdp_state_dict.cpp) ---------------
+  // An error naming `source` and the first difference if a checkpoint of
+  // `saved` (a layout()) does not fit this model's units.
+  void check_units_fit(const nlohmann::json& saved, const std::string& source, bool same_shard_world) const;
+  // Optimizer state conversions, for flat shards and for original parameters.
   State full_flat_optimizer_state(const State& sharded, bool rank0_only);
   State shard_flat_optimizer_state(const State& full) const;
   State full_orig_optimizer_state(const torch::optim::Optimizer& optimizer, const State& local, bool rank0_only);
@@ -213,29 +244,6 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
   // position -> parameter name: of the unwrapped model's one group ("0.<i>", model order), or of `positions`.
   nlohmann::json flat_position_names() const;
   static nlohmann::json orig_position_names(const std::map<std::string, SlotRef>& positions);
-  void intercept_sequential_entries();
-  void restore_sequential_entries();
-  void verify_same_model_on_every_rank();
-  void move_unsharded_to(const torch::Device& device);
-  void sync_module_states();
-  void install_gradient_hooks(fsdp::FlatParamUnit& unit);
-
-  void ensure_gathered(fsdp::FlatParamUnit& unit);
-  void prefetch(int unit);
-  int gathered_units() const;
-  int next_in_forward(int unit) const;
-  int next_in_backward(int unit) const;
-  void refresh_persistent_units();
-  void throw_pending_error();
-  void check_interception() const;
-
-  void pre_backward(int unit);
-  void on_grad_ready(int unit, size_t slot);
-  void post_backward(int unit);
-  void begin_backward_pass();
-  void finish_backward_pass();
-  void finish_oldest_reduction();
-  void sample_memory();
 
   struct UnitRun {
     bool entered_ever = false;      // intercepted at least once
