@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,21 @@ inline void reset_cuda_peak(int device) { compat::reset_cuda_peak_memory(device)
 inline double cuda_peak_mib(int device) {
   auto stats = compat::cuda_memory_stats(device);
   return stats ? static_cast<double>(stats->peak_allocated) / (1024.0 * 1024.0) : -1;
+}
+
+// main() of a bench whose driver starts copies of itself as workers:
+// `<bench> worker <mode> <model> <iters>` runs worker(mode, model, iters),
+// anything else the driver; an exception ends it with its message and 1.
+//   int main(int argc, char** argv) { return bench::worker_or_driver(argc, argv, "bench_ddp", worker, driver); }
+inline int worker_or_driver(int argc, char** argv, const char* name,
+                            int (*worker)(const std::string&, const std::string&, int), int (*driver)()) {
+  try {
+    if (argc >= 5 && std::string(argv[1]) == "worker") return worker(argv[2], argv[3], std::stoi(argv[4]));
+    return driver();
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "%s: %s\n", name, error.what());
+    return 1;
+  }
 }
 
 }  // namespace lockstep::bench

@@ -469,12 +469,4 @@ int driver() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    if (argc >= 5 && std::string(argv[1]) == "worker") return worker(argv[2], argv[3], std::stoi(argv[4]));
-    return driver();
-  } catch (const std::exception& error) {
-    std::fprintf(stderr, "bench_multihost: %s\n", error.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return bench::worker_or_driver(argc, argv, "bench_multihost", worker, driver); }
