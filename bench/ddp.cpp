@@ -76,19 +76,9 @@ int worker(const std::string& mode, const std::string& model_name, int iters) {
   } else if (mode != "none") {
     LOCKSTEP_FAIL("unknown mode ", mode);
   }
-  torch::manual_seed(get_rank());
-  auto images = torch::randn({8, kBatch, 1, 28, 28}).to(device);
-  auto labels = torch::randint(0, 10, {8, kBatch}, torch::kLong).to(device);
-  optim->initialize_count_status(0, iters + kWarmup);
-  std::vector<double> times;
-  for (int i = 0; i < iters + kWarmup; ++i) {
-    double start = bench::now_seconds();
-    model->train_step(Batch{{"image", images[i % 8]}, {"label", labels[i % 8]}}, *optim);
-    if (i >= kWarmup) times.push_back(bench::now_seconds() - start);
-  }
-  synchronize();
+  const double seconds = bench::median_step_seconds(*model, *optim, kBatch, iters, kWarmup, device);
   if (get_rank() == 0) {
-    std::printf("RESULT %s %s %.9f\n", mode.c_str(), model_name.c_str(), bench::median(times));
+    std::printf("RESULT %s %s %.9f\n", mode.c_str(), model_name.c_str(), seconds);
     if (device.is_cuda()) {
       std::printf("CUDA peak: %s %s %.1f MiB\n", mode.c_str(), model_name.c_str(), bench::cuda_peak_mib(device.index()));
     }

@@ -87,18 +87,7 @@ double train(const std::string& mode, const std::string& model_name, int iters) 
     if (mode == "powersgd") ddp->register_comm_hook(make_comm_hook(Config::parse(kPowerSGD)));
     optim->set_gradient_sync(ddp);
   }
-  torch::manual_seed(get_rank());
-  auto images = torch::randn({8, kBatch, 1, 28, 28});
-  auto labels = torch::randint(0, 10, {8, kBatch}, torch::kLong);
-  optim->initialize_count_status(0, iters + kWarmup);
-  std::vector<double> times;
-  for (int i = 0; i < iters + kWarmup; ++i) {
-    double start = bench::now_seconds();
-    model->train_step(Batch{{"image", images[i % 8]}, {"label", labels[i % 8]}}, *optim);
-    if (i >= kWarmup) times.push_back(bench::now_seconds() - start);
-  }
-  synchronize();
-  return bench::median(times);
+  return bench::median_step_seconds(*model, *optim, kBatch, iters, kWarmup);
 }
 
 // MODES: comma separated, run one after the other in the same processes;
