@@ -35,10 +35,10 @@ std::vector<uint8_t> bytes(const std::string& text) { return {text.begin(), text
 
 // A c10d store whose keys are etcd keys under `prefix`: what keeping the
 // workers' store on etcd would mean. One per process, used from one thread.
-class EtcdStore : public compat::C10dStore {
+class EtcdStore : public compat::StoreBase {
  public:
   EtcdStore(EtcdOptions options, std::string prefix, std::chrono::milliseconds timeout)
-      : compat::C10dStore(timeout), etcd_(std::move(options)), prefix_(std::move(prefix)) {}
+      : compat::StoreBase(timeout), options_(options), etcd_(std::move(options)), prefix_(std::move(prefix)) {}
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override {
     etcd_.put(prefix_ + key, std::string(value.begin(), value.end()));
@@ -81,7 +81,14 @@ class EtcdStore : public compat::C10dStore {
     }
   }
 
+ protected:
+  // A client of its own: the same keys over another connection.
+  c10::intrusive_ptr<compat::C10dStore> clone_store() override {
+    return c10::make_intrusive<EtcdStore>(options_, prefix_, timeout_);
+  }
+
  private:
+  EtcdOptions options_;
   EtcdClient etcd_;
   std::string prefix_;
 };

@@ -40,6 +40,14 @@ c10::intrusive_ptr<C10dStore> make_prefix_store(const std::string& prefix, c10::
   return c10::make_intrusive<c10d::PrefixStore>(prefix, std::move(store));
 }
 
+c10::intrusive_ptr<C10dStore> clone_store(const c10::intrusive_ptr<C10dStore>& store) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 7)
+  return store->clone();
+#else
+  return store;
+#endif
+}
+
 c10::intrusive_ptr<C10dGroup> make_gloo(const c10::intrusive_ptr<C10dStore>& store, int rank, int size,
                                         std::chrono::milliseconds timeout, const GlooDeviceSpec& device,
                                         int threads) {

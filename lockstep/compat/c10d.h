@@ -68,6 +68,25 @@ c10::intrusive_ptr<C10dStore> make_hash_store();
 c10::intrusive_ptr<C10dStore> make_prefix_store(const std::string& prefix,
                                                  c10::intrusive_ptr<C10dStore> store);
 
+// A c10d store that lockstep writes derives from this, not from c10d::Store.
+// PyTorch 2.7 gave c10d::Store a pure virtual clone() (a store over its own
+// connection, for another thread); 1.13 and 2.6 have none. A subclass writes
+// clone_store() and this base makes it the clone() where libtorch has one.
+class StoreBase : public C10dStore {
+ public:
+  using C10dStore::C10dStore;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 7)
+  c10::intrusive_ptr<C10dStore> clone() override { return clone_store(); }
+#endif
+
+ protected:
+  virtual c10::intrusive_ptr<C10dStore> clone_store() = 0;
+};
+
+// `store` over a connection of its own where libtorch can make one (2.7 and
+// later: Store::clone()); before that, `store` itself, shared.
+c10::intrusive_ptr<C10dStore> clone_store(const c10::intrusive_ptr<C10dStore>& store);
+
 // --- backends ---------------------------------------------------------------
 
 // Where a Gloo device binds: named interfaces, else an address, else (both

@@ -30,10 +30,10 @@ namespace {
 // any other thread exists, keeps the blocking wait, which costs the store no
 // polling at 128 ranks. PyTorch 2.7 meets the same problem with Store::clone()
 // (a connection per thread); 2.6 and 1.13 have no clone.
-class PollingStore : public compat::C10dStore {
+class PollingStore : public compat::StoreBase {
  public:
   PollingStore(c10::intrusive_ptr<compat::C10dStore> store, std::chrono::milliseconds timeout, std::string where)
-      : compat::C10dStore(timeout), store_(std::move(store)), where_(std::move(where)) {}
+      : compat::StoreBase(timeout), store_(std::move(store)), where_(std::move(where)) {}
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override { store_->set(key, value); }
 
@@ -69,6 +69,11 @@ class PollingStore : public compat::C10dStore {
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::milliseconds(20));
     }
+  }
+
+ protected:
+  c10::intrusive_ptr<compat::C10dStore> clone_store() override {
+    return c10::make_intrusive<PollingStore>(compat::clone_store(store_), timeout_, where_);
   }
 
  private:
