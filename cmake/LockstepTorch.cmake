@@ -3,6 +3,10 @@
 
 add_library(lockstep_torch INTERFACE)
 target_link_libraries(lockstep_torch INTERFACE ${TORCH_LIBRARIES})
+# Note [libstdc++ before libtorch]: pip's libtorch exports C++ library
+# functions of its own (std::filesystem's among them) that crash when called
+# from outside; naming libstdc++ first makes every program bind to the real ones.
+target_link_options(lockstep_torch INTERFACE "LINKER:--push-state,--no-as-needed" "-l:libstdc++.so.6" "LINKER:--pop-state")
 # TORCH_CXX_FLAGS carries the C++ ABI define libtorch was built with.
 separate_arguments(_lockstep_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
 target_compile_options(lockstep_torch INTERFACE ${_lockstep_torch_flags})
