@@ -104,6 +104,9 @@ c10::intrusive_ptr<C10dGroup> make_gloo(const c10::intrusive_ptr<C10dStore>& sto
 // Whether this libtorch was built with NCCL (decided at compile time).
 bool has_nccl();
 
+// Whether `group` is an NCCL backend (which moves device memory itself).
+bool is_nccl(const C10dGroup& group);
+
 // An NCCL backend whose waits are bounded by `timeout` like Gloo's (see
 // nccl_wait_settings); throws lockstep::Error when has_nccl() is false.
 c10::intrusive_ptr<C10dGroup> make_nccl(const c10::intrusive_ptr<C10dStore>& store, int rank, int size,

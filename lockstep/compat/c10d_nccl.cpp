@@ -22,6 +22,15 @@ namespace lockstep::compat {
 
 bool has_nccl() { return LOCKSTEP_COMPAT_NCCL != 0; }
 
+bool is_nccl(const C10dGroup& group) {
+#if LOCKSTEP_COMPAT_NCCL
+  return dynamic_cast<const c10d::ProcessGroupNCCL*>(&group) != nullptr;
+#else
+  (void)group;
+  return false;
+#endif
+}
+
 NcclWaitSettings nccl_wait_settings(std::chrono::milliseconds group_timeout, int torch_major, int torch_minor,
                                     const std::function<const char*(const char*)>& getenv) {
   NcclWaitSettings settings;

@@ -484,8 +484,9 @@ std::shared_ptr<Work> ProcessGroup::send(const torch::Tensor& tensor, int dst, i
   LOCKSTEP_CHECK(dst != rank(), "send: rank ", global_rank(rank()), " cannot send to itself");
   LOCKSTEP_CHECK(tag >= 0 && tag < detail::kFirstReservedTag, "send: tag ", tag, " is outside [0, 2^30)");
   auto work = make_work(p2p_info(str_cat("send to rank ", global_rank(dst), " (tag ", tag, ")"), dst));
-  std::vector<at::Tensor> tensors{tensor.contiguous()};
-  work->raw_.push_back(raw(tensor)->send(tensors, dst, tag));
+  auto group = raw(tensor);
+  std::vector<at::Tensor> tensors{detail::p2p_tensor(*group, tensor.contiguous())};
+  work->raw_.push_back(group->send(tensors, dst, tag));
   return finish_issue(work, async);
 }
 
@@ -495,10 +496,12 @@ std::shared_ptr<Work> ProcessGroup::recv(torch::Tensor& tensor, int src, int tag
   LOCKSTEP_CHECK(src != rank(), "recv: rank ", global_rank(rank()), " cannot receive from itself");
   LOCKSTEP_CHECK(tag >= 0 && tag < detail::kFirstReservedTag, "recv: tag ", tag, " is outside [0, 2^30)");
   auto work = make_work(p2p_info(str_cat("recv from rank ", global_rank(src), " (tag ", tag, ")"), src));
+  auto group = raw(tensor);
   Staged staged = contiguous(tensor);
-  std::vector<at::Tensor> tensors{staged.tensor};
-  work->raw_.push_back(raw(tensor)->recv(tensors, src, tag));
-  if (staged.copied) work->finish_ = [tensor, staged]() mutable { tensor.copy_(staged.tensor); };
+  at::Tensor buffer = detail::p2p_tensor(*group, staged.tensor, /*for_receiving=*/true);
+  std::vector<at::Tensor> tensors{buffer};
+  work->raw_.push_back(group->recv(tensors, src, tag));
+  if (!buffer.is_same(tensor)) work->finish_ = [tensor, buffer]() mutable { tensor.copy_(buffer); };
   return finish_issue(work, async);
 }
 

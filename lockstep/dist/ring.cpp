@@ -13,16 +13,19 @@ std::chrono::milliseconds remaining(Deadline deadline) {
 }
 
 // Sends `out` to `next` and receives `in` from `prev` at the same time, so
-// that neither side waits for the other to finish first.
+// that neither side waits for the other to finish first. CUDA tensors go
+// through host memory on Gloo (Note [Gloo's send and recv move host memory]).
 void exchange(compat::C10dGroup& group, at::Tensor out, int next, at::Tensor in, int prev, int tag,
               Deadline deadline) {
   c10::intrusive_ptr<compat::C10dWork> send_work, recv_work;
+  const at::Tensor out_moved = p2p_tensor(group, out);
+  const at::Tensor in_moved = p2p_tensor(group, in, /*for_receiving=*/true);
   if (out.numel() > 0) {
-    std::vector<at::Tensor> tensors{out};
+    std::vector<at::Tensor> tensors{out_moved};
     send_work = group.send(tensors, next, tag);
   }
   if (in.numel() > 0) {
-    std::vector<at::Tensor> tensors{in};
+    std::vector<at::Tensor> tensors{in_moved};
     recv_work = group.recv(tensors, prev, tag);
   }
   if (recv_work && !compat::wait_work(*recv_work, remaining(deadline))) {
@@ -31,11 +34,29 @@ void exchange(compat::C10dGroup& group, at::Tensor out, int next, at::Tensor in,
   if (send_work && !compat::wait_work(*send_work, remaining(deadline))) {
     throw StepTimeout(str_cat("sending to group rank ", next));
   }
+  if (in.numel() > 0 && !in_moved.is_same(in)) in.copy_(in_moved);
 }
 
 int mod(int value, int size) { return ((value % size) + size) % size; }
 
 }  // namespace
+
+// Note [Gloo's send and recv move host memory]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// c10d's Gloo collectives take CUDA tensors (they copy through host memory
+// themselves), but its send and recv hand the tensor's pointer to the socket
+// calls as it is. A CUDA tensor's device pointer fails there, and the peer
+// sees "Connection closed by peer": the SyncBatchNorm of two ranks sharing a
+// GPU over Gloo died this way on an H100 (scripts/gpu-check.sh cuda-paths),
+// as lockstep's ring all-gather is made of send and recv. So every
+// point-to-point transfer lockstep makes over Gloo moves a CUDA tensor
+// through a host copy: sent from a copy, received into a host buffer that is
+// copied to the device after. NCCL moves device memory itself.
+at::Tensor p2p_tensor(const compat::C10dGroup& group, const at::Tensor& tensor, bool for_receiving) {
+  if (!tensor.is_cuda() || compat::is_nccl(group)) return tensor;
+  if (for_receiving) return at::empty(tensor.sizes(), tensor.options().device(at::kCPU));
+  return tensor.to(at::kCPU).contiguous();
+}
 
 int ring_tag(long long seq) { return kFirstReservedTag + static_cast<int>(seq % (1 << 29)); }
 

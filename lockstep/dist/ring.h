@@ -43,6 +43,12 @@ void ring_reduce_scatter(compat::C10dGroup& group, int rank, int size, const at:
 constexpr int kFirstReservedTag = 1 << 30;
 int ring_tag(long long seq);
 
+// The tensor to hand `group`'s send (or, `for_receiving`, recv): `tensor`
+// itself, except a CUDA tensor on a backend other than NCCL, which moves
+// through host memory (Note [Gloo's send and recv move host memory]): a host
+// copy to send, or a host buffer to receive into and copy to `tensor` after.
+at::Tensor p2p_tensor(const compat::C10dGroup& group, const at::Tensor& tensor, bool for_receiving = false);
+
 // One background thread that runs a group's asynchronous ring collectives in
 // issue order.
 class SerialExecutor {
