@@ -7,6 +7,7 @@
 #include "lockstep/core/error.h"
 
 #ifdef LOCKSTEP_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #endif
@@ -39,6 +40,26 @@ int current_cuda_device() {
   return cuda_device_count() > 0 ? static_cast<int>(c10::cuda::current_device()) : -1;
 #else
   return -1;
+#endif
+}
+
+CudaDeviceIdentity cuda_device_identity(int index) {
+#ifdef LOCKSTEP_WITH_CUDA
+  const int count = cuda_device_count();
+  LOCKSTEP_CHECK(index >= 0 && index < count, "no GPU ", index, ": this process sees ", count, " GPU(s)");
+  const cudaDeviceProp* properties = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(index));
+  // nvidia-smi's form: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx
+  std::string uuid = "GPU-";
+  static const char* hex = "0123456789abcdef";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) uuid += '-';
+    const auto byte = static_cast<unsigned char>(properties->uuid.bytes[i]);
+    uuid += hex[byte >> 4];
+    uuid += hex[byte & 0xf];
+  }
+  return {uuid, properties->name};
+#else
+  LOCKSTEP_FAIL("cannot identify GPU ", index, ": this lockstep was built against a libtorch without CUDA");
 #endif
 }
 

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace lockstep::compat {
 
@@ -26,6 +27,15 @@ void set_current_cuda_device(int index);
 
 // The current CUDA device, or -1 without CUDA.
 int current_cuda_device();
+
+// GPU `index`'s UUID as nvidia-smi prints it ("GPU-1490...-...") and its name
+// ("NVIDIA H100 80GB HBM3"): the same GPU has the same UUID in every process,
+// whatever CUDA_VISIBLE_DEVICES numbers it. Throws lockstep::Error without CUDA.
+struct CudaDeviceIdentity {
+  std::string uuid;
+  std::string name;
+};
+CudaDeviceIdentity cuda_device_identity(int index);
 
 // Whether page-locked host memory can be allocated: a CUDA build with a
 // visible device. Pinned memory makes host-to-device copies asynchronous.

@@ -10,9 +10,11 @@
 #include <map>
 #include <mutex>
 
+#include "lockstep/compat/cuda.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/dist/comm.h"
+#include "lockstep/dist/gpu_claim.h"
 #include "lockstep/dist/job_identity.h"
 #include "lockstep/dist/mpi_meeting.h"
 #include "lockstep/dist/network.h"
@@ -184,6 +186,11 @@ static std::shared_ptr<ProcessGroup> init_with_env(const InitOptions& options, D
     parts.gloo = compat::make_gloo(compat::make_prefix_store("gloo/", parts.store), rank, size, options.timeout(),
                                    parts.gloo_device);
     if (options.backend() == "nccl") {
+      const int device = compat::current_cuda_device();
+      LOCKSTEP_CHECK(device >= 0, "rank ", rank, ": backend nccl needs a GPU, and this process sees none");
+      const auto gpu = compat::cuda_device_identity(device);
+      check_one_rank_per_gpu(compat::make_prefix_store("nccl_gpus/", parts.store), rank, size, gpu.uuid,
+                             str_cat("cuda:", device, " (", gpu.name, ")"), options.timeout());
       parts.nccl = compat::make_nccl(compat::make_prefix_store("nccl/", parts.store), rank, size, options.timeout());
     }
   } catch (const std::exception&) {
