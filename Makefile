@@ -7,7 +7,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: all deps configure build demo test test-unit test-sanitize bench fuzz clean cuda-check cuda-test cuda-compile
+.PHONY: all deps configure build demo test test-unit test-sanitize bench fuzz clean cuda-check cuda-test cuda-compile gpu-kit kit-proof
 
 all: build
 
@@ -62,6 +62,15 @@ test-sanitize: deps
 #   cuda-test:  everything builds and links, and the whole suite runs (CUDA tests skip).
 # cuda-compile is cuda-check's work, for any machine whose libtorch has CUDA.
 CUDA_BUILD_DIR ?= build-cuda
+
+# The offline kit for GPU hosts without network (scripts/gpu-kit.sh), and its
+# proof: lockstep built from the kit alone, in a bookworm root that has
+# libtorch but none of the -dev packages, passes its unit tests.
+gpu-kit:
+	scripts/gpu-kit.sh
+kit-proof: gpu-kit
+	scripts/trixie-root.sh --kit-proof scripts/kit-proof.sh
+
 cuda-check:
 	scripts/trixie-root.sh --cuda make cuda-compile CUDA_BUILD_DIR=$(CUDA_BUILD_DIR)
 cuda-compile: deps

@@ -1,27 +1,41 @@
 #!/usr/bin/env bash
 # lockstep on a machine with NVIDIA GPUs, in one command: builds lockstep
-# against a CUDA libtorch in build-gpu/ (LOCKSTEP_REQUIRE_CUDA=ON), checks that
-# GPUs are visible, runs the unit tests (the CUDA ones run instead of skipping),
-# trains the Fashion-MNIST demo (cnn_ddp.yaml, DDP over NCCL) on 1 GPU and on
-# every GPU, and runs bench/ddp, bench/fsdp and bench/amp. It ends with a table
-# (step, result, seconds) and exits 1 if any step failed; a failed step does
-# not stop the others.
+# against a CUDA libtorch (LOCKSTEP_REQUIRE_CUDA=ON), checks that GPUs are
+# visible, runs the unit tests (the CUDA ones run instead of skipping), trains
+# through `lockstep train` on every CUDA path (cuda-paths: one GPU, NCCL, fp16
+# and bf16 autocast, two ranks sharing a GPU over Gloo and refused over NCCL,
+# FSDP with CPU offload and activation checkpointing, MemoryStatsHook), trains
+# the Fashion-MNIST demo on the GPUs and runs the benches. Each step fits in
+# 10 minutes on one H100 (the build: about 2 with 16 jobs). It ends with a table
+# (step, result, seconds), also written to <logs>/summary.md, and exits 1 if
+# any step failed; a failed step does not stop the others.
 #
-#   scripts/gpu-check.sh                              # Debian's libtorch-cuda-dev
+#   scripts/gpu-check.sh                              # the libtorch inside python3's pip PyTorch, else Debian's
+#   scripts/gpu-check.sh --kit gpu-kit --logs /tmp/l  # a host with no network: the kit of scripts/gpu-kit.sh
+#   scripts/gpu-check.sh --kit gpu-kit build unit     # only these steps (names below)
 #   TORCH_DIR=/opt/libtorch scripts/gpu-check.sh      # pytorch.org's libtorch (CUDA, cxx11 ABI) unzipped in /opt/libtorch
-#   TORCH_DIR=/opt/libtorch \
-#     CMAKE_FLAGS='-DLOCKSTEP_GLOO_INCLUDE_DIR=/src/pytorch/third_party/gloo;/src/pytorch/gloo-build' \
-#     scripts/gpu-check.sh                            # ... with Gloo's headers from a PyTorch checkout (see README)
+#
+# Options:
+#   --kit DIR    the offline kit (scripts/gpu-kit.sh): its .debs are unpacked
+#                into <build>/kit-root and searched after libtorch; its
+#                Fashion-MNIST is used where the host has none.
+#   --logs DIR   where every step's log and summary.md go (<build>/gpu-check)
+#   STEP...      run only these: build gpus unit cuda-paths demo-1 demo-all
+#                bench-ddp bench-fsdp bench-amp. The build (which only redoes what is
+#                out of date) and the GPU count always run first.
+#
+# libtorch: TORCH_DIR when set; else the one inside python3's PyTorch
+# (torch.utils.cmake_prefix_path), when python3 has a CUDA build of torch;
+# else cmake's own search (Debian's libtorch-cuda-dev in /usr).
 #
 # Environment (all optional):
-#   TORCH_DIR           libtorch folder (holding share/cmake/Torch), passed as CMAKE_PREFIX_PATH;
-#                       without it cmake finds Torch as usual (the CMAKE_PREFIX_PATH environment variable, /usr)
+#   TORCH_DIR           libtorch folder (holding share/cmake/Torch or Torch/), passed as CMAKE_PREFIX_PATH
 #   BUILD_DIR           build folder (build-gpu)            JOBS       parallel jobs (nproc)
 #   CMAKE_FLAGS         more cmake options, split at spaces
 #   WORK_DIR            demo work folders (work_dirs/gpu-check)
 #   FASHION_MNIST_ROOT  Fashion-MNIST's folder, if not Debian's /usr/share/datasets/fashion-mnist
+#   RUN_TIMEOUT         seconds each cuda-paths run may take (150)
 #   BENCH_*             passed on to the benches (BENCH_ROUNDS, BENCH_ITERS, BENCH_WORLDS, ...)
-# Every step's output is also in $BUILD_DIR/gpu-check/<step>.log.
 
 # The step functions run through `step "$name" fn`, which shellcheck 0.9 takes
 # for unreachable code (SC2317).
@@ -33,9 +47,42 @@ BUILD_DIR=${BUILD_DIR:-build-gpu}
 JOBS=${JOBS:-$(nproc)}
 WORK_DIR=${WORK_DIR:-work_dirs/gpu-check}
 LOG_DIR=$BUILD_DIR/gpu-check
+KIT=""
 DEMO_CONFIG=examples/fashion_mnist/cnn_ddp.yaml
+ALL_STEPS=(build gpus unit cuda-paths demo-1 demo-all bench-ddp bench-fsdp bench-amp)
 read -ra extra_cmake_flags <<<"${CMAKE_FLAGS:-}"
-mkdir -p "$LOG_DIR" && LOG_DIR=$(cd "$LOG_DIR" && pwd) || exit 1
+wanted=()
+while (($#)); do
+  case $1 in
+    --kit) KIT=${2:?--kit needs a folder}; shift 2 ;;
+    --logs) LOG_DIR=${2:?--logs needs a folder}; shift 2 ;;
+    -h|--help) sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "gpu-check: unknown option $1 (see --help)" >&2; exit 2 ;;
+    *)
+      if [[ " ${ALL_STEPS[*]} " != *" $1 "* ]]; then
+        echo "gpu-check: no step '$1'; the steps are: ${ALL_STEPS[*]}" >&2
+        exit 2
+      fi
+      wanted+=("$1"); shift ;;
+  esac
+done
+((${#wanted[@]})) || wanted=("${ALL_STEPS[@]}")
+mkdir -p "$LOG_DIR" "$BUILD_DIR" && LOG_DIR=$(cd "$LOG_DIR" && pwd) && BUILD_DIR=$(cd "$BUILD_DIR" && pwd) || exit 1
+if [[ -n "$KIT" ]]; then
+  KIT=$(cd "$KIT" 2>/dev/null && pwd) || { echo "gpu-check: --kit $KIT: no such folder" >&2; exit 2; }
+  [[ -d "$KIT/debs" ]] || { echo "gpu-check: --kit $KIT holds no debs/ (make it with scripts/gpu-kit.sh)" >&2; exit 2; }
+fi
+
+# ---- the offline kit (scripts/kit-lib.sh: unpack_kit) ---------------------------
+# shellcheck source=scripts/kit-lib.sh
+source scripts/kit-lib.sh  # the working folder is the checkout (cd above)
+
+# libtorch inside python3's PyTorch, when it is a CUDA build.
+pip_torch_dir() {
+  command -v python3 >/dev/null || return 1
+  python3 -c 'import torch, torch.utils, sys; sys.exit(0) if torch.version.cuda else sys.exit(1)' 2>/dev/null || return 1
+  python3 -c 'import torch.utils; print(torch.utils.cmake_prefix_path)'
+}
 
 # ---- bookkeeping --------------------------------------------------------------
 # A step is a function that sets `result` (one line for the table) and returns
@@ -76,7 +123,7 @@ build() {
   local -a torch_flags=()
   if [[ -n "${TORCH_DIR:-}" ]]; then
     local config_dir="" dir
-    for dir in "$TORCH_DIR/share/cmake/Torch" "$TORCH_DIR"; do
+    for dir in "$TORCH_DIR/share/cmake/Torch" "$TORCH_DIR/Torch" "$TORCH_DIR"; do
       [[ -f "$dir/TorchConfig.cmake" ]] && { config_dir=$dir; break; }
     done
     if [[ -z "$config_dir" ]]; then
@@ -84,15 +131,23 @@ build() {
       return 1
     fi
     # Torch_DIR too, so that a build folder configured before with another libtorch follows TORCH_DIR.
-    torch_flags=("-DCMAKE_PREFIX_PATH=$TORCH_DIR" "-DTorch_DIR=$config_dir")
+    torch_flags=("-DTorch_DIR=$config_dir")
   fi
-  if ! logged configure cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOCKSTEP_REQUIRE_CUDA=ON \
+  local prefix_path=${TORCH_DIR:-}
+  [[ -n "$KIT" ]] && prefix_path+="${prefix_path:+;}$BUILD_DIR/kit-root/usr"
+  [[ -n "$prefix_path" ]] && torch_flags+=("-DCMAKE_PREFIX_PATH=$prefix_path")
+  # Ninja where there is one (a pip host has it), unless the folder was configured with another generator.
+  local -a generator=() keep_going=(-k)
+  if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]] && command -v ninja >/dev/null; then generator=(-G Ninja); fi
+  if ! logged configure cmake -S . -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOCKSTEP_REQUIRE_CUDA=ON \
       "${torch_flags[@]}" "${extra_cmake_flags[@]}"; then
     result="configure failed (a libtorch without CUDA fails LOCKSTEP_REQUIRE_CUDA); see $LOG_DIR/configure.log"
     return 1
   fi
-  if ! logged build cmake --build "$BUILD_DIR" -j "$JOBS"; then
-    result="build failed; see $LOG_DIR/build.log"
+  # Keep going past a failed file, so that one build shows every error.
+  [[ -f "$BUILD_DIR/build.ninja" ]] && keep_going=(-k 0)
+  if ! logged build cmake --build "$BUILD_DIR" -j "$JOBS" -- "${keep_going[@]}"; then
+    result="build failed: $(grep -cE 'error:' "$LOG_DIR/build.log") error lines; see $LOG_DIR/build.log"
     return 1
   fi
   built=1
@@ -236,6 +291,76 @@ demo_all() {
   demo "$gpus"
 }
 
+# ---- 5. every CUDA path, through `lockstep train` --------------------------------
+# Each run is one line of the table: a name, the processes, what it must show
+# (a log line's pattern, "metric:<name>" for a scalar of its metrics.jsonl,
+# or "error:<pattern>" for a run that must fail with that message, quickly), then the command's arguments after `lockstep train`
+# (or `gpt:` and the arguments of examples/gpt). One epoch (300 iterations for
+# the GPT) each; a run that takes over RUN_TIMEOUT seconds (150) fails.
+one_epoch=(--set train_cfg.max_epochs=1)
+on_gpu=(--set strategy.device=cuda --set strategy.backend=nccl)
+memory_hook=(--set 'custom_hooks=[{type: MemoryStatsHook, interval: 100}]')
+cuda_runs=(
+  "single-gpu|1|metric:memory/cuda_peak_allocated_mib|examples/fashion_mnist/cnn.yaml ${one_epoch[*]} --set strategy={type: SingleDeviceStrategy, device: cuda} --set train_dataloader.pin_memory=true ${memory_hook[*]}"
+  "ddp-nccl-fp16|1|loss_scale|examples/fashion_mnist/cnn_ddp.yaml ${one_epoch[*]} ${on_gpu[*]} --set optim_wrapper.amp={dtype: fp16}"
+  "bf16|1|Final test accuracy/top1|examples/fashion_mnist/cnn_bf16.yaml ${one_epoch[*]} --set strategy={type: SingleDeviceStrategy, device: cuda}"
+  "ddp-gloo-2-ranks-1-gpu|2|Final test accuracy/top1|examples/fashion_mnist/cnn_ddp.yaml ${one_epoch[*]} --set strategy.device=cuda:0 --set strategy.backend=gloo"
+  "ddp-nccl-2-ranks-1-gpu|2|error:share|examples/fashion_mnist/cnn_ddp.yaml ${one_epoch[*]} --set strategy.device=cuda:0 --set strategy.backend=nccl"
+  "gpt-fsdp-offload-ckpt-bf16|1|metric:memory/cuda_peak_allocated_mib|gpt: examples/gpt/gpt_fsdp.yaml ${on_gpu[*]} --set strategy.model_wrapper.cpu_offload=true --set strategy.model_wrapper.mixed_precision={param_dtype: bf16, reduce_dtype: fp32} --set activation_checkpointing={module_types: [Block]} ${memory_hook[*]}"
+)
+cuda_paths() {
+  ((built)) || { result="not run: no build"; return 2; }
+  ((gpus > 0)) || { result="not run: no GPU"; return 2; }
+  local line name nproc expect args log status failed=0 summary="" found
+  for line in "${cuda_runs[@]}"; do
+    IFS='|' read -r name nproc expect args <<<"$line"
+    log=run-$name
+    local -a argv=()
+    # The arguments split at spaces, except inside {...} and [...] (YAML flow values).
+    mapfile -t argv < <(awk '{
+        depth = 0; word = ""
+        for (i = 1; i <= length($0); i++) {
+          c = substr($0, i, 1)
+          if (c == "{" || c == "[") depth++
+          if (c == "}" || c == "]") depth--
+          if (c == " " && depth == 0) { if (word != "") print word; word = "" } else word = word c
+        }
+        if (word != "") print word }' <<<"$args")
+    local -a command
+    if [[ "${argv[0]}" == gpt: ]]; then
+      command=("$BUILD_DIR/bin/lockstep" run --standalone --nproc-per-node "$nproc" -- "$BUILD_DIR/examples/gpt_fortunes" "${argv[@]:1}" --work-dir "$WORK_DIR/$name")
+    else
+      command=("$BUILD_DIR/bin/lockstep" train "${argv[@]}" --nproc "$nproc" --work-dir "$WORK_DIR/$name")
+    fi
+    rm -rf "${WORK_DIR:?}/$name"
+    timeout "${RUN_TIMEOUT:-150}" "${command[@]}" >"$LOG_DIR/$log.log" 2>&1
+    status=$?
+    if [[ "$expect" == error:* ]]; then
+      found=$(grep -m1 -iE "${expect#error:}" "$LOG_DIR/$log.log")
+      if ((status != 0 && status != 124)) && [[ -n "$found" ]]; then
+        summary+="$name PASS (failed as it must: ${found:0:160}); "
+      else
+        summary+="$name FAIL (status $status, no '${expect#error:}' line); "; failed=1
+      fi
+      continue
+    fi
+    if [[ "$expect" == metric:* ]]; then
+      # A scalar of the run's metrics.jsonl (MemoryStatsHook's do not go to the console).
+      found=$(find "$WORK_DIR/$name" -name metrics.jsonl -exec cat {} + 2>/dev/null \
+        | grep -oE "\"${expect#metric:}\":[-0-9.e+]+" | tail -n1)
+    else
+      found=$(grep -E "$expect" "$LOG_DIR/$log.log" | tail -n1 | grep -oE "${expect}[^,|]*" | head -n1)
+    fi
+    if ((status == 0)) && [[ -n "$found" ]]; then
+      summary+="$name PASS (${found:0:80}); "
+    else
+      summary+="$name FAIL (status $status$( ((status == 124)) && echo ", timed out"), see $log.log); "; failed=1
+    fi
+  done
+  result=${summary%; }
+  return "$failed"
+}
+
 # ---- 5. benchmarks ------------------------------------------------------------
 bench_binary() {
   local name=$1
@@ -309,26 +434,49 @@ bench_amp() {
 }
 
 # ---- run ----------------------------------------------------------------------
-echo "gpu-check: $(pwd), build folder $BUILD_DIR, logs in $LOG_DIR"
-step "configure + build" build
-step "GPUs visible" check_gpus
-step "unit tests (ctest -L unit)" unit_tests
-step "demo, 1 GPU, NCCL" demo_one
-step "demo, every GPU, NCCL" demo_all
-step "bench/ddp (BENCH_DEVICE=cuda)" bench_ddp
-step "bench/fsdp (BENCH_DEVICE=cuda)" bench_fsdp
-step "bench/amp" bench_amp
+echo "gpu-check: $(pwd), build folder $BUILD_DIR, logs in $LOG_DIR, steps: ${wanted[*]}"
+if [[ -z "${TORCH_DIR:-}" ]] && TORCH_DIR=$(pip_torch_dir); then
+  echo "gpu-check: libtorch from python3's PyTorch $(python3 -c 'import torch; print(torch.__version__)'): TORCH_DIR=$TORCH_DIR"
+else
+  [[ -n "${TORCH_DIR:-}" ]] || unset TORCH_DIR
+fi
+if [[ -n "$KIT" ]]; then
+  # Not through `logged`: its pipe would run unpack_kit in a subshell, and the
+  # LD_LIBRARY_PATH it exports would not reach the steps.
+  unpack_kit "$KIT" "$BUILD_DIR/kit-root" >"$LOG_DIR/kit.log" 2>&1
+  kit_status=$?
+  cat "$LOG_DIR/kit.log"
+  ((kit_status == 0)) || { echo "gpu-check: the kit $KIT could not be unpacked; see $LOG_DIR/kit.log" >&2; exit 1; }
+fi
+declare -A step_title=(
+  [build]="configure + build" [gpus]="GPUs visible" [unit]="unit tests (ctest -L unit)"
+  [demo-1]="demo, 1 GPU, NCCL" [demo-all]="demo, every GPU, NCCL" [cuda-paths]="CUDA paths (lockstep train)" [bench-ddp]="bench/ddp (BENCH_DEVICE=cuda)"
+  [bench-fsdp]="bench/fsdp (BENCH_DEVICE=cuda)" [bench-amp]="bench/amp"
+)
+declare -A step_function=(
+  [build]=build [gpus]=check_gpus [unit]=unit_tests [demo-1]=demo_one [demo-all]=demo_all [cuda-paths]=cuda_paths
+  [bench-ddp]=bench_ddp [bench-fsdp]=bench_fsdp [bench-amp]=bench_amp
+)
+# The build and the GPU count come first whatever was asked: later steps need both.
+[[ " ${wanted[*]} " == *" build "* ]] || wanted=(build "${wanted[@]}")
+[[ " ${wanted[*]} " == *" gpus "* ]] || wanted=(gpus "${wanted[@]}")
+for name in "${ALL_STEPS[@]}"; do
+  [[ " ${wanted[*]} " == *" $name "* ]] && step "${step_title[$name]}" "${step_function[$name]}"
+done
 
 failed=0
+for status in "${statuses[@]}"; do [[ $status == FAIL ]] && failed=1; done
+{
+  echo "## gpu-check results ($(date -u '+%Y-%m-%d %H:%M UTC'), ${HOSTNAME:-})"
+  echo
+  echo "| step | result | seconds |"
+  echo "|---|---|---|"
+  for i in "${!names[@]}"; do
+    echo "| ${names[$i]} | ${statuses[$i]}${results[$i]:+: ${results[$i]}} | ${durations[$i]} |"
+  done
+} >"$LOG_DIR/summary.md"
 echo
-echo "## gpu-check results ($(date -u '+%Y-%m-%d %H:%M UTC'), ${HOSTNAME:-})"
-echo
-echo "| step | result | seconds |"
-echo "|---|---|---|"
-for i in "${!names[@]}"; do
-  echo "| ${names[$i]} | ${statuses[$i]}${results[$i]:+: ${results[$i]}} | ${durations[$i]} |"
-  [[ ${statuses[$i]} == FAIL ]] && failed=1
-done
+cat "$LOG_DIR/summary.md"
 echo
 if ((failed)); then
   echo "gpu-check: FAILED (logs in $LOG_DIR)"

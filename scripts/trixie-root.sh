@@ -10,6 +10,11 @@
 #            compile, link and test lockstep's CUDA/NCCL path against on a
 #            machine without a GPU (about 7.8 GB, 3 minutes from a near mirror).
 #
+#   --kit-proof  not trixie: a Debian bookworm root with libtorch-dev 1.13 and
+#            a compiler but none of the -dev packages lockstep builds with
+#            (those libtorch-dev pulls in are removed): where the offline GPU
+#            kit proves it holds everything else (scripts/kit-proof.sh).
+#
 #   scripts/trixie-root.sh make test                 # the test suite under libtorch 2.x
 #   scripts/trixie-root.sh --cuda make cuda-check    # compile every CUDA-dependent file
 #   TRIXIE_ROOT=/var/tmp/t scripts/trixie-root.sh bash
@@ -25,10 +30,12 @@
 set -euo pipefail
 # debootstrap, chroot and mount need root.
 if [[ $(id -u) -ne 0 ]]; then exec sudo --preserve-env=TRIXIE_ROOT,DEBIAN_MIRROR "$0" "$@"; fi
-cuda=0
+cuda=0 kit_proof=0 suite=trixie
 if [[ "${1:-}" == "--cuda" ]]; then cuda=1; shift; fi
+if [[ "${1:-}" == "--kit-proof" ]]; then kit_proof=1; suite=bookworm; shift; fi
 here=$(cd "$(dirname "$0")/.." && pwd)
 if [[ $cuda == 1 ]]; then root=${TRIXIE_ROOT:-/var/tmp/lockstep-trixie-cuda}; else root=${TRIXIE_ROOT:-/var/tmp/lockstep-trixie}; fi
+[[ $kit_proof == 1 ]] && root=${TRIXIE_ROOT:-/var/tmp/lockstep-kit-proof}
 mirror=${DEBIAN_MIRROR:-}
 if [[ -z "$mirror" ]]; then
   mirror=$(grep -hoE '^(deb|URIs:) *(\[[^]]*\] *)?https?://[^ ]+' /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null \
@@ -42,7 +49,11 @@ fi
 common=(g++ cmake make ccache libopenblas0-openmp libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
         libspdlog-dev libfmt-dev zlib1g-dev libjpeg62-turbo-dev libpng-dev libgtest-dev libgmock-dev dataset-fashion-mnist
         python3-numpy protobuf-compiler fortunes procps iproute2 psmisc libcurl4-openssl-dev)
-if [[ $cuda == 1 ]]; then
+if [[ $kit_proof == 1 ]]; then
+  # binutils: objdump, which the kit's unpacking reads sonames with.
+  need=(g++ cmake make python3 binutils libtorch-dev procps)
+  components=main
+elif [[ $cuda == 1 ]]; then
   need=("${common[@]}" libtorch-cuda-dev nvidia-cuda-dev nvidia-cuda-toolkit libnccl-dev libgloo-cuda-dev)
   components=main,contrib,non-free
 else
@@ -92,17 +103,34 @@ install_cuda_stub_libraries() {
   "
 }
 
+# The kit proof's root: the -dev packages that libtorch-dev's own
+# dependencies pulled in (zlib1g-dev, through libprotobuf-dev) go, by force,
+# so that nothing but the kit can supply them.
+remove_kit_dev_packages() {
+  # shellcheck source=scripts/kit-lib.sh
+  source "$here/scripts/kit-lib.sh"
+  local present=() p
+  for p in "${kit_dev_packages[@]}"; do
+    chroot "$root" dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" && present+=("$p")
+  done
+  if ((${#present[@]})); then
+    echo "trixie-root: removing from $root (the kit must supply them): ${present[*]}"
+    chroot "$root" dpkg --purge --force-depends "${present[@]}" >/dev/null
+  fi
+}
+
 if [[ ! -f "$root/.lockstep-ready" ]]; then
   command -v debootstrap >/dev/null || "$here/scripts/install-deps.sh" --chroot
-  echo "trixie-root: debootstrap into $root from $mirror ($components)"
+  echo "trixie-root: debootstrap $suite into $root from $mirror ($components)"
   rm -rf "$root"
-  debootstrap --variant=minbase --components="$components" trixie "$root" "$mirror" >/dev/null
+  debootstrap --variant=minbase --components="$components" "$suite" "$root" "$mirror" >/dev/null
   mount --bind /proc "$root/proc"
   trap 'umount "$root/proc" 2>/dev/null || true' EXIT
   chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
   [[ $cuda == 1 ]] && install_cuda_standins
   chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   [[ $cuda == 1 ]] && install_cuda_stub_libraries
+  [[ $kit_proof == 1 ]] && remove_kit_dev_packages
   chroot "$root" apt-get clean
   umount "$root/proc"; trap - EXIT
   touch "$root/.lockstep-ready"
