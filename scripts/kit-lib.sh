@@ -53,7 +53,8 @@ extract_deb() {
 }
 # unpack_kit KIT ROOT: the kit's .debs into ROOT (emptied first), as the Note says.
 unpack_kit() {
-  local kit=$1 root=$2 deb arch
+  local kit root=$2 deb arch
+  kit=$(cd "$1" && pwd) || return 1  # absolute: the data links below point into it
   arch=$(gcc -print-multiarch 2>/dev/null || true)
   arch=${arch:-x86_64-linux-gnu}
   rm -rf "$root" && mkdir -p "$root" || return 1
