@@ -9,6 +9,11 @@
 // overhead.
 //
 //   build/bench/bench_trainer_overhead            # BENCH_ROUNDS=5 BENCH_ITERS=60 BENCH_THREADS=1
+//   BENCH_DEVICE=cuda build/bench/bench_trainer_overhead   # both on GPU 0 (the batch copied there each step)
+//
+// On a GPU the hand-written loop reads the loss every step (one host
+// synchronisation, as such loops do); both timings end with the device
+// synchronised, so queued work is counted.
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -33,11 +38,20 @@ namespace {
 
 constexpr int64_t kBatch = 64;
 
-std::shared_ptr<ConvNet> make_model() {
+std::shared_ptr<ConvNet> make_model(const torch::Device& device) {
   torch::manual_seed(0);
   auto model = std::make_shared<ConvNet>();
-  model->set_data_preprocessor(std::make_shared<ImgDataPreprocessor>(std::vector<double>{72.94}, std::vector<double>{90.02}));
+  auto preprocessor = std::make_shared<ImgDataPreprocessor>(std::vector<double>{72.94}, std::vector<double>{90.02});
+  preprocessor->set_device(device);
+  model->set_data_preprocessor(preprocessor);
+  model->to(device);
   return model;
+}
+
+// The time now, after the device finished what was queued on it.
+double settled_now(const torch::Device& device) {
+  if (device.is_cuda()) compat::synchronize_cuda(device.index());
+  return bench::now_seconds();
 }
 
 std::shared_ptr<torch::optim::SGD> make_sgd(torch::nn::Module& model) {
@@ -46,19 +60,19 @@ std::shared_ptr<torch::optim::SGD> make_sgd(torch::nn::Module& model) {
 
 // Seconds per step of a plain libtorch loop: index the batch, preprocess,
 // forward, loss, backward, step.
-double hand_written(const TensorDataset& data, int64_t iters) {
-  auto model = make_model();
+double hand_written(const TensorDataset& data, int64_t iters, const torch::Device& device) {
+  auto model = make_model(device);
   auto sgd = make_sgd(*model);
   DefaultSampler sampler(data.size(), /*shuffle=*/true, /*seed=*/0);
   std::vector<int64_t> order = sampler.epoch_indices(0);
-  auto mean = torch::tensor({72.94f}).view({1, 1, 1, 1});
-  auto std = torch::tensor({90.02f}).view({1, 1, 1, 1});
+  auto mean = torch::tensor({72.94f}).view({1, 1, 1, 1}).to(device);
+  auto std = torch::tensor({90.02f}).view({1, 1, 1, 1}).to(device);
   double start = 0;
   for (int64_t i = 0; i < iters + 5; ++i) {
-    if (i == 5) start = bench::now_seconds();  // warm-up excluded
+    if (i == 5) start = settled_now(device);  // warm-up excluded
     int64_t offset = (i * kBatch) % (static_cast<int64_t>(order.size()) - kBatch);
     std::vector<int64_t> indices(order.begin() + offset, order.begin() + offset + kBatch);
-    Batch batch = data.get_batch(indices, 0);
+    Batch batch = data.get_batch(indices, 0).to(device, /*non_blocking=*/device.is_cuda());
     torch::Tensor image = (batch.at("image").to(torch::kFloat) - mean) / std;
     sgd->zero_grad();
     torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(image), batch.at("label"));
@@ -67,11 +81,12 @@ double hand_written(const TensorDataset& data, int64_t iters) {
     volatile double value = loss.item<double>();
     (void)value;
   }
-  return (bench::now_seconds() - start) / static_cast<double>(iters);
+  return (settled_now(device) - start) / static_cast<double>(iters);
 }
 
-double with_trainer(std::shared_ptr<TensorDataset> data, int64_t iters, const std::string& work_dir) {
-  auto model = make_model();
+double with_trainer(std::shared_ptr<TensorDataset> data, int64_t iters, const std::string& work_dir,
+                    const torch::Device& device) {
+  auto model = make_model(device);
   auto sampler = std::make_shared<DefaultSampler>(data->size(), true, 0);
   auto loader = std::make_shared<DataLoader>(data, sampler, DataLoaderOptions().batch_size(kBatch).num_workers(0));
   auto optim = std::make_shared<OptimWrapper>(make_sgd(*model));
@@ -83,15 +98,16 @@ double with_trainer(std::shared_ptr<TensorDataset> data, int64_t iters, const st
                               20)});
   double start = 0;
   struct StartClock : Hook {
-    StartClock(double* start) : Hook("StartClock"), start_(start) {}
+    StartClock(double* start, torch::Device device) : Hook("StartClock"), start_(start), device_(device) {}
     void before_step() override {
-      if (trainer().iter() == 5) *start_ = bench::now_seconds();
+      if (trainer().iter() == 5) *start_ = settled_now(device_);
     }
     double* start_;
+    torch::Device device_;
   };
-  trainer.register_hooks({std::make_shared<StartClock>(&start)});
+  trainer.register_hooks({std::make_shared<StartClock>(&start, device)});
   trainer.train(0, iters + 5);
-  return (bench::now_seconds() - start) / static_cast<double>(iters);
+  return (settled_now(device) - start) / static_cast<double>(iters);
 }
 
 }  // namespace
@@ -100,17 +116,24 @@ int main() {
   const long rounds = bench::env_int("BENCH_ROUNDS", 5);
   const long iters = bench::env_int("BENCH_ITERS", 60);
   torch::set_num_threads(static_cast<int>(bench::env_int("BENCH_THREADS", 1)));
+  torch::Device device = torch::kCPU;
+  try {
+    device = place_on_device(bench::bench_device_name(), 0, "BENCH_DEVICE");
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "bench_trainer_overhead: %s\n", error.what());
+    return 1;
+  }
   spdlog::set_level(spdlog::level::warn);
   logger().set_level(spdlog::level::warn);
   auto data = std::make_shared<SyntheticImages>(SyntheticImagesOptions().size(4096));
   std::string work_dir = std::filesystem::temp_directory_path() / "lockstep_bench_trainer";
   std::filesystem::create_directories(work_dir);
   std::vector<double> hand, engine, ratios;
-  std::printf("trainer_overhead: ConvNet [32, 64] + FC 128, batch %lld, %ld rounds x %ld steps, %d torch thread(s)\n",
-              static_cast<long long>(kBatch), rounds, iters, torch::get_num_threads());
+  std::printf("trainer_overhead: ConvNet [32, 64] + FC 128, batch %lld, %ld rounds x %ld steps, %d torch thread(s), on %s\n",
+              static_cast<long long>(kBatch), rounds, iters, torch::get_num_threads(), device.str().c_str());
   for (long round = 0; round < rounds; ++round) {
-    double a = hand_written(*data, iters);
-    double b = with_trainer(data, iters, work_dir);
+    double a = hand_written(*data, iters, device);
+    double b = with_trainer(data, iters, work_dir, device);
     hand.push_back(a);
     engine.push_back(b);
     ratios.push_back(b / a);

@@ -21,7 +21,7 @@
 #                Fashion-MNIST is used where the host has none.
 #   --logs DIR   where every step's log and summary.md go (<build>/gpu-check)
 #   STEP...      run only these: build gpus unit cuda-paths demo-1 demo-all
-#                bench-ddp bench-fsdp bench-amp. The build (which only redoes what is
+#                bench-ddp bench-fsdp bench-amp bench-overhead. The build (which only redoes what is
 #                out of date) and the GPU count always run first.
 #
 # libtorch: TORCH_DIR when set; else the one inside python3's PyTorch
@@ -49,7 +49,7 @@ WORK_DIR=${WORK_DIR:-work_dirs/gpu-check}
 LOG_DIR=$BUILD_DIR/gpu-check
 KIT=""
 DEMO_CONFIG=examples/fashion_mnist/cnn_ddp.yaml
-ALL_STEPS=(build gpus unit cuda-paths demo-1 demo-all bench-ddp bench-fsdp bench-amp)
+ALL_STEPS=(build gpus unit cuda-paths demo-1 demo-all bench-ddp bench-fsdp bench-amp bench-overhead)
 read -ra extra_cmake_flags <<<"${CMAKE_FLAGS:-}"
 wanted=()
 while (($#)); do
@@ -413,6 +413,24 @@ bench_fsdp() {
   return 0
 }
 
+# bench/trainer_overhead on GPU 0: lockstep's Trainer against a hand-written
+# libtorch loop of the same ConvNet steps (target: at most 1.02x).
+bench_overhead() {
+  bench_binary trainer_overhead || return
+  ((gpus > 0)) || { result="not run: no GPU"; return 2; }
+  if ! BENCH_DEVICE=cuda logged bench-overhead "$BUILD_DIR/bench/bench_trainer_overhead"; then
+    result="failed; see $LOG_DIR/bench-overhead.log"
+    return 1
+  fi
+  # "median: hand-written 1.23 ms/step, lockstep Trainer 1.25 ms/step" and "RESULT trainer_overhead ratio (...) = 1.016  (target <= 1.03)"
+  local medians ratio
+  medians=$(grep -E '^median: ' "$LOG_DIR/bench-overhead.log" | tail -n1 | sed 's/^median: //')
+  ratio=$(grep -oE 'RESULT trainer_overhead ratio .* = [0-9.]+' "$LOG_DIR/bench-overhead.log" | awk '{print $NF}')
+  [[ -n "$ratio" ]] || { result="no RESULT line; see $LOG_DIR/bench-overhead.log"; return 1; }
+  result="Trainer / hand-written $ratio ($medians)"
+  return 0
+}
+
 # bench/amp adds its "cuda fp32/bf16/fp16" modes by itself when libtorch sees
 # a GPU (on GPU 0), after the CPU modes.
 bench_amp() {
@@ -451,11 +469,11 @@ fi
 declare -A step_title=(
   [build]="configure + build" [gpus]="GPUs visible" [unit]="unit tests (ctest -L unit)"
   [demo-1]="demo, 1 GPU, NCCL" [demo-all]="demo, every GPU, NCCL" [cuda-paths]="CUDA paths (lockstep train)" [bench-ddp]="bench/ddp (BENCH_DEVICE=cuda)"
-  [bench-fsdp]="bench/fsdp (BENCH_DEVICE=cuda)" [bench-amp]="bench/amp"
+  [bench-fsdp]="bench/fsdp (BENCH_DEVICE=cuda)" [bench-amp]="bench/amp" [bench-overhead]="bench/trainer_overhead (BENCH_DEVICE=cuda)"
 )
 declare -A step_function=(
   [build]=build [gpus]=check_gpus [unit]=unit_tests [demo-1]=demo_one [demo-all]=demo_all [cuda-paths]=cuda_paths
-  [bench-ddp]=bench_ddp [bench-fsdp]=bench_fsdp [bench-amp]=bench_amp
+  [bench-ddp]=bench_ddp [bench-fsdp]=bench_fsdp [bench-amp]=bench_amp [bench-overhead]=bench_overhead
 )
 # The build and the GPU count come first whatever was asked: later steps need both.
 [[ " ${wanted[*]} " == *" build "* ]] || wanted=(build "${wanted[@]}")
