@@ -21,7 +21,7 @@
 #                Fashion-MNIST is used where the host has none.
 #   --logs DIR   where every step's log and summary.md go (<build>/gpu-check)
 #   STEP...      run only these: build gpus unit cuda-paths demo-1 demo-all
-#                bench-ddp bench-fsdp bench-amp bench-overhead. The build (which only redoes what is
+#                bench-ddp bench-fsdp bench-amp bench-overhead bench-eager. The build (which only redoes what is
 #                out of date) and the GPU count always run first.
 #
 # libtorch: TORCH_DIR when set; else the one inside python3's PyTorch
@@ -49,7 +49,7 @@ WORK_DIR=${WORK_DIR:-work_dirs/gpu-check}
 LOG_DIR=$BUILD_DIR/gpu-check
 KIT=""
 DEMO_CONFIG=examples/fashion_mnist/cnn_ddp.yaml
-ALL_STEPS=(build gpus unit cuda-paths demo-1 demo-all bench-ddp bench-fsdp bench-amp bench-overhead)
+ALL_STEPS=(build gpus unit cuda-paths demo-1 demo-all bench-ddp bench-fsdp bench-amp bench-overhead bench-eager)
 read -ra extra_cmake_flags <<<"${CMAKE_FLAGS:-}"
 wanted=()
 while (($#)); do
@@ -431,6 +431,50 @@ bench_overhead() {
   return 0
 }
 
+# lockstep's step against PyTorch eager's on GPU 0: the demo's ConvNet step
+# through `lockstep train` (in-memory SyntheticImages, SingleDeviceStrategy,
+# the loss logged every 10 steps) and through a plain PyTorch loop
+# (bench/eager_step.py, the same model, batch, optimizer and logging), in
+# alternating rounds; the median window of each, and their ratio (target: at
+# most 0.9, no Python on lockstep's hot path).
+eager_iters=${BENCH_EAGER_ITERS:-600}
+lockstep_eager_run=(
+  examples/fashion_mnist/cnn.yaml --set 'strategy={type: SingleDeviceStrategy, device: cuda}'
+  --set 'train_dataloader.dataset={_delete_: true, type: SyntheticImages, size: 4096}'
+  --set "train_cfg={_delete_: true, max_iters: $eager_iters}" --set default_hooks.logger.interval=10
+  --set val_dataloader=null --set val_evaluator=null --set test_dataloader=null --set test_evaluator=null
+  --set default_hooks.checkpoint=null --set param_scheduler=null
+)
+bench_eager() {
+  ((built)) || { result="not run: no build"; return 2; }
+  ((gpus > 0)) || { result="not run: no GPU"; return 2; }
+  local round rounds=${BENCH_ROUNDS:-3} log=$LOG_DIR/bench-eager.log ours=() theirs=() value
+  : >"$log"
+  for ((round = 0; round < rounds; ++round)); do
+    rm -rf "$WORK_DIR/eager"
+    "$BUILD_DIR/bin/lockstep" train "${lockstep_eager_run[@]}" --work-dir "$WORK_DIR/eager" >>"$log" 2>&1 \
+      || { result="lockstep train failed; see $log"; return 1; }
+    # The median of the logged windows' "time", past the first 5 (warm-up).
+    value=$(python3 -c 'import json, statistics, sys
+times = [json.loads(line)["time"] for line in open(sys.argv[1]) if "\"time\"" in line][5:]
+print("%.6f" % statistics.median(times))' "$WORK_DIR/eager/metrics.jsonl") || { result="no metrics.jsonl times; see $log"; return 1; }
+    ours+=("$value")
+    python3 bench/eager_step.py --device cuda --iters "$eager_iters" >>"$log" 2>&1 \
+      || { result="bench/eager_step.py failed; see $log"; return 1; }
+    value=$(grep -oE 'RESULT eager seconds per step .* = [0-9.]+' "$log" | tail -n1 | awk '{print $NF}')
+    theirs+=("$value")
+    echo "round $round: lockstep ${ours[-1]} s/step, PyTorch eager $value s/step" | tee -a "$log"
+  done
+  result=$(python3 -c 'import statistics, sys
+n = len(sys.argv) // 2
+ours, theirs = [float(v) for v in sys.argv[1:n + 1]], [float(v) for v in sys.argv[n + 1:]]
+a, b = statistics.median(ours), statistics.median(theirs)
+print("lockstep %.3f ms/step, PyTorch eager %.3f ms/step: ratio %.3f (target <= 0.9)" % (a * 1e3, b * 1e3, a / b))' \
+    "${ours[@]}" "${theirs[@]}")
+  echo "$result" | tee -a "$log"
+  return 0
+}
+
 # bench/amp adds its "cuda fp32/bf16/fp16" modes by itself when libtorch sees
 # a GPU (on GPU 0), after the CPU modes.
 bench_amp() {
@@ -470,10 +514,11 @@ declare -A step_title=(
   [build]="configure + build" [gpus]="GPUs visible" [unit]="unit tests (ctest -L unit)"
   [demo-1]="demo, 1 GPU, NCCL" [demo-all]="demo, every GPU, NCCL" [cuda-paths]="CUDA paths (lockstep train)" [bench-ddp]="bench/ddp (BENCH_DEVICE=cuda)"
   [bench-fsdp]="bench/fsdp (BENCH_DEVICE=cuda)" [bench-amp]="bench/amp" [bench-overhead]="bench/trainer_overhead (BENCH_DEVICE=cuda)"
+  [bench-eager]="demo CNN step: lockstep train / PyTorch eager"
 )
 declare -A step_function=(
   [build]=build [gpus]=check_gpus [unit]=unit_tests [demo-1]=demo_one [demo-all]=demo_all [cuda-paths]=cuda_paths
-  [bench-ddp]=bench_ddp [bench-fsdp]=bench_fsdp [bench-amp]=bench_amp [bench-overhead]=bench_overhead
+  [bench-ddp]=bench_ddp [bench-fsdp]=bench_fsdp [bench-amp]=bench_amp [bench-overhead]=bench_overhead [bench-eager]=bench_eager
 )
 # The build and the GPU count come first whatever was asked: later steps need both.
 [[ " ${wanted[*]} " == *" build "* ]] || wanted=(build "${wanted[@]}")
