@@ -20,7 +20,7 @@
 #                into <build>/kit-root and searched after libtorch; its
 #                Fashion-MNIST is used where the host has none.
 #   --logs DIR   where every step's log and summary.md go (<build>/gpu-check)
-#   STEP...      run only these: build gpus unit cuda-paths demo-1 demo-all
+#   STEP...      run only these: build gpus unit multiprocess cuda-paths demo-1 demo-all
 #                bench-ddp bench-fsdp bench-amp bench-overhead bench-eager. The build (which only redoes what is
 #                out of date) and the GPU count always run first.
 #
@@ -35,6 +35,7 @@
 #   WORK_DIR            demo work folders (work_dirs/gpu-check)
 #   FASHION_MNIST_ROOT  Fashion-MNIST's folder, if not Debian's /usr/share/datasets/fashion-mnist
 #   RUN_TIMEOUT         seconds each cuda-paths run may take (150)
+#   MULTIPROCESS_TIMEOUT  seconds the multi-process tests may take together (540)
 #   BENCH_*             passed on to the benches (BENCH_ROUNDS, BENCH_ITERS, BENCH_WORLDS, ...)
 
 # The step functions run through `step "$name" fn`, which shellcheck 0.9 takes
@@ -49,7 +50,7 @@ WORK_DIR=${WORK_DIR:-work_dirs/gpu-check}
 LOG_DIR=$BUILD_DIR/gpu-check
 KIT=""
 DEMO_CONFIG=examples/fashion_mnist/cnn_ddp.yaml
-ALL_STEPS=(build gpus unit cuda-paths demo-1 demo-all bench-ddp bench-fsdp bench-amp bench-overhead bench-eager)
+ALL_STEPS=(build gpus unit multiprocess cuda-paths demo-1 demo-all bench-ddp bench-fsdp bench-amp bench-overhead bench-eager)
 read -ra extra_cmake_flags <<<"${CMAKE_FLAGS:-}"
 wanted=()
 while (($#)); do
@@ -238,6 +239,26 @@ unit_tests() {
     return 1
   fi
   return 0
+}
+
+# ---- 3b. multi-process tests -----------------------------------------------------
+# The areas whose tests start several ranks (collectives, DDP, FSDP, AMP under
+# DDP, GANs), on this build: their CUDA cases run where a GPU is visible.
+# Bounded by MULTIPROCESS_TIMEOUT seconds (540) so the step fits a 10-minute call.
+multiprocess_tests() {
+  ((built)) || { result="not run: no build"; return 2; }
+  local status summary failed_list
+  (cd "$BUILD_DIR" && logged multiprocess timeout "${MULTIPROCESS_TIMEOUT:-540}" \
+    ctest -L 'dist|parallel|fsdp|amp_dist|gan' --output-on-failure -j "$JOBS" --timeout 300)
+  status=$?
+  summary=$(grep -oE '[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' "$LOG_DIR/multiprocess.log" | tail -n1)
+  failed_list=$(grep -E '^\s+[0-9]+ - .* \(' "$LOG_DIR/multiprocess.log" | awk '{print $3}' | paste -sd, -)
+  if ((status == 124)); then
+    result="stopped after ${MULTIPROCESS_TIMEOUT:-540} s; see $LOG_DIR/multiprocess.log"
+    return 1
+  fi
+  result="${summary:-no ctest summary}${failed_list:+; failed: $failed_list}"
+  ((status == 0))
 }
 
 # ---- 4. the demo on the GPUs --------------------------------------------------
@@ -512,12 +533,13 @@ if [[ -n "$KIT" ]]; then
 fi
 declare -A step_title=(
   [build]="configure + build" [gpus]="GPUs visible" [unit]="unit tests (ctest -L unit)"
+  [multiprocess]="multi-process tests (dist, parallel, fsdp, amp_dist, gan)"
   [demo-1]="demo, 1 GPU, NCCL" [demo-all]="demo, every GPU, NCCL" [cuda-paths]="CUDA paths (lockstep train)" [bench-ddp]="bench/ddp (BENCH_DEVICE=cuda)"
   [bench-fsdp]="bench/fsdp (BENCH_DEVICE=cuda)" [bench-amp]="bench/amp" [bench-overhead]="bench/trainer_overhead (BENCH_DEVICE=cuda)"
   [bench-eager]="demo CNN step: lockstep train / PyTorch eager"
 )
 declare -A step_function=(
-  [build]=build [gpus]=check_gpus [unit]=unit_tests [demo-1]=demo_one [demo-all]=demo_all [cuda-paths]=cuda_paths
+  [build]=build [gpus]=check_gpus [unit]=unit_tests [multiprocess]=multiprocess_tests [demo-1]=demo_one [demo-all]=demo_all [cuda-paths]=cuda_paths
   [bench-ddp]=bench_ddp [bench-fsdp]=bench_fsdp [bench-amp]=bench_amp [bench-overhead]=bench_overhead [bench-eager]=bench_eager
 )
 # The build and the GPU count come first whatever was asked: later steps need both.
