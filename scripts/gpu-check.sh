@@ -20,7 +20,7 @@
 #                into <build>/kit-root and searched after libtorch; its
 #                Fashion-MNIST is used where the host has none.
 #   --logs DIR   where every step's log and summary.md go (<build>/gpu-check)
-#   STEP...      run only these: build gpus unit multiprocess cuda-paths demo-1 demo-all
+#   STEP...      run only these: build gpus unit multiprocess differential cuda-paths demo-1 demo-all
 #                bench-ddp bench-fsdp bench-amp bench-overhead bench-eager. The build (which only redoes what is
 #                out of date) and the GPU count always run first.
 #
@@ -50,7 +50,7 @@ WORK_DIR=${WORK_DIR:-work_dirs/gpu-check}
 LOG_DIR=$BUILD_DIR/gpu-check
 KIT=""
 DEMO_CONFIG=examples/fashion_mnist/cnn_ddp.yaml
-ALL_STEPS=(build gpus unit multiprocess cuda-paths demo-1 demo-all bench-ddp bench-fsdp bench-amp bench-overhead bench-eager)
+ALL_STEPS=(build gpus unit multiprocess differential cuda-paths demo-1 demo-all bench-ddp bench-fsdp bench-amp bench-overhead bench-eager)
 read -ra extra_cmake_flags <<<"${CMAKE_FLAGS:-}"
 wanted=()
 while (($#)); do
@@ -258,6 +258,22 @@ multiprocess_tests() {
     return 1
   fi
   result="${summary:-no ctest summary}${failed_list:+; failed: $failed_list}"
+  ((status == 0))
+}
+
+# ---- 3c. against PyTorch ------------------------------------------------------------
+# tests/differential against the host's PyTorch (LOCKSTEP_TEST_PYTHON), its
+# DDP_BatchNorm_OneGpu case on GPU 0 with deterministic algorithms on both sides.
+differential_tests() {
+  ((built)) || { result="not run: no build"; return 2; }
+  local status summary failed_list gpu_case
+  (cd "$BUILD_DIR" && logged differential timeout "${MULTIPROCESS_TIMEOUT:-540}" \
+    ctest -L differential --output-on-failure -j "$JOBS" --timeout 480)
+  status=$?
+  summary=$(grep -oE '[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' "$LOG_DIR/differential.log" | tail -n1)
+  failed_list=$(grep -E '^\s+[0-9]+ - .* \(' "$LOG_DIR/differential.log" | awk '{print $3}' | paste -sd, -)
+  gpu_case=$(grep -A40 'DDP_BatchNorm_OneGpu' "$LOG_DIR/differential.log" | grep -m1 -oE 'largest: [-0-9.e+]+')
+  result="${summary:-no ctest summary}${gpu_case:+; on the GPU $gpu_case}${failed_list:+; failed: $failed_list}"
   ((status == 0))
 }
 
@@ -520,6 +536,9 @@ bench_amp() {
 echo "gpu-check: $(pwd), build folder $BUILD_DIR, logs in $LOG_DIR, steps: ${wanted[*]}"
 if [[ -z "${TORCH_DIR:-}" ]] && TORCH_DIR=$(pip_torch_dir); then
   echo "gpu-check: libtorch from python3's PyTorch $(python3 -c 'import torch; print(torch.__version__)'): TORCH_DIR=$TORCH_DIR"
+  # The tests that compare with PyTorch use that Python, not Debian's /usr/bin/python3.
+  LOCKSTEP_TEST_PYTHON=${LOCKSTEP_TEST_PYTHON:-$(command -v python3)}
+  export LOCKSTEP_TEST_PYTHON
 else
   [[ -n "${TORCH_DIR:-}" ]] || unset TORCH_DIR
 fi
@@ -534,12 +553,13 @@ fi
 declare -A step_title=(
   [build]="configure + build" [gpus]="GPUs visible" [unit]="unit tests (ctest -L unit)"
   [multiprocess]="multi-process tests (dist, parallel, fsdp, amp_dist, gan)"
+  [differential]="against the host's PyTorch (tests/differential)"
   [demo-1]="demo, 1 GPU, NCCL" [demo-all]="demo, every GPU, NCCL" [cuda-paths]="CUDA paths (lockstep train)" [bench-ddp]="bench/ddp (BENCH_DEVICE=cuda)"
   [bench-fsdp]="bench/fsdp (BENCH_DEVICE=cuda)" [bench-amp]="bench/amp" [bench-overhead]="bench/trainer_overhead (BENCH_DEVICE=cuda)"
   [bench-eager]="demo CNN step: lockstep train / PyTorch eager"
 )
 declare -A step_function=(
-  [build]=build [gpus]=check_gpus [unit]=unit_tests [multiprocess]=multiprocess_tests [demo-1]=demo_one [demo-all]=demo_all [cuda-paths]=cuda_paths
+  [build]=build [gpus]=check_gpus [unit]=unit_tests [multiprocess]=multiprocess_tests [differential]=differential_tests [demo-1]=demo_one [demo-all]=demo_all [cuda-paths]=cuda_paths
   [bench-ddp]=bench_ddp [bench-fsdp]=bench_fsdp [bench-amp]=bench_amp [bench-overhead]=bench_overhead [bench-eager]=bench_eager
 )
 # The build and the GPU count come first whatever was asked: later steps need both.

@@ -175,7 +175,7 @@ TEST(CheckpointFileTest, PlainSafetensorsRoundTrip) {
 
 // An independent reader: numpy parses the file by the safetensors spec.
 TEST(CheckpointFileTest, NumpyReadsTheSameValues) {
-  if (testing::run_command({"/usr/bin/python3", "-c", "import numpy"}).exit_code != 0) {
+  if (testing::run_command({testing::python(), "-c", "import numpy"}).exit_code != 0) {
     GTEST_SKIP() << "python3-numpy is not installed";
   }
   testing::TempDir dir;
@@ -199,7 +199,7 @@ for name in sorted(k for k in header if k != '__metadata__'):
 print('iteration', json.loads(header['__metadata__']['lockstep.values'])['iteration'])
 )PY";
   testing::write_file(dir.file("read.py"), script);
-  auto result = testing::run_command({"/usr/bin/python3", dir.file("read.py"), dir.file("a.ckpt")});
+  auto result = testing::run_command({testing::python(), dir.file("read.py"), dir.file("a.ckpt")});
   ASSERT_EQ(result.exit_code, 0) << result.output;
   std::ostringstream expected;
   expected << "model/i -3.0 5.0\nmodel/w";

@@ -25,7 +25,7 @@ using ::testing::HasSubstr;
 // Runs a Python snippet with `dir` as its working directory.
 std::string python(const testing::TempDir& dir, const std::string& code) {
   testing::write_file(dir.file("script.py"), "import os, torch\nos.chdir(" + std::string("'") + dir.path() + "')\n" + code);
-  auto result = testing::run_command({"/usr/bin/python3", dir.file("script.py")}, {}, 120);
+  auto result = testing::run_command({testing::python(), dir.file("script.py")}, {}, 120);
   EXPECT_EQ(result.exit_code, 0) << result.output;
   return result.output;
 }

@@ -11,7 +11,7 @@ namespace lockstep {
 namespace {
 
 bool have_python() {
-  static const bool have = testing::run_command({"/usr/bin/python3", "-c", "import zlib, struct, json"}).exit_code == 0;
+  static const bool have = testing::run_command({testing::python(), "-c", "import zlib, struct, json"}).exit_code == 0;
   return have;
 }
 
@@ -20,7 +20,7 @@ nlohmann::json decode_with_python(const std::string& png) {
   testing::TempDir dir;
   testing::write_file(dir.file("image.png"), png);
   auto result = testing::run_command(
-      {"/usr/bin/python3", testing::source_dir() + "/lockstep/core/testdata/decode_png.py", dir.file("image.png")});
+      {testing::python(), testing::source_dir() + "/lockstep/core/testdata/decode_png.py", dir.file("image.png")});
   EXPECT_EQ(result.exit_code, 0) << result.output;
   return result.exit_code == 0 ? nlohmann::json::parse(result.output) : nlohmann::json();
 }

@@ -67,7 +67,7 @@ TEST(ReduceOnPlateau, LearningRatesEqualPyTorchsReduceLROnPlateau) {
   testing::write_file(dir.file("cases.json"), spec.dump());
   testing::write_file(dir.file("reference.py"), kReference);
   auto result = testing::run_command(
-      {"/usr/bin/python3", dir.file("reference.py"), dir.file("cases.json"), dir.file("lrs.json")}, {}, 120);
+      {testing::python(), dir.file("reference.py"), dir.file("cases.json"), dir.file("lrs.json")}, {}, 120);
   ASSERT_EQ(result.exit_code, 0) << result.output;
   const auto reference = nlohmann::json::parse(read_file(dir.file("lrs.json")));
   int reductions = 0;

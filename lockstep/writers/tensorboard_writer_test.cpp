@@ -291,7 +291,7 @@ TEST(TensorBoardWriterTest, ScalarsOnlyNewOnesSmoothedAtTheirSteps) {
 
 TEST(TensorBoardWriterTest, ImagesArePngsThatDecodeToThePixels) {
   REQUIRE_PROTOC();
-  if (testing::run_command({"/usr/bin/python3", "-c", "import zlib"}).exit_code != 0) GTEST_SKIP() << "no python3";
+  if (testing::run_command({testing::python(), "-c", "import zlib"}).exit_code != 0) GTEST_SKIP() << "no python3";
   testing::TempDir dir;
   EventStorage storage(0);
   TensorBoardWriter writer(dir.path());
@@ -327,7 +327,7 @@ TEST(TensorBoardWriterTest, ImagesArePngsThatDecodeToThePixels) {
     EXPECT_EQ(image->field("colorspace"), std::to_string(want.channels));
     testing::write_file(dir.file("image.png"), unescape(image->field("encoded_image_string")));
     auto decoded = testing::run_command(
-        {"/usr/bin/python3", testing::source_dir() + "/lockstep/core/testdata/decode_png.py", dir.file("image.png")});
+        {testing::python(), testing::source_dir() + "/lockstep/core/testdata/decode_png.py", dir.file("image.png")});
     ASSERT_EQ(decoded.exit_code, 0) << decoded.output;
     auto png = nlohmann::json::parse(decoded.output);
     EXPECT_EQ(png["channels"], want.channels);

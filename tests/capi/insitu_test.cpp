@@ -29,7 +29,7 @@ TEST(InSitu, HeatSolversInFortranAndCTrainTheirSurrogateUnderMpirun) {
   if (!testing::python_has("torch")) GTEST_SKIP() << "python3-torch is missing: it scripts the surrogate";
   testing::TempDir dir;
   const std::string examples = testing::source_dir() + "/examples/insitu";
-  auto made = testing::run_command({"/usr/bin/python3", examples + "/make_surrogate.py", dir.file("surrogate.pt")}, {}, 120);
+  auto made = testing::run_command({testing::python(), examples + "/make_surrogate.py", dir.file("surrogate.pt")}, {}, 120);
   ASSERT_EQ(made.exit_code, 0) << made.output;
 
   for (const std::string language : {"fortran", "c"}) {
@@ -53,7 +53,7 @@ TEST(InSitu, HeatSolversInFortranAndCTrainTheirSurrogateUnderMpirun) {
                                         "--format", "torchscript", "-o", dir.file("trained.pt")},
                                        {}, 120);
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
-  auto checked = testing::run_command({"/usr/bin/python3", examples + "/check.py", dir.file("trained.pt")}, {}, 120);
+  auto checked = testing::run_command({testing::python(), examples + "/check.py", dir.file("trained.pt")}, {}, 120);
   EXPECT_EQ(checked.exit_code, 0) << checked.output;
 }
 

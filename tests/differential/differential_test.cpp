@@ -22,6 +22,7 @@
 // Cost: 37 runs of `lockstep train` (or of the C API's test program) (about 4 s each on 2 cores) plus one
 // Python process for the references when the cache in the build tree is cold.
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 
 #include <fstream>
 #include <functional>
@@ -37,14 +38,13 @@ namespace {
 
 using nlohmann::json;
 
-const std::string kPython = "/usr/bin/python3";
 
 std::string reference_script() { return testing::source_dir() + "/tests/differential/pytorch_reference.py"; }
 
 // Whether python3-torch is installed, without paying for importing it.
 bool pytorch_available() {
   static const bool available =
-      testing::run_command({kPython, "-c",
+      testing::run_command({testing::python(), "-c",
                             "import importlib.util, sys; sys.exit(not (importlib.util.find_spec('torch') and "
                             "importlib.util.find_spec('numpy')))"},
                            {}, 60)
@@ -69,6 +69,10 @@ json base_case(int world) {
           {"schedulers", json::array()},
           {"amp", nullptr}};
 }
+
+// A case on GPU 0 ("device": "cuda"): both sides with deterministic algorithms.
+bool on_gpu(const json& c) { return c.value("device", std::string("cpu")) == "cuda"; }
+bool cuda_available() { return torch::cuda::is_available(); }
 
 std::string yaml_list(const json& values) {
   std::string text = "[";
@@ -105,7 +109,7 @@ std::string lockstep_config(const json& c, const std::string& strategy, const st
   if (c["model"]["type"] == "DCGAN") return gan_config(c, strategy, init);
   std::ostringstream yaml;
   const json& model = c["model"];
-  yaml << "randomness: {seed: " << c["seed"] << "}\n"
+  yaml << "randomness: {seed: " << c["seed"] << (on_gpu(c) ? ", deterministic: true" : "") << "}\n"
        << "env: {num_threads: 1}\n";
   if (model["type"] == "ScriptedConvNet") {
     // The module pytorch_reference.py scripted, beside the initial weights.
@@ -315,6 +319,10 @@ const std::vector<DiffCase>& all_cases() {
         // against two PyTorch DDP wrappers driven the way dcgan.h's train_step
         // drives lockstep's (the noise comes from the batch seeds lockstep's
         // loader hands out, reproduced in the reference). BatchNorm statistics included.
+        {"DDP_BatchNorm_OneGpu", with(with(batch_norm, "world", 1), "device", "cuda"),
+         "strategy: {type: DDPStrategy, launcher: pytorch, backend: nccl, device: cuda}\n", 1e-5,
+         "GPU 0 on both sides, deterministic algorithms on both: the same libtorch's kernels, but nothing "
+         "promises cuDNN picks the same algorithm for two callers"},
         {"SeparateDDP_Gan", gan,
          "strategy: {type: DDPStrategy, launcher: pytorch, backend: gloo, model_wrapper: "
          "{type: MMSeparateDistributedDataParallel}}\n",
@@ -345,6 +353,7 @@ Reference reference_for(const json& c) {
   json jobs = json::array();
   std::set<std::string> queued;  // cases that differ only in lockstep's strategy share a reference
   for (const auto& other : all_cases()) {
+    if (on_gpu(other.reference) && !cuda_available()) continue;  // PyTorch's side would need the GPU too
     Reference missing = cached_reference(other.reference);
     if (testing::file_exists(missing.final_weights) || !queued.insert(missing.final_weights).second) continue;
     const std::string dir = missing.init.substr(0, missing.init.rfind('/'));
@@ -354,7 +363,7 @@ Reference reference_for(const json& c) {
   testing::TempDir scratch;
   testing::write_file(scratch.file("jobs.json"), jobs.dump());
   // Under the test's own 600 s, so a stuck reference fails with its output.
-  auto result = testing::run_command({kPython, reference_script(), "batch", scratch.file("jobs.json")}, {}, 480);
+  auto result = testing::run_command({testing::python(), reference_script(), "batch", scratch.file("jobs.json")}, {}, 480);
   EXPECT_EQ(result.exit_code, 0) << result.output;
   return ref;
 }
@@ -396,7 +405,7 @@ double train_and_compare(const json& c, const std::string& strategy) {
   auto exported = testing::run_command({testing::lockstep_binary(), "ckpt", "export", dir.file("work/model_final.ckpt"),
                                         "-o", dir.file("lockstep.safetensors")});
   EXPECT_EQ(exported.exit_code, 0) << exported.output;
-  auto compared = testing::run_command({kPython, reference_script(), "compare", dir.file("lockstep.safetensors"),
+  auto compared = testing::run_command({testing::python(), reference_script(), "compare", dir.file("lockstep.safetensors"),
                                         ref.final_weights});
   EXPECT_EQ(compared.exit_code, 0) << compared.output;
   if (compared.exit_code != 0) return 1e9;
@@ -419,6 +428,7 @@ class Differential : public ::testing::TestWithParam<DiffCase> {
 
 TEST_P(Differential, FinalWeightsMatchPyTorch) {
   const DiffCase& c = GetParam();
+  if (on_gpu(c.reference) && !cuda_available()) GTEST_SKIP() << "no CUDA device: this case runs on GPU 0";
   if (c.reference.value("driver", std::string()) == "capi_mpirun") {
     if (auto problem = testing::mpirun_problem(); !problem.empty()) GTEST_SKIP() << problem;
   }

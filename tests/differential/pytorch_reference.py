@@ -28,7 +28,8 @@ CASE is JSON:
    "paramwise": {"norm_decay_mult": 0, "bias_decay_mult": 0, "bias_lr_mult": 2} (optional),
    "comm_hook": null | "fp16_compress" | {"type": "PowerSGD", "matrix_approximation_rank": 4, ...},
    "gradient_as_bucket_view": false | true (optional, DDP's argument),
-   "data_root": "/usr/share/datasets/fashion-mnist"}
+   "data_root": "/usr/share/datasets/fashion-mnist",
+   "device": "cpu" | "cuda" (optional; cuda: GPU 0 for every rank, deterministic algorithms on)}
 
 The data order is lockstep's DefaultSampler with shuffle false: rank r's
 samples are r, r + world, r + 2 world, ...; iteration i takes the next `batch`
@@ -215,9 +216,21 @@ def latent_noise(case, rank, iteration):
 
 def preprocess(x, mean=MEAN, std=STD):
     import torch
-    mean = torch.tensor([mean], dtype=torch.float32).view(1, 1, 1, 1)
-    std = torch.tensor([std], dtype=torch.float32).view(1, 1, 1, 1)
+    mean = torch.tensor([mean], dtype=torch.float32, device=x.device).view(1, 1, 1, 1)
+    std = torch.tensor([std], dtype=torch.float32, device=x.device).view(1, 1, 1, 1)
     return (x.to(torch.float32) - mean) / std
+
+
+def case_device(case):
+    """The case's device; on cuda, PyTorch's deterministic algorithms (cuBLAS needs its workspace fixed first)."""
+    import torch
+    device = torch.device(case.get("device", "cpu"))
+    if device.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = False
+        torch.cuda.set_device(0)
+    return device
 
 
 def build_optimizer(spec, params):
@@ -319,12 +332,14 @@ def train_rank(rank, case, init, out, init_method):
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
     torch.set_num_threads(1)
+    device = case_device(case)
     dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=case["world"])
     if case["model"]["type"] == "ScriptedConvNet":
         model = torch.jit.load(scripted_path(init))
     else:
         model = build_model(case["model"])
     model.load_state_dict(read_safetensors(init))
+    model.to(device)
     ddp = DDP(model, gradient_as_bucket_view=case.get("gradient_as_bucket_view", False))
     register_comm_hook(ddp, case.get("comm_hook"))
     optimizer = build_optimizer(case["optimizer"], param_groups(model, case))
@@ -332,11 +347,12 @@ def train_rank(rank, case, init, out, init_method):
     accumulate = case.get("accumulate", 1)
     amp = case.get("amp")
     for i, (x, y) in enumerate(rank_batches(case, rank)):
+        x, y = x.to(device), y.to(device)
         last_micro_step = (i + 1) % accumulate == 0
         context = ddp.no_sync() if not last_micro_step else contextlib.nullcontext()
         with context:
             if amp:
-                with torch.autocast("cpu", dtype={"bf16": torch.bfloat16}[amp]):
+                with torch.autocast(device.type, dtype={"bf16": torch.bfloat16}[amp]):
                     loss = F.cross_entropy(ddp(preprocess(x)), y)
             else:
                 loss = F.cross_entropy(ddp(preprocess(x)), y)

@@ -297,7 +297,7 @@ LOCKSTEP_WORKER_TEST(TorchrunWorker, Collectives) {
 
 int python_torch_major() {
   static const int major = [] {
-    auto result = testing::run_command({"/usr/bin/python3", "-c", "import torch; print(torch.__version__.split('.')[0])"},
+    auto result = testing::run_command({testing::python(), "-c", "import torch; print(torch.__version__.split('.')[0])"},
                                        {}, 120);
     return result.exit_code == 0 ? std::atoi(result.output.c_str()) : 0;
   }();
@@ -305,7 +305,7 @@ int python_torch_major() {
 }
 
 bool python_has_torch() {
-  static const bool has = testing::run_command({"/usr/bin/python3", "-c", "import torch"}, {}, 120).exit_code == 0;
+  static const bool has = testing::run_command({testing::python(), "-c", "import torch"}, {}, 120).exit_code == 0;
   return has;
 }
 
@@ -332,7 +332,7 @@ testing::CommandResult run_torchrun(const std::vector<std::string>& rendezvous_a
   // Debian bookworm's torchrun (torch 1.13 on Python 3.11) crashes parsing its
   // default --redirects/--tee "0" (Python 3.11 no longer iterates IntFlag's
   // zero member); explicit non-zero values avoid the bug and keep the output.
-  std::vector<std::string> argv{"/usr/bin/python3", "-c", kTorchrunShim, "--no_python", "--redirects", "1", "--tee", "1"};
+  std::vector<std::string> argv{testing::python(), "-c", kTorchrunShim, "--no_python", "--redirects", "1", "--tee", "1"};
   argv.insert(argv.end(), rendezvous_args.begin(), rendezvous_args.end());
   argv.insert(argv.end(), {"--nproc_per_node", "2", testing::self_executable(),
                            "--gtest_filter=TorchrunWorker.Collectives"});

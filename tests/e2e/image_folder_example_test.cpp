@@ -16,7 +16,7 @@ TEST(ImageFolderExample, PngFoldersHoldTheIdxImagesAndTrainOnTwoRanks) {
   if (!testing::python_has("PIL")) GTEST_SKIP() << "needs python3-pil";
   testing::TempDir dir;
   const std::string example = testing::source_dir() + "/examples/image_folder/";
-  auto written = testing::run_command({"/usr/bin/python3", example + "write_png_folders.py", dir.file("png")}, {}, 300);
+  auto written = testing::run_command({testing::python(), example + "write_png_folders.py", dir.file("png")}, {}, 300);
   ASSERT_EQ(written.exit_code, 0) << written.output;
 
   // Every test image and label, through ImageFolder, equals the IDX file's.

@@ -20,13 +20,18 @@ extern char** environ;
 
 namespace lockstep::testing {
 
+std::string python() {
+  const char* chosen = std::getenv("LOCKSTEP_TEST_PYTHON");
+  return chosen != nullptr && *chosen != '\0' ? chosen : "/usr/bin/python3";
+}
+
 bool python_has(const std::string& module) {
   static std::mutex mutex;
   static std::map<std::string, bool> known;
   std::lock_guard<std::mutex> lock(mutex);
   auto found = known.find(module);
   if (found == known.end()) {
-    found = known.emplace(module, run_command({"/usr/bin/python3", "-c", "import " + module}, {}, 120).exit_code == 0)
+    found = known.emplace(module, run_command({python(), "-c", "import " + module}, {}, 120).exit_code == 0)
                 .first;
   }
   return found->second;

@@ -37,8 +37,13 @@ CommandResult run_command(const std::vector<std::string>& argv,
                           const std::vector<std::string>& extra_env = {},
                           double timeout_s = 300);
 
-// Whether Debian's Python (/usr/bin/python3) imports `module` (torch,
-// torchvision, ...): tests against PyTorch skip without it. Asked once per module.
+// The Python that holds the PyTorch tests compare against: LOCKSTEP_TEST_PYTHON
+// when set (a GPU host's pip PyTorch: scripts/gpu-check.sh sets it), else
+// Debian's /usr/bin/python3 with python3-torch.
+std::string python();
+
+// Whether python() imports `module` (torch, torchvision, ...): tests against
+// PyTorch skip without it. Asked once per module.
 bool python_has(const std::string& module);
 
 // The message of the exception `action` throws, "<no error>" when it throws none.

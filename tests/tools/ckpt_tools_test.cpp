@@ -60,18 +60,17 @@ testing::CommandResult train(const testing::TempDir& dir, const std::string& nam
   return lockstep_cli(args);
 }
 
-const std::string kPython = "/usr/bin/python3";
 std::string safetensors_io() { return testing::source_dir() + "/tests/tools/safetensors_io.py"; }
 
 nlohmann::json python_read(const std::string& path) {
-  auto result = testing::run_command({kPython, safetensors_io(), "read", path});
+  auto result = testing::run_command({testing::python(), safetensors_io(), "read", path});
   EXPECT_EQ(result.exit_code, 0) << result.output;
   return nlohmann::json::parse(result.output);
 }
 
 void python_write(const std::string& path, const nlohmann::json& spec) {
   testing::write_file(path + ".json", spec.dump());
-  auto result = testing::run_command({kPython, safetensors_io(), "write", path, path + ".json"});
+  auto result = testing::run_command({testing::python(), safetensors_io(), "write", path, path + ".json"});
   ASSERT_EQ(result.exit_code, 0) << result.output;
 }
 
@@ -306,7 +305,7 @@ TEST(LoadFromTest, ExportedWeightsStartAnotherRunExactly) {
 // DDP-style checkpoint, `lockstep train` starts from it, `lockstep ckpt
 // export --format pt` writes the result, and torch.load finds the same values.
 TEST(LoadFromTest, TorchSaveFileRoundTripsThroughARun) {
-  if (testing::run_command({"/usr/bin/python3", "-c", "import torch"}, {}, 120).exit_code != 0) {
+  if (testing::run_command({testing::python(), "-c", "import torch"}, {}, 120).exit_code != 0) {
     GTEST_SKIP() << "no python3-torch";
   }
   testing::TempDir dir;
@@ -318,7 +317,7 @@ weights = {name: torch.randn(*shape) + 0.5 for name, shape in shapes.items()}
 )PY";
   testing::write_file(dir.file("write.py"), weights + "torch.save({'state_dict': {'module.' + k: v for k, v in "
                                                       "weights.items()}, 'epoch': 7}, '" + dir.file("torch.pt") + "')\n");
-  auto written = testing::run_command({"/usr/bin/python3", dir.file("write.py")}, {}, 120);
+  auto written = testing::run_command({testing::python(), dir.file("write.py")}, {}, 120);
   ASSERT_EQ(written.exit_code, 0) << written.output;
   auto inspected = lockstep_cli({"ckpt", "inspect", dir.file("torch.pt")});
   EXPECT_THAT(inspected.output, HasSubstr("PyTorch state dict (torch.save)"));
@@ -334,7 +333,7 @@ weights = {name: torch.randn(*shape) + 0.5 for name, shape in shapes.items()}
                       "assert sorted(out) == sorted(weights), sorted(out)\n"
                       "assert all(torch.equal(out[k], weights[k]) for k in weights)\n"
                       "print('round trip: equal')\n");
-  auto checked = testing::run_command({"/usr/bin/python3", dir.file("check.py")}, {}, 120);
+  auto checked = testing::run_command({testing::python(), dir.file("check.py")}, {}, 120);
   EXPECT_EQ(checked.exit_code, 0) << checked.output;
   EXPECT_THAT(checked.output, HasSubstr("round trip: equal"));
 }

@@ -63,7 +63,7 @@ class TorchScriptModelTest : public ::testing::Test {
   void SetUp() override {
     if (!testing::python_has("torch")) GTEST_SKIP() << "no python3-torch";
     testing::write_file(dir_.file("export.py"), kExport);
-    auto result = testing::run_command({"/usr/bin/python3", dir_.file("export.py"), dir_.path()}, {}, 120);
+    auto result = testing::run_command({testing::python(), dir_.file("export.py"), dir_.path()}, {}, 120);
     ASSERT_EQ(result.exit_code, 0) << result.output;
     python_keys_ = result.output.substr(0, result.output.find('\n'));
     io_ = read_pt_state_dict(dir_.file("io.pt"));
@@ -151,7 +151,7 @@ TEST_F(TorchScriptModelTest, WhatItSavesTorchJitLoadReadsWithTheTrainedWeights) 
   testing::write_file(dir_.file("check.py"), "import sys, torch\nm = torch.jit.load(sys.argv[1] + '/trained.pt')\n"
                       "m.eval()\nd = torch.load(sys.argv[1] + '/ours.pt', weights_only=True)\n"
                       "print('equal' if torch.equal(m(d['x']), d['logits']) else 'different')\n");
-  auto result = testing::run_command({"/usr/bin/python3", dir_.file("check.py"), dir_.path()}, {}, 120);
+  auto result = testing::run_command({testing::python(), dir_.file("check.py"), dir_.path()}, {}, 120);
   EXPECT_EQ(result.exit_code, 0) << result.output;
   EXPECT_THAT(result.output, HasSubstr("equal"));
   EXPECT_THAT(result.output, ::testing::Not(HasSubstr("different")));
@@ -190,7 +190,7 @@ TEST_F(TorchScriptModelTest, TrainsWithDdpOnTwoRanksThroughLockstepTrain) {
                       "assert sorted(m.state_dict()) == sorted(sd), (sorted(m.state_dict()), sorted(sd))\n"
                       "assert all(torch.equal(v, sd[k]) for k, v in m.state_dict().items())\n"
                       "print('exported module: trained weights')\n");
-  auto compared = testing::run_command({"/usr/bin/python3", dir_.file("compare.py"), dir_.path()}, {}, 120);
+  auto compared = testing::run_command({testing::python(), dir_.file("compare.py"), dir_.path()}, {}, 120);
   EXPECT_THAT(compared.output, HasSubstr("exported module: trained weights"));
 
   // A work dir whose last checkpoint is the one after 3 iterations, as after a crash.
@@ -269,7 +269,7 @@ scripted.eval()
 with torch.no_grad():
     torch.save({'x': x, 'eager': eager(x), 'scripted': scripted(x)}, out + '/io.pt')
 )PY");
-  auto made = testing::run_command({"/usr/bin/python3", dir.file("resnet.py"), dir.path()}, {}, 300);
+  auto made = testing::run_command({testing::python(), dir.file("resnet.py"), dir.path()}, {}, 300);
   ASSERT_EQ(made.exit_code, 0) << made.output;
   auto model = std::make_shared<TorchScriptModel>(TorchScriptModelOptions().path(dir.file("resnet18_scripted.pt")));
   SingleDeviceStrategy strategy(torch::kCPU);
@@ -295,7 +295,7 @@ TEST(TorchScriptExample, ExportTrainExportCheck) {
   testing::TempDir dir;
   const std::string example = testing::source_dir() + "/examples/torchscript/";
   const std::string scripted = dir.file("cnn_scripted.pt");
-  auto exported = testing::run_command({"/usr/bin/python3", example + "export.py", scripted}, {}, 120);
+  auto exported = testing::run_command({testing::python(), example + "export.py", scripted}, {}, 120);
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
   auto trained = testing::run_command({testing::lockstep_binary(), "train", example + "cnn_ddp.yaml", "--nproc", "2",
                                        "--work-dir", dir.file("run"), "--set", "model.path=" + scripted, "--set",
@@ -307,7 +307,7 @@ TEST(TorchScriptExample, ExportTrainExportCheck) {
                                       "--format", "torchscript", "-o", dir.file("trained.pt")},
                                      {}, 120);
   ASSERT_EQ(module.exit_code, 0) << module.output;
-  auto checked = testing::run_command({"/usr/bin/python3", example + "check.py", dir.file("trained.pt")}, {}, 300);
+  auto checked = testing::run_command({testing::python(), example + "check.py", dir.file("trained.pt")}, {}, 300);
   ASSERT_EQ(checked.exit_code, 0) << checked.output;
   const auto at = checked.output.find("torch.jit.load): ");
   ASSERT_NE(at, std::string::npos) << checked.output;

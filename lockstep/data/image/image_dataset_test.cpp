@@ -82,7 +82,7 @@ constexpr const char* kRandomPipeline =
 TEST_F(ImageDatasetTest, FindsTheFilesAndClassesTorchvisionsImageFolderFinds) {
   if (!testing::python_has("torchvision")) GTEST_SKIP() << "needs python3-torchvision";
   testing::write_file(dir_.file("tree.py"), kTree);
-  auto made = testing::run_command({"/usr/bin/python3", dir_.file("tree.py"), dir_.path()}, {}, 120);
+  auto made = testing::run_command({testing::python(), dir_.file("tree.py"), dir_.path()}, {}, 120);
   ASSERT_EQ(made.exit_code, 0) << made.output;
   const auto expected = nlohmann::json::parse(read_file(dir_.file("samples.json")));
   ImageFolder images(dir_.file("tree"), ImageDatasetOptions{});

@@ -24,7 +24,7 @@ class ImageReference : public ::testing::Test {
     if (!testing::python_has("torchvision") || !testing::python_has("PIL")) return;
     dir_ = new testing::TempDir();
     auto result = testing::run_command(
-        {"/usr/bin/python3", testing::source_dir() + "/lockstep/data/image/testdata/make_reference.py", dir_->path()},
+        {testing::python(), testing::source_dir() + "/lockstep/data/image/testdata/make_reference.py", dir_->path()},
         {}, 300);
     ASSERT_EQ(result.exit_code, 0) << result.output;
     manifest_ = new nlohmann::json(nlohmann::json::parse(read_file(dir_->file("manifest.json"))));
