@@ -241,40 +241,38 @@ unit_tests() {
   return 0
 }
 
-# ---- 3b. multi-process tests -----------------------------------------------------
-# The areas whose tests start several ranks (collectives, DDP, FSDP, AMP under
-# DDP, GANs), on this build: their CUDA cases run where a GPU is visible.
-# Bounded by MULTIPROCESS_TIMEOUT seconds (540) so the step fits a 10-minute call.
-multiprocess_tests() {
+# ---- 3b. multi-process tests and the comparison with PyTorch ------------------------
+# Runs the tests of ctest label pattern $2 into $LOG_DIR/$1.log, bounded by
+# MULTIPROCESS_TIMEOUT seconds (540) so the step fits a 10-minute call; sets
+# `result` to ctest's summary and the failed tests' names.
+labelled_tests() {
+  local log=$1 labels=$2 status summary failed_list
   ((built)) || { result="not run: no build"; return 2; }
-  local status summary failed_list
-  (cd "$BUILD_DIR" && logged multiprocess timeout "${MULTIPROCESS_TIMEOUT:-540}" \
-    ctest -L 'dist|parallel|fsdp|amp_dist|gan' --output-on-failure -j "$JOBS" --timeout 300)
+  (cd "$BUILD_DIR" && logged "$log" timeout "${MULTIPROCESS_TIMEOUT:-540}" \
+    ctest -L "$labels" --output-on-failure -j "$JOBS" --timeout 480)
   status=$?
-  summary=$(grep -oE '[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' "$LOG_DIR/multiprocess.log" | tail -n1)
-  failed_list=$(grep -E '^\s+[0-9]+ - .* \(' "$LOG_DIR/multiprocess.log" | awk '{print $3}' | paste -sd, -)
   if ((status == 124)); then
-    result="stopped after ${MULTIPROCESS_TIMEOUT:-540} s; see $LOG_DIR/multiprocess.log"
+    result="stopped after ${MULTIPROCESS_TIMEOUT:-540} s; see $LOG_DIR/$log.log"
     return 1
   fi
+  summary=$(grep -oE '[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' "$LOG_DIR/$log.log" | tail -n1)
+  failed_list=$(grep -E '^\s+[0-9]+ - .* \(' "$LOG_DIR/$log.log" | awk '{print $3}' | paste -sd, -)
   result="${summary:-no ctest summary}${failed_list:+; failed: $failed_list}"
   ((status == 0))
 }
 
-# ---- 3c. against PyTorch ------------------------------------------------------------
+# The areas whose tests start several ranks (collectives, DDP, FSDP, AMP under
+# DDP, GANs), on this build: their CUDA cases run where a GPU is visible.
+multiprocess_tests() { labelled_tests multiprocess 'dist|parallel|fsdp|amp_dist|gan'; }
+
 # tests/differential against the host's PyTorch (LOCKSTEP_TEST_PYTHON), its
 # DDP_BatchNorm_OneGpu case on GPU 0 with deterministic algorithms on both sides.
 differential_tests() {
-  ((built)) || { result="not run: no build"; return 2; }
-  local status summary failed_list gpu_case
-  (cd "$BUILD_DIR" && logged differential timeout "${MULTIPROCESS_TIMEOUT:-540}" \
-    ctest -L differential --output-on-failure -j "$JOBS" --timeout 480)
-  status=$?
-  summary=$(grep -oE '[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' "$LOG_DIR/differential.log" | tail -n1)
-  failed_list=$(grep -E '^\s+[0-9]+ - .* \(' "$LOG_DIR/differential.log" | awk '{print $3}' | paste -sd, -)
-  gpu_case=$(grep -A40 'DDP_BatchNorm_OneGpu' "$LOG_DIR/differential.log" | grep -m1 -oE 'largest: [-0-9.e+]+')
-  result="${summary:-no ctest summary}${gpu_case:+; on the GPU $gpu_case}${failed_list:+; failed: $failed_list}"
-  ((status == 0))
+  labelled_tests differential differential
+  local status=$? gpu_case
+  gpu_case=$(grep -A40 'DDP_BatchNorm_OneGpu' "$LOG_DIR/differential.log" 2>/dev/null | grep -m1 -oE 'largest: [-0-9.e+]+')
+  result+="${gpu_case:+; on the GPU $gpu_case}"
+  return "$status"
 }
 
 # ---- 4. the demo on the GPUs --------------------------------------------------

@@ -35,8 +35,8 @@ kit_runtime_packages=(
 # libtorch) already load, and two copies of one soname in a process is how
 # symbol clashes start. Where the host has the soname, the kit's file becomes
 # a link to the host's library, so the CMake configs and development links
-# (libcurl.so) that name it still resolve. LD_LIBRARY_PATH then finds the
-# libraries kept.
+# (libcurl.so) that name the file still resolve, to the host's. LD_LIBRARY_PATH
+# then finds the libraries kept.
 kit_libdir=""
 # Unpacks a .deb's files into a folder: dpkg-deb where there is one, else ar and tar.
 extract_deb() {
@@ -67,33 +67,26 @@ unpack_kit() {
   if [[ -d "$root/lib/$arch" ]]; then
     cp -a "$root/lib/$arch"/. "$kit_libdir"/ && rm -rf "${root:?}/lib/$arch"
   fi
-  local -A soname_of=() host_path=()
   local file soname host kept=() dropped=()
   for file in "$kit_libdir"/*.so.*; do
     [[ -f "$file" && ! -L "$file" ]] || continue
     soname=$(objdump -p "$file" 2>/dev/null | awk '$1 == "SONAME" {print $2}')
     [[ -n "$soname" ]] || continue
-    soname_of[$(basename "$file")]=$soname
-    soname_of[$soname]=$soname
     host=$(ldconfig -p 2>/dev/null | awk -v s="$soname" '$1 == s && /x86-64/ {print $NF; exit}')
     if [[ -n "$host" && "$host" != "$kit_libdir"/* ]]; then
-      host_path[$soname]=$host
       ln -sfn "$host" "$file" && ln -sfn "$host" "$kit_libdir/$soname"
       dropped+=("$soname")
     else
       kept+=("$soname")
     fi
   done
-  local link target name
+  # A development link may name its library by an absolute bookworm path
+  # (libz.so -> /lib/x86_64-linux-gnu/libz.so.1.2.13); point it at the copy here.
+  local link name
   for link in "$kit_libdir"/*.so; do
     [[ -L "$link" ]] || continue
-    target=$(readlink "$link")
-    name=$(basename "$target")
-    [[ -e "$kit_libdir/$name" ]] && { ln -sfn "$name" "$link"; continue; }
-    soname=${soname_of[$name]:-}
-    if [[ -n "$soname" && -n "${host_path[$soname]:-}" ]]; then
-      ln -sfn "${host_path[$soname]}" "$link"
-    fi
+    name=$(basename "$(readlink "$link")")
+    [[ -e "$kit_libdir/$name" ]] && ln -sfn "$name" "$link"
   done
   export LD_LIBRARY_PATH=$kit_libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   echo "kit: $(find "$kit/debs" -name '*.deb' | wc -l) packages unpacked in $root"
