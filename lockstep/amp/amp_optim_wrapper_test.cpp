@@ -13,6 +13,7 @@
 #include "lockstep/model/batch.h"
 #include "lockstep/models/classifiers.h"
 #include "lockstep/optim/optim_wrapper_builder.h"
+#include "tests/support/test_support.h"
 
 namespace lockstep {
 namespace {
@@ -183,12 +184,8 @@ std::shared_ptr<AmpOptimWrapper> build_from(const std::string& yaml, torch::nn::
 
 // Building `yaml` fails with an error that contains `needle`.
 void expect_build_error(const std::string& yaml, torch::nn::Module& model, const std::string& needle) {
-  try {
-    build_from(yaml, model);
-    ADD_FAILURE() << "accepted:\n" << yaml;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
+  const std::string message = testing::error_of([&] { build_from(yaml, model); });
+  EXPECT_NE(message.find(needle), std::string::npos) << yaml << ": " << message;
 }
 
 TEST(AmpOptimWrapper, BuildsFromConfig) {

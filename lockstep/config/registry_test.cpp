@@ -49,6 +49,11 @@ Config widget_config(const std::string& body) {
   return Config::parse("widget:\n" + body, "w.yaml").at("widget");
 }
 
+// The error building the widget `body` configures.
+std::string build_error(const std::string& body) {
+  return error_of([&] { widget_registry().build(widget_config(body)); });
+}
+
 TEST(RegistryTest, BuildsByTypeAndPassesTheConfig) {
   auto widget = widget_registry().build(widget_config("  type: Dial\n  size: 7\n"));
   ASSERT_NE(widget, nullptr);
@@ -62,7 +67,7 @@ TEST(RegistryTest, BuildsByTypeAndPassesTheConfig) {
 }
 
 TEST(RegistryTest, UnknownTypeListsRegisteredNamesAndTheLocation) {
-  EXPECT_EQ(error_of([] { widget_registry().build(widget_config("  size: 1\n  type: Gizmo\n")); }),
+  EXPECT_EQ(build_error("  size: 1\n  type: Gizmo\n"),
             "w.yaml:3 (key widget.type): unknown widget type 'Gizmo'; registered widget types: "
             "Broken, Checked, Dial, Empty, Knob");
   Registry<Widget> empty("gadget");
@@ -73,26 +78,21 @@ TEST(RegistryTest, UnknownTypeListsRegisteredNamesAndTheLocation) {
 TEST(RegistryTest, ConfigMustBeAMapWithAType) {
   EXPECT_EQ(error_of([] { widget_registry().build(Config::parse("widget: Knob\n", "w.yaml").at("widget")); }),
             "w.yaml:1 (key widget): a widget is configured as a map with a 'type' key");
-  EXPECT_EQ(error_of([] { widget_registry().build(widget_config("  size: 1\n")); }),
-            "w.yaml:1 (key widget): missing key 'type'");
-  EXPECT_EQ(error_of([] { widget_registry().build(widget_config("  type: [Knob]\n")); }),
-            "w.yaml:2 (key widget.type): expected a string, got a sequence");
+  EXPECT_EQ(build_error("  size: 1\n"), "w.yaml:1 (key widget): missing key 'type'");
+  EXPECT_EQ(build_error("  type: [Knob]\n"), "w.yaml:2 (key widget.type): expected a string, got a sequence");
 }
 
 TEST(RegistryTest, FactoryErrorsCarryTheLocation) {
-  EXPECT_EQ(error_of([] { widget_registry().build(widget_config("  type: Broken\n")); }),
+  EXPECT_EQ(build_error("  type: Broken\n"),
             "w.yaml:1 (key widget): building widget 'Broken': the widget factory broke");
   // A lockstep::Error already says where; it passes through unchanged.
-  EXPECT_EQ(error_of([] { widget_registry().build(widget_config("  type: Checked\n  size: 3\n")); }),
-            "w.yaml:3 (key widget.size): size must be even");
-  EXPECT_EQ(error_of([] { widget_registry().build(widget_config("  type: Dial\n  size: big\n")); }),
-            "w.yaml:3 (key widget.size): expected an integer, got 'big'");
-  EXPECT_EQ(error_of([] { widget_registry().build(widget_config("  type: Empty\n")); }),
-            "w.yaml:1 (key widget): the factory of widget 'Empty' returned nothing");
+  EXPECT_EQ(build_error("  type: Checked\n  size: 3\n"), "w.yaml:3 (key widget.size): size must be even");
+  EXPECT_EQ(build_error("  type: Dial\n  size: big\n"), "w.yaml:3 (key widget.size): expected an integer, got 'big'");
+  EXPECT_EQ(build_error("  type: Empty\n"), "w.yaml:1 (key widget): the factory of widget 'Empty' returned nothing");
 }
 
 TEST(RegistryTest, KeysTheFactoryNeverReadAreRejectedAfterBuild) {
-  EXPECT_EQ(error_of([] { widget_registry().build(widget_config("  type: Knob\n  sise: 3\n")); }),
+  EXPECT_EQ(build_error("  type: Knob\n  sise: 3\n"),
             "w.yaml:3 (key widget.sise): unknown key for widget 'Knob' (did you mean 'size'?); it reads: size, type");
   EXPECT_EQ(error_of([] {
               widget_registry().build(widget_config("  type: Knob\n  a: 1\n  size: 2\n  b: {c: 1}\n"));

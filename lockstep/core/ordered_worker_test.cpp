@@ -33,6 +33,11 @@ struct Gate {
       released.wait();
     };
   }
+  // Submits task() and returns once `worker` runs it: the worker is busy until release.
+  void hold(OrderedWorker& worker) {
+    worker.submit(task());
+    started.get_future().wait();
+  }
 };
 
 TEST(OrderedWorker, RunsTasksOneAtATimeInOrder) {
@@ -78,8 +83,7 @@ TEST(OrderedWorker, SubmitWaitsForRoomWhenTheQueueIsFull) {
   Gate gate;
   OrderedWorker worker("test worker", /*capacity=*/1, /*wait_limit_s=*/5);
   std::atomic<int> ran{0};
-  worker.submit(gate.task());
-  gate.started.get_future().wait();
+  gate.hold(worker);
   worker.submit([&] { ++ran; });  // fills the queue
   const auto start = std::chrono::steady_clock::now();
   std::thread opener([&] {
@@ -99,8 +103,7 @@ TEST(OrderedWorker, SubmitAndDrainThrowAfterTheWaitLimitNamingTheWorker) {
   Gate gate;
   OrderedWorker worker("metrics writer", /*capacity=*/2, /*wait_limit_s=*/0.2);
   std::atomic<int> ran{0};
-  worker.submit(gate.task());
-  gate.started.get_future().wait();
+  gate.hold(worker);
   worker.submit([&] { ++ran; });
   worker.submit([&] { ++ran; });
   const auto start = std::chrono::steady_clock::now();

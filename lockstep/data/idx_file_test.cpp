@@ -9,12 +9,9 @@
 namespace lockstep {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
-using testing::idx_bytes;
-using testing::ramp;
-using testing::TempDir;
-using testing::write_file;
-using testing::write_gzip_file;
+using namespace lockstep::testing;  // the IDX fixture, TempDir and write_file
 
 std::string error_of(const std::string& path, uint32_t expected_magic = 0) {
   try {
@@ -111,9 +108,7 @@ INSTANTIATE_TEST_SUITE_P(RawAndGzipped, IdxFileTest, ::testing::Bool(),
 TEST(IdxFile, MissingFileNamesThePath) {
   TempDir dir;
   const std::string path = dir.file("nowhere/train-images-idx3-ubyte.gz");
-  const std::string message = error_of(path);
-  EXPECT_THAT(message, HasSubstr(path + ": cannot open"));
-  EXPECT_THAT(message, HasSubstr("No such file"));
+  EXPECT_THAT(error_of(path), AllOf(HasSubstr(path + ": cannot open"), HasSubstr("No such file")));
 }
 
 TEST(IdxFile, GzipStreamCutShort) {
@@ -129,9 +124,8 @@ TEST(IdxFile, GzipStreamCutShort) {
   write_gzip_file(path, idx_bytes(kIdxImagesMagic, {10, 20, 20}, payload));
   const std::string whole = testing::read_file(path);
   write_file(path, whole.substr(0, whole.size() / 2));
-  const std::string message = error_of(path);
-  EXPECT_THAT(message, HasSubstr(path + ": truncated: header says 10x20x20 = 4000 bytes, file holds "));
-  EXPECT_THAT(message, HasSubstr("the gzip stream ends early"));
+  EXPECT_THAT(error_of(path), AllOf(HasSubstr(path + ": truncated: header says 10x20x20 = 4000 bytes, file holds "),
+                                    HasSubstr("the gzip stream ends early")));
 }
 
 TEST(IdxFile, CorruptGzipData) {

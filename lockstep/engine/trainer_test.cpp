@@ -347,13 +347,21 @@ struct StopsAlone : Hook {
   }
 };
 
-struct DeclaredStopper : Hook {
-  explicit DeclaredStopper(int64_t at) : Hook("DeclaredStopper"), at_(at) {}
+// Asks the trainer to stop (or, with `preemption`, to stop for a preemption)
+// after iteration `at`; it declares that it may.
+struct StopsAt : Hook {
+  StopsAt(int64_t at, bool preemption) : Hook("StopsAt"), at_(at), preemption_(preemption) {}
   bool may_request_stop() const override { return true; }
   void after_step() override {
-    if (trainer().iter() == at_) trainer().request_stop("declared");
+    if (trainer().iter() != at_) return;
+    if (preemption_) {
+      trainer().request_preemption_stop("SIGTERM received");
+    } else {
+      trainer().request_stop("declared");
+    }
   }
   int64_t at_;
+  bool preemption_;
 };
 
 // In a distributed run a stop must be every rank's: a hook that stops
@@ -377,7 +385,7 @@ TEST(HookPoints, StopsAreAgreedAcrossRanks) {
     asked.push_back(local);
     return local || asked.size() == 5;  // votes: after before_train, then after iterations 0, 1, 2, 3
   });
-  trainer.register_hooks({std::make_shared<DeclaredStopper>(/*at=*/100)});
+  trainer.register_hooks({std::make_shared<StopsAt>(/*at=*/100, /*preemption=*/false)});
   trainer.train(0, 10);
   EXPECT_TRUE(trainer.stopped_early());
   EXPECT_EQ(trainer.iter(), 4);
@@ -386,15 +394,6 @@ TEST(HookPoints, StopsAreAgreedAcrossRanks) {
   EXPECT_FALSE(asked[5]);
   EXPECT_FALSE(trainer.preempted());
 }
-
-struct Preempter : Hook {
-  explicit Preempter(int64_t at) : Hook("Preempter"), at_(at) {}
-  bool may_request_stop() const override { return true; }
-  void after_step() override {
-    if (trainer().iter() == at_) trainer().request_preemption_stop("SIGTERM received");
-  }
-  int64_t at_;
-};
 
 // A preemption is a vote: this rank, told after iteration 2, trains on until
 // the ranks agree (here after iteration 3, when "the other rank" votes too),
@@ -412,7 +411,7 @@ TEST(HookPoints, APreemptionIsAVoteAndEveryRankLearnsIt) {
     if (asked.size() >= 5) ++votes_after_iteration_3;
     return local || asked.size() >= 5;
   });
-  trainer.register_hooks({std::make_shared<Preempter>(/*at=*/2)});
+  trainer.register_hooks({std::make_shared<StopsAt>(/*at=*/2, /*preemption=*/true)});
   trainer.train(0, 10);
   EXPECT_EQ(trainer.iter(), 4);
   EXPECT_TRUE(trainer.preempted());
@@ -420,13 +419,13 @@ TEST(HookPoints, APreemptionIsAVoteAndEveryRankLearnsIt) {
 
   // On the last iteration a preemption changes nothing: the run finishes.
   Trainer last(model, make_loader(), make_wrapper(*model));
-  last.register_hooks({std::make_shared<Preempter>(/*at=*/9)});
+  last.register_hooks({std::make_shared<StopsAt>(/*at=*/9, /*preemption=*/true)});
   last.train(0, 10);
   EXPECT_EQ(last.iter(), 10);
   EXPECT_FALSE(last.preempted());
   // One process: the stop is at once.
   Trainer alone(model, make_loader(), make_wrapper(*model));
-  alone.register_hooks({std::make_shared<Preempter>(/*at=*/2)});
+  alone.register_hooks({std::make_shared<StopsAt>(/*at=*/2, /*preemption=*/true)});
   alone.train(0, 10);
   EXPECT_EQ(alone.iter(), 3);
   EXPECT_TRUE(alone.preempted());

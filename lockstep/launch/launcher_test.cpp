@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "lockstep/core/error.h"
 #include "lockstep/launch/line_prefixer.h"
@@ -15,34 +18,30 @@ namespace {
 
 using testing::error_of;
 
+// Expects each "NAME=value" of `expected` among a worker's variables.
+void expect_vars(const std::map<std::string, std::string>& env, const std::vector<std::string>& expected) {
+  for (const std::string& assignment : expected) {
+    const std::string name = assignment.substr(0, assignment.find('='));
+    auto found = env.find(name);
+    EXPECT_EQ(found == env.end() ? name + " unset" : name + "=" + found->second, assignment);
+  }
+}
+
 TEST(WorkerEnv, MatchesTorchrunForEachWorker) {
   auto options = LaunchOptions().nproc_per_node(4).nnodes(3).node_rank(2).master_addr("head").max_restarts(5);
   Environment base{{"PATH", "/bin"}, {"RANK", "99"}};
   auto env = build_worker_env(options, /*local_rank=*/1, /*restart_count=*/2, /*master_port=*/1234, "run9", base);
-  EXPECT_EQ(env["PATH"], "/bin");
-  EXPECT_EQ(env["LOCAL_RANK"], "1");
-  EXPECT_EQ(env["RANK"], "9");  // node 2 * 4 + 1, overriding the launcher's own RANK
-  EXPECT_EQ(env["GROUP_RANK"], "2");
-  EXPECT_EQ(env["ROLE_RANK"], "9");
-  EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "4");
-  EXPECT_EQ(env["WORLD_SIZE"], "12");
-  EXPECT_EQ(env["GROUP_WORLD_SIZE"], "3");
-  EXPECT_EQ(env["MASTER_ADDR"], "head");
-  EXPECT_EQ(env["MASTER_PORT"], "1234");
-  EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "2");
-  EXPECT_EQ(env["TORCHELASTIC_MAX_RESTARTS"], "5");
-  EXPECT_EQ(env["TORCHELASTIC_RUN_ID"], "run9");
-  EXPECT_EQ(env["TORCHELASTIC_USE_AGENT_STORE"], "True");
-  EXPECT_EQ(env["OMP_NUM_THREADS"], "1");
+  // RANK 9: node 2 * 4 + 1, overriding the launcher's own RANK.
+  expect_vars(env, {"PATH=/bin", "LOCAL_RANK=1", "RANK=9", "GROUP_RANK=2", "ROLE_RANK=9", "LOCAL_WORLD_SIZE=4",
+                    "WORLD_SIZE=12", "GROUP_WORLD_SIZE=3", "MASTER_ADDR=head", "MASTER_PORT=1234",
+                    "TORCHELASTIC_RESTART_COUNT=2", "TORCHELASTIC_MAX_RESTARTS=5", "TORCHELASTIC_RUN_ID=run9",
+                    "TORCHELASTIC_USE_AGENT_STORE=True", "OMP_NUM_THREADS=1"});
 }
 
 TEST(WorkerEnv, StandaloneIsOneLoopbackNode) {
   auto options = LaunchOptions().nproc_per_node(2).nnodes(5).node_rank(3).master_addr("elsewhere").standalone(true);
   auto env = build_worker_env(options, 1, 0, 4321, "r", {});
-  EXPECT_EQ(env["RANK"], "1");
-  EXPECT_EQ(env["WORLD_SIZE"], "2");
-  EXPECT_EQ(env["GROUP_RANK"], "0");
-  EXPECT_EQ(env["MASTER_ADDR"], "127.0.0.1");
+  expect_vars(env, {"RANK=1", "WORLD_SIZE=2", "GROUP_RANK=0", "MASTER_ADDR=127.0.0.1"});
 }
 
 TEST(WorkerEnv, OmpThreadsOnlyWhenUnsetAndShared) {
@@ -152,9 +151,7 @@ TEST(WorkerEnv, AnEtcdRoundsWorkersMeetAtItsNodeZero) {
   placement.master_port = 41234;
   auto env = build_worker_env(LaunchOptions().min_nodes(2).nnodes(3).master_addr("unused"), placement, 0, 29500, "r",
                               {});
-  EXPECT_EQ(env["MASTER_ADDR"], "10.0.0.9");
-  EXPECT_EQ(env["MASTER_PORT"], "41234");
-  EXPECT_EQ(env["RANK"], "1");
+  expect_vars(env, {"MASTER_ADDR=10.0.0.9", "MASTER_PORT=41234", "RANK=1"});
 }
 
 TEST(WorkerEnv, AnElasticRoundPlacesTheNodeAndNamesTheRound) {
@@ -165,12 +162,8 @@ TEST(WorkerEnv, AnElasticRoundPlacesTheNodeAndNamesTheRound) {
   placement.round = 4;
   auto env = build_worker_env(LaunchOptions().nproc_per_node(2).min_nodes(2).nnodes(4), placement, 1, 29500, "r",
                               {{"LOCKSTEP_RDZV_ROUND", "stale"}});
-  EXPECT_EQ(env["RANK"], "3");
-  EXPECT_EQ(env["WORLD_SIZE"], "6");
-  EXPECT_EQ(env["GROUP_RANK"], "1");
-  EXPECT_EQ(env["GROUP_WORLD_SIZE"], "3");
-  EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "1");
-  EXPECT_EQ(env["LOCKSTEP_RDZV_ROUND"], "4");
+  expect_vars(env, {"RANK=3", "WORLD_SIZE=6", "GROUP_RANK=1", "GROUP_WORLD_SIZE=3", "TORCHELASTIC_RESTART_COUNT=1",
+                    "LOCKSTEP_RDZV_ROUND=4"});
   // A fixed job's workers do not inherit a round from an elastic launcher above them.
   EXPECT_EQ(build_worker_env(LaunchOptions(), 0, 0, 1, "r", {{"LOCKSTEP_RDZV_ROUND", "2"}}).count("LOCKSTEP_RDZV_ROUND"),
             0u);

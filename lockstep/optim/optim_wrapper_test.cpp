@@ -6,22 +6,18 @@
 #include "lockstep/core/error.h"
 #include "lockstep/model/model.h"
 #include "tests/support/log_capture.h"
+#include "tests/support/logits_classifier.h"
 
 namespace lockstep {
 namespace {
 
-struct TinyNet : Model {
+struct TinyNet : testing::LogitsClassifier {
   TinyNet() {
     torch::manual_seed(0);
     fc1 = register_module("fc1", torch::nn::Linear(6, 8));
     fc2 = register_module("fc2", torch::nn::Linear(8, 3));
   }
-  LossDict loss(const Batch& data) override {
-    LossDict losses;
-    losses.insert("loss", torch::nn::functional::cross_entropy(fc2(torch::tanh(fc1(data.at("x")))), data.at("y")));
-    return losses;
-  }
-  Batch predict(const Batch& data) override { return {{"logits", fc2(torch::tanh(fc1(data.at("x"))))}}; }
+  torch::Tensor logits(const torch::Tensor& x) override { return fc2(torch::tanh(fc1(x))); }
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
 };
 

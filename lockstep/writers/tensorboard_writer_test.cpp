@@ -20,48 +20,6 @@ namespace lockstep {
 namespace {
 namespace fs = std::filesystem;
 
-// TensorFlow's event.proto / summary.proto, reduced to the fields lockstep writes.
-const char* const kSchema = R"PROTO(
-syntax = "proto3";
-package tensorboard;
-message HistogramProto {
-  double min = 1;
-  double max = 2;
-  double num = 3;
-  double sum = 4;
-  double sum_squares = 5;
-  repeated double bucket_limit = 6 [packed = true];
-  repeated double bucket = 7 [packed = true];
-}
-message Summary {
-  message Image {
-    int32 height = 1;
-    int32 width = 2;
-    int32 colorspace = 3;
-    bytes encoded_image_string = 4;
-  }
-  message Value {
-    string node_name = 7;
-    string tag = 1;
-    oneof value {
-      float simple_value = 2;
-      bytes obsolete_old_style_histogram = 3;
-      Image image = 4;
-      HistogramProto histo = 5;
-    }
-  }
-  repeated Value value = 1;
-}
-message Event {
-  double wall_time = 1;
-  int64 step = 2;
-  oneof what {
-    string file_version = 3;
-    bytes graph_def = 4;
-    Summary summary = 5;
-  }
-}
-)PROTO";
 
 uint32_t bitwise_crc32c(const char* data, size_t size) {
   uint32_t crc = 0xffffffffu;
@@ -187,7 +145,8 @@ bool have_protoc() {
 // Every record of the file, decoded by protoc against the schema.
 std::vector<TextMessage> decode_events(const std::string& path) {
   testing::TempDir dir;
-  testing::write_file(dir.file("event.proto"), kSchema);
+  testing::write_file(dir.file("event.proto"),
+                      testing::read_file(testing::source_dir() + "/lockstep/writers/testdata/tensorboard_event.proto"));
   std::vector<TextMessage> events;
   const auto records = read_records(path);
   for (size_t i = 0; i < records.size(); ++i) {
@@ -429,24 +388,7 @@ TEST(TensorBoardWriterTest, BadImagesNameTheirTag) {
 TEST(TensorBoardWriterTest, LoggerHookWritesEventFilesIntoTheWorkDir) {
   REQUIRE_PROTOC();
   testing::TempDir dir;
-  Config config = Config::parse(R"YAML(
-randomness: {seed: 1}
-model:
-  type: MLP
-  in_features: 16
-  hidden: [8]
-  num_classes: 2
-  data_preprocessor: {type: ImgDataPreprocessor, mean: [127.5], std: [127.5]}
-train_dataloader:
-  batch_size: 4
-  sampler: {type: DefaultSampler, shuffle: true}
-  dataset: {type: SyntheticImages, size: 16, channels: 1, height: 4, width: 4, num_classes: 2}
-train_cfg: {max_iters: 4}
-optim_wrapper: {optimizer: {type: SGD, lr: 0.1}}
-default_hooks:
-  logger: {interval: 2, tensorboard: true}
-  checkpoint: null
-)YAML");
+  Config config = Config::load_file(testing::source_dir() + "/lockstep/writers/testdata/tensorboard_run.yaml");
   {
     Runner runner(config, RunnerOptions().work_dir(dir.path()));
     runner.train();

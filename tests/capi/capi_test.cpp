@@ -19,24 +19,7 @@ namespace {
 
 using testing::contains;
 
-const char* const kConfig = R"YAML(
-randomness: {seed: 3}
-env: {num_threads: 1}
-strategy: {type: DDPStrategy, launcher: pytorch, backend: gloo}
-model:
-  type: ConvNet
-  channels: [4, 8]
-  hidden: 16
-  data_preprocessor: {type: ImgDataPreprocessor, mean: [72.94], std: [90.02]}
-train_cfg: {max_iters: 20}
-optim_wrapper:
-  optimizer: {type: SGD, lr: 0.05, momentum: 0.9, weight_decay: 0.0005}
-param_scheduler:
-  - {type: LinearLR, by_epoch: false, start_factor: 0.2, begin: 0, end: 8}
-default_hooks:
-  logger: {interval: 5}
-  checkpoint: {interval: 20}
-)YAML";
+std::string capi_job() { return testing::read_file(testing::source_dir() + "/tests/capi/capi_job.yaml"); }
 
 std::string capi_program(const std::string& name) { return testing::binary_dir() + "/tests/" + name; }
 
@@ -51,7 +34,7 @@ testing::CommandResult run_capi_train(const testing::TempDir& dir, const std::st
 TEST(CApi, AStoppedRunResumedThroughTheCApiEndsBitwiseEqual) {
   LOCKSTEP_REQUIRE_LAUNCHER();
   testing::TempDir dir;
-  testing::write_file(dir.file("run.yaml"), kConfig);
+  testing::write_file(dir.file("run.yaml"), capi_job());
   testing::write_capi_training_data(dir.file("data.bin"), 20 * 8 * 2);
 
   auto straight = run_capi_train(dir, "straight");
@@ -69,12 +52,12 @@ TEST(CApi, AStoppedRunResumedThroughTheCApiEndsBitwiseEqual) {
 
 TEST(CApi, BadInputIsAStatusAndAMessageAndTheProgramGoesOn) {
   testing::TempDir dir;
-  std::string single = kConfig;
+  std::string single = capi_job();
   single.replace(single.find("strategy: {type: DDPStrategy, launcher: pytorch, backend: gloo}"),
                  std::string("strategy: {type: DDPStrategy, launcher: pytorch, backend: gloo}").size(),
                  "strategy: {type: SingleDeviceStrategy, device: cpu}");
   testing::write_file(dir.file("run.yaml"), single);
-  testing::write_file(dir.file("bad.yaml"), std::string(kConfig) + "trian_cfg: {max_iters: 3}\n");
+  testing::write_file(dir.file("bad.yaml"), capi_job() + "trian_cfg: {max_iters: 3}\n");
   auto result = testing::run_command({capi_program("capi_errors"), dir.file("run.yaml"), dir.file("bad.yaml"),
                                       dir.file("work")},
                                      {}, 120);
@@ -85,7 +68,7 @@ TEST(CApi, BadInputIsAStatusAndAMessageAndTheProgramGoesOn) {
 TEST(CApi, ARankThatPredictsWhileAnotherTrainsFailsBothAtOnceAndBothGoOn) {
   LOCKSTEP_REQUIRE_LAUNCHER();
   testing::TempDir dir;
-  testing::write_file(dir.file("run.yaml"), kConfig);
+  testing::write_file(dir.file("run.yaml"), capi_job());
   auto result = testing::run_command(
       testing::launched(2, {}, {capi_program("capi_errors"), dir.file("run.yaml"), "-", dir.file("work"), "mismatch"}),
       {}, 120);

@@ -49,9 +49,8 @@ TEST(InSitu, HeatSolversInFortranAndCTrainTheirSurrogateUnderMpirun) {
     EXPECT_TRUE(testing::file_exists(dir.file(language + "/model_final.ckpt"))) << run.output;
   }
 
-  auto exported = testing::run_command({testing::lockstep_binary(), "ckpt", "export", dir.file("fortran/model_final.ckpt"),
-                                        "--format", "torchscript", "-o", dir.file("trained.pt")},
-                                       {}, 120);
+  auto exported = testing::export_checkpoint(dir.file("fortran/model_final.ckpt"), dir.file("trained.pt"),
+                                             {"--format", "torchscript"});
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
   auto checked = testing::run_command({testing::python(), examples + "/check.py", dir.file("trained.pt")}, {}, 120);
   EXPECT_EQ(checked.exit_code, 0) << checked.output;

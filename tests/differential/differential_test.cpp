@@ -402,8 +402,7 @@ double train_and_compare(const json& c, const std::string& strategy) {
   auto run = testing::run_command(command, {}, 600);
   EXPECT_EQ(run.exit_code, 0) << run.output;
   if (run.exit_code != 0) return 1e9;
-  auto exported = testing::run_command({testing::lockstep_binary(), "ckpt", "export", dir.file("work/model_final.ckpt"),
-                                        "-o", dir.file("lockstep.safetensors")});
+  auto exported = testing::export_checkpoint(dir.file("work/model_final.ckpt"), dir.file("lockstep.safetensors"));
   EXPECT_EQ(exported.exit_code, 0) << exported.output;
   auto compared = testing::run_command({testing::python(), reference_script(), "compare", dir.file("lockstep.safetensors"),
                                         ref.final_weights});

@@ -362,15 +362,11 @@ LOCKSTEP_WORKER_TEST(CollectivesWorker, ObjectCollectives) {
 }
 
 TEST(Collectives, TwoRanks) {
-  LOCKSTEP_REQUIRE_LAUNCHER();
-  auto result = testing::run_workers(2, "CollectivesWorker.*", testing::worker_options());
-  EXPECT_WORKERS_OK(result);
+  testing::expect_workers_pass(2, "CollectivesWorker.*");
 }
 
 TEST(Collectives, FourRanks) {
-  LOCKSTEP_REQUIRE_LAUNCHER();
-  auto result = testing::run_workers(4, "CollectivesWorker.*", testing::worker_options());
-  EXPECT_WORKERS_OK(result);
+  testing::expect_workers_pass(4, "CollectivesWorker.*");
 }
 
 }  // namespace

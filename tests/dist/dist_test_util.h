@@ -28,7 +28,6 @@ inline ::testing::AssertionResult tensors_equal(const torch::Tensor& actual, con
   return ::testing::AssertionFailure() << out.str();
 }
 
-
 // Standard settings for worker runs: a bounded wait so a broken test fails
 // instead of hanging for torch's 30 minutes.
 inline WorkersOptions worker_options(std::vector<std::string> env = {}) {
@@ -37,6 +36,15 @@ inline WorkersOptions worker_options(std::vector<std::string> env = {}) {
   options.env.insert(options.env.end(), env.begin(), env.end());
   options.timeout_s = 150;
   return options;
+}
+
+// Runs every worker test `pattern` matches on `nproc` ranks with
+// worker_options() and expects them all to pass.
+//   TEST(Collectives, TwoRanks) { testing::expect_workers_pass(2, "CollectivesWorker.*"); }
+inline void expect_workers_pass(int nproc, const std::string& pattern) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  const CommandResult result = run_workers(nproc, pattern, worker_options());
+  EXPECT_WORKERS_OK(result) << "on " << nproc << " ranks";
 }
 
 }  // namespace lockstep::testing

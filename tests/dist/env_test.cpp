@@ -3,6 +3,9 @@
 // *_test.cpp binary would share the name test_dist with this folder's.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "lockstep/core/error.h"
 #include "lockstep/dist/env.h"
 #include "lockstep/dist/mpi_meeting.h"
@@ -13,6 +16,14 @@ namespace {
 using testing::error_of;
 
 using Hosts = std::vector<std::string>;
+
+// Where an environment places this process, in one line to compare:
+// "<launcher> rank R/W local L/LW node N at ADDR:PORT".
+std::string placement(const DistEnv& env) {
+  return env.launcher + " rank " + std::to_string(env.rank) + "/" + std::to_string(env.world_size) + " local " +
+         std::to_string(env.local_rank) + "/" + std::to_string(env.local_world_size) + " node " +
+         std::to_string(env.node_rank) + " at " + env.master_addr + ":" + std::to_string(env.master_port);
+}
 
 TEST(SlurmNodelist, ExpandsRangesListsAndPlainHosts) {
   EXPECT_EQ(expand_slurm_nodelist("node[01-03,07],gpu5"), (Hosts{"node01", "node02", "node03", "node07", "gpu5"}));
@@ -50,6 +61,29 @@ TEST(SlurmTasksPerNode, ExpandsRepeats) {
   EXPECT_NE(error_of([] { expand_slurm_tasks_per_node("2(x"); }).find("N(xM)"), std::string::npos);
 }
 
+// One variable changed from a good environment, and the error that must follow.
+constexpr const char* kUnset = nullptr;
+struct BadVariable {
+  const char* name;
+  const char* value;  // kUnset: removed
+  const char* error;  // a part of the message
+};
+
+// For each change to `good`, alone, detect_dist_env(launcher) fails naming it.
+void expect_errors(const std::string& launcher, const Environment& good, const std::vector<BadVariable>& changes) {
+  for (const BadVariable& change : changes) {
+    Environment vars = good;
+    if (change.value == kUnset) {
+      vars.erase(change.name);
+    } else {
+      vars[change.name] = change.value;
+    }
+    const std::string message = error_of([&] { detect_dist_env(launcher, vars); });
+    EXPECT_NE(message.find(change.error), std::string::npos)
+        << change.name << "=" << (change.value ? change.value : "<unset>") << ": " << message;
+  }
+}
+
 Environment torchrun_env() {
   return {{"RANK", "3"},           {"WORLD_SIZE", "4"},         {"LOCAL_RANK", "1"},
           {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", "1"},       {"MASTER_ADDR", "10.1.2.3"},
@@ -58,14 +92,7 @@ Environment torchrun_env() {
 
 TEST(DetectDistEnv, ReadsTorchrunVariables) {
   auto env = detect_dist_env("pytorch", torchrun_env());
-  EXPECT_EQ(env.launcher, "pytorch");
-  EXPECT_EQ(env.rank, 3);
-  EXPECT_EQ(env.world_size, 4);
-  EXPECT_EQ(env.local_rank, 1);
-  EXPECT_EQ(env.local_world_size, 2);
-  EXPECT_EQ(env.node_rank, 1);
-  EXPECT_EQ(env.master_addr, "10.1.2.3");
-  EXPECT_EQ(env.master_port, 29400);
+  EXPECT_EQ(placement(env), "pytorch rank 3/4 local 1/2 node 1 at 10.1.2.3:29400");
   EXPECT_FALSE(env.use_agent_store);
   EXPECT_EQ(env.restart_count, 0);
 }
@@ -84,26 +111,13 @@ TEST(DetectDistEnv, AgentStoreNeedsTheRestartCount) {
 }
 
 TEST(DetectDistEnv, TorchrunErrorsNameTheVariable) {
-  auto vars = torchrun_env();
-  vars.erase("RANK");
-  EXPECT_NE(error_of([&] { detect_dist_env("pytorch", vars); }).find("environment variable RANK is not set"),
-            std::string::npos);
-  vars = torchrun_env();
-  vars["WORLD_SIZE"] = "four";
-  EXPECT_NE(error_of([&] { detect_dist_env("pytorch", vars); }).find("WORLD_SIZE='four' is not an integer"),
-            std::string::npos);
-  vars = torchrun_env();
-  vars["RANK"] = "4";
-  EXPECT_NE(error_of([&] { detect_dist_env("pytorch", vars); }).find("rank 4 is not in [0, 4)"), std::string::npos);
-  vars = torchrun_env();
-  vars["MASTER_PORT"] = "70000";
-  EXPECT_NE(error_of([&] { detect_dist_env("pytorch", vars); }).find("MASTER_PORT=70000"), std::string::npos);
-  vars = torchrun_env();
-  vars.erase("MASTER_ADDR");
-  EXPECT_NE(error_of([&] { detect_dist_env("pytorch", vars); }).find("MASTER_ADDR"), std::string::npos);
-  vars = torchrun_env();
-  vars["LOCAL_RANK"] = "2";
-  EXPECT_NE(error_of([&] { detect_dist_env("pytorch", vars); }).find("local rank 2"), std::string::npos);
+  expect_errors("pytorch", torchrun_env(),
+                {{"RANK", kUnset, "environment variable RANK is not set"},
+                 {"WORLD_SIZE", "four", "WORLD_SIZE='four' is not an integer"},
+                 {"RANK", "4", "rank 4 is not in [0, 4)"},
+                 {"MASTER_PORT", "70000", "MASTER_PORT=70000"},
+                 {"MASTER_ADDR", kUnset, "MASTER_ADDR"},
+                 {"LOCAL_RANK", "2", "local rank 2"}});
 }
 
 Environment slurm_env() {
@@ -114,14 +128,8 @@ Environment slurm_env() {
 
 TEST(DetectDistEnv, ReadsSlurmVariablesAndTheFirstHost) {
   auto env = detect_dist_env("slurm", slurm_env());
-  EXPECT_EQ(env.launcher, "slurm");
-  EXPECT_EQ(env.rank, 5);
-  EXPECT_EQ(env.world_size, 7);
-  EXPECT_EQ(env.local_rank, 1);
-  EXPECT_EQ(env.node_rank, 2);
-  EXPECT_EQ(env.local_world_size, 3);  // node 2 of "2(x2),3"
-  EXPECT_EQ(env.master_addr, "gpu07");
-  EXPECT_EQ(env.master_port, 29500);  // no SLURM_JOB_ID
+  // 3 ranks on node 2 of "2(x2),3"; the default port, as there is no SLURM_JOB_ID.
+  EXPECT_EQ(placement(env), "slurm rank 5/7 local 1/3 node 2 at gpu07:29500");
 }
 
 TEST(DetectDistEnv, SlurmJobsGetAPortOfTheirOwn) {
@@ -146,19 +154,11 @@ TEST(DetectDistEnv, SlurmPrefersExplicitMasterAndTasksPerNode) {
 }
 
 TEST(DetectDistEnv, SlurmErrors) {
-  auto vars = slurm_env();
-  vars.erase("SLURM_LOCALID");
-  EXPECT_NE(error_of([&] { detect_dist_env("slurm", vars); }).find("SLURM_LOCALID is not set"), std::string::npos);
-  vars = slurm_env();
-  vars.erase("SLURM_NODELIST");
-  EXPECT_NE(error_of([&] { detect_dist_env("slurm", vars); }).find("SLURM_NODELIST"), std::string::npos);
-  vars = slurm_env();
-  vars["SLURM_NODELIST"] = "gpu[07-";
-  EXPECT_NE(error_of([&] { detect_dist_env("slurm", vars); }).find("SLURM_NODELIST: nodelist 'gpu[07-'"),
-            std::string::npos);
-  vars = slurm_env();
-  vars["SLURM_NODEID"] = "3";
-  EXPECT_NE(error_of([&] { detect_dist_env("slurm", vars); }).find("lists 3 nodes"), std::string::npos);
+  expect_errors("slurm", slurm_env(),
+                {{"SLURM_LOCALID", kUnset, "SLURM_LOCALID is not set"},
+                 {"SLURM_NODELIST", kUnset, "SLURM_NODELIST"},
+                 {"SLURM_NODELIST", "gpu[07-", "SLURM_NODELIST: nodelist 'gpu[07-'"},
+                 {"SLURM_NODEID", "3", "lists 3 nodes"}});
 }
 
 TEST(DetectDistEnv, ReadsOpenMpiVariables) {
@@ -166,13 +166,7 @@ TEST(DetectDistEnv, ReadsOpenMpiVariables) {
                    {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
                    {"MASTER_ADDR", "host0"}};
   auto env = detect_dist_env("mpi", vars);
-  EXPECT_EQ(env.rank, 2);
-  EXPECT_EQ(env.world_size, 4);
-  EXPECT_EQ(env.local_rank, 0);
-  EXPECT_EQ(env.local_world_size, 2);
-  EXPECT_EQ(env.node_rank, -1);
-  EXPECT_EQ(env.master_addr, "host0");
-  EXPECT_EQ(env.master_port, 29500);
+  EXPECT_EQ(placement(env), "mpi rank 2/4 local 0/2 node -1 at host0:29500");
   vars.erase("MASTER_ADDR");
   // Without MASTER_ADDR the ranks meet over MPI_COMM_WORLD when lockstep has
   // MPI (dist/mpi_meeting.h), and the error says how to go on when it has not.

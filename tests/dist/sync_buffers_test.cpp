@@ -53,11 +53,7 @@ LOCKSTEP_WORKER_TEST(SyncBuffersWorker, MeanAndBroadcastOverTheWorld) {
 }
 
 TEST(SyncBuffers, TwoAndThreeRanks) {
-  LOCKSTEP_REQUIRE_LAUNCHER();
-  for (int ranks : {2, 3}) {
-    auto result = testing::run_workers(ranks, "SyncBuffersWorker.*", testing::worker_options());
-    EXPECT_WORKERS_OK(result);
-  }
+  for (int ranks : {2, 3}) testing::expect_workers_pass(ranks, "SyncBuffersWorker.*");
 }
 
 }  // namespace

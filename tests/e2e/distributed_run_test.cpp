@@ -36,30 +36,7 @@ LOCKSTEP_REGISTER(model_registry(), "NanOnRankOne", [](const Config& config) {
   return std::make_shared<NanOnRankOne>(config.get<int64_t>("from_call"));
 });
 
-const char* const kConfig = R"YAML(
-randomness: {seed: 5}
-strategy: {type: DDPStrategy, launcher: pytorch, backend: gloo}
-model:
-  type: MLP
-  in_features: 64
-  hidden: [16]
-  data_preprocessor: {type: ImgDataPreprocessor, mean: [100.0], std: [60.0]}
-train_dataloader:
-  batch_size: 8
-  sampler: {type: DefaultSampler, shuffle: true}
-  dataset: {type: SyntheticImages, size: 96, height: 8, width: 8, seed: 1}
-val_dataloader:
-  batch_size: 4
-  sampler: {type: DefaultSampler, shuffle: false}
-  dataset: {type: SyntheticImages, size: 37, height: 8, width: 8, seed: 2}
-val_evaluator: {type: Accuracy, topk: [1, 3]}
-train_cfg: {max_iters: 12, val_interval: 6, by_epoch: false}
-optim_wrapper:
-  optimizer: {type: SGD, lr: 0.05, momentum: 0.9}
-default_hooks:
-  logger: {interval: 4}
-  checkpoint: {by_epoch: false, interval: 6}
-)YAML";
+Config distributed_job() { return Config::load_file(testing::source_dir() + "/tests/e2e/distributed_run.yaml"); }
 
 std::string work_dir_from_env() {
   const char* dir = std::getenv("RUN_DIR");
@@ -67,7 +44,7 @@ std::string work_dir_from_env() {
 }
 
 LOCKSTEP_WORKER_TEST(DistributedRunWorker, TrainsAndEvaluatesLikeOneProcess) {
-  Runner runner(Config::parse(kConfig, "distributed.yaml"), RunnerOptions().work_dir(work_dir_from_env()));
+  Runner runner(distributed_job(), RunnerOptions().work_dir(work_dir_from_env()));
   ASSERT_EQ(runner.strategy().world_size(), 2);
   auto metrics = runner.train();
   // Step metrics were gathered: every rank's storage holds the same averaged loss.
@@ -92,18 +69,13 @@ LOCKSTEP_WORKER_TEST(DistributedRunWorker, TrainsAndEvaluatesLikeOneProcess) {
 }
 
 LOCKSTEP_WORKER_TEST(DistributedRunWorker, NanOnOneRankStopsEveryRank) {
-  Config config = Config::parse(kConfig, "distributed.yaml");
+  Config config = distributed_job();
   config.apply_override("model={_delete_: true, type: NanOnRankOne, from_call: 3, data_preprocessor: "
                         "{type: ImgDataPreprocessor, mean: [100.0], std: [60.0]}}");
   Runner runner(config, RunnerOptions().work_dir(work_dir_from_env()));
-  try {
-    runner.train();
-    ADD_FAILURE() << "training went on with a NaN loss";
-  } catch (const Error& error) {
-    std::string message = error.what();
-    EXPECT_NE(message.find("Loss became infinite or NaN at iteration=3"), std::string::npos) << message;
-    EXPECT_NE(message.find("loss_dict = {"), std::string::npos) << message;
-  }
+  const std::string message = testing::error_of([&] { runner.train(); });
+  EXPECT_NE(message.find("Loss became infinite or NaN at iteration=3"), std::string::npos) << message;
+  EXPECT_NE(message.find("loss_dict = {"), std::string::npos) << message;
 }
 
 // The asynchronous metrics writer gathers on its own thread while the main
@@ -111,7 +83,7 @@ LOCKSTEP_WORKER_TEST(DistributedRunWorker, NanOnOneRankStopsEveryRank) {
 // a process group, ranks could issue their collectives in different orders
 // (a hang, or one call's payload delivered to the other).
 LOCKSTEP_WORKER_TEST(DistributedRunWorker, AsyncMetricsBesideEvaluationEveryIteration) {
-  Config config = Config::parse(kConfig, "distributed.yaml");
+  Config config = distributed_job();
   config.apply_override("trainer={async_write_metrics: true}");
   config.apply_override("train_cfg={max_iters: 48, val_interval: 1}");
   config.apply_override("val_dataloader.batch_size=2");
@@ -122,6 +94,16 @@ LOCKSTEP_WORKER_TEST(DistributedRunWorker, AsyncMetricsBesideEvaluationEveryIter
   EXPECT_EQ(runner.trainer().storage().history("accuracy/top1").size(), 48u);
   auto all = all_gather_object(nlohmann::json(metrics.at("accuracy/top1")));
   EXPECT_EQ(all[0], all[1]);
+}
+
+// `worker` on two ranks, each training into a work dir of its own run; a
+// collective waits at most `collective_timeout_s`, the whole run `timeout_s`.
+testing::CommandResult run_two_ranks(const std::string& worker, int collective_timeout_s, double timeout_s) {
+  testing::TempDir dir;
+  testing::WorkersOptions options;
+  options.env = {"RUN_DIR=" + dir.path(), "LOCKSTEP_TIMEOUT_S=" + std::to_string(collective_timeout_s)};
+  options.timeout_s = timeout_s;
+  return testing::run_workers(2, worker, options);
 }
 
 TEST(DistributedRun, TwoRanksTrainEvaluateAndOnlyRankZeroWritesSharedFiles) {
@@ -148,21 +130,15 @@ TEST(DistributedRun, TwoRanksTrainEvaluateAndOnlyRankZeroWritesSharedFiles) {
 
 TEST(DistributedRun, NanOnOneRankStopsEveryRankWithoutAHang) {
   LOCKSTEP_REQUIRE_LAUNCHER();
-  testing::TempDir dir;
-  testing::WorkersOptions options;
-  options.env = {"RUN_DIR=" + dir.path(), "LOCKSTEP_TIMEOUT_S=30"};
-  options.timeout_s = 120;
-  auto result = testing::run_workers(2, "DistributedRunWorker.NanOnOneRankStopsEveryRank", options);
+  const auto result = run_two_ranks("DistributedRunWorker.NanOnOneRankStopsEveryRank", /*collective_timeout_s=*/30,
+                                    /*timeout_s=*/120);
   EXPECT_WORKERS_OK(result);
 }
 
 TEST(DistributedRun, AsyncMetricsAndEvaluationEveryIterationNeverCross) {
   LOCKSTEP_REQUIRE_LAUNCHER();
-  testing::TempDir dir;
-  testing::WorkersOptions options;
-  options.env = {"RUN_DIR=" + dir.path(), "LOCKSTEP_TIMEOUT_S=60"};
-  options.timeout_s = 240;
-  auto result = testing::run_workers(2, "DistributedRunWorker.AsyncMetricsBesideEvaluationEveryIteration", options);
+  const auto result = run_two_ranks("DistributedRunWorker.AsyncMetricsBesideEvaluationEveryIteration",
+                                    /*collective_timeout_s=*/60, /*timeout_s=*/240);
   EXPECT_WORKERS_OK(result);
 }
 

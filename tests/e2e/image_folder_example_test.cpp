@@ -43,9 +43,7 @@ TEST(ImageFolderExample, PngFoldersHoldTheIdxImagesAndTrainOnTwoRanks) {
        "--set", "train_cfg.max_epochs=1", "--set", "param_scheduler.1.end=1", "--set", "param_scheduler.1.T_max=1"},
       {}, 600);
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
-  const auto at = trained.output.find("Final test accuracy/top1: ");
-  ASSERT_NE(at, std::string::npos) << trained.output;
-  EXPECT_GT(std::stod(trained.output.substr(at + 26)), 0.85) << trained.output;
+  EXPECT_GT(testing::number_after(trained.output, "Final test accuracy/top1: "), 0.85) << trained.output;
 }
 
 }  // namespace

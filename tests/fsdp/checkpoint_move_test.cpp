@@ -134,8 +134,8 @@ TEST_P(CheckpointMove, ShardedCheckpointOfTwoRanksResumesOnThreeAsTheFullOne) {
     ASSERT_EQ(first.exit_code, 0) << first.output;
   }
   for (const char* name : {"full", "sharded"}) {
-    auto exported = testing::run_command({testing::lockstep_binary(), "ckpt", "export", dir.file(std::string(name) + "/model_final.ckpt"),
-                                          "-o", dir.file(std::string(name) + "_10.safetensors")});
+    auto exported = testing::export_checkpoint(dir.file(std::string(name) + "/model_final.ckpt"),
+                                                dir.file(std::string(name) + "_10.safetensors"));
     ASSERT_EQ(exported.exit_code, 0) << exported.output;
   }
   auto diff = testing::run_command({testing::lockstep_binary(), "ckpt", "diff", dir.file("full_10.safetensors"),

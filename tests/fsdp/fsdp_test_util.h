@@ -29,6 +29,7 @@
 #include "lockstep/model/model.h"
 #include "lockstep/optim/optim_wrapper.h"
 #include "lockstep/parallel/fsdp/fully_sharded_data_parallel.h"
+#include "tests/support/logits_classifier.h"
 
 namespace lockstep::testing {
 
@@ -44,20 +45,14 @@ inline std::string env_or(const char* name, const std::string& fallback = "") {
 // x -> Sequential(Linear 16x24, Tanh, Linear 24x24, Tanh, Linear 24x5) * gain -> cross-entropy.
 // The Linears are units (intercepted as Sequential entries); the root holds `gain`.
 // 24x5 + 5 = 125 elements: not a multiple of 2 or 4, so shards are padded.
-struct FsdpMlp : Model {
+struct FsdpMlp : testing::LogitsClassifier {
   FsdpMlp() {
     layers = register_module("layers", torch::nn::Sequential(torch::nn::Linear(16, 24), torch::nn::Tanh(),
                                                              torch::nn::Linear(24, 24), torch::nn::Tanh(),
                                                              torch::nn::Linear(24, 5)));
     gain = register_parameter("gain", torch::ones({5}));
   }
-  torch::Tensor logits(const torch::Tensor& x) { return layers->forward(x) * gain; }
-  LossDict loss(const Batch& data) override {
-    LossDict losses;
-    losses.insert("loss", torch::nn::functional::cross_entropy(logits(data.at("x")), data.at("y")));
-    return losses;
-  }
-  Batch predict(const Batch& data) override { return {{"logits", logits(data.at("x"))}}; }
+  torch::Tensor logits(const torch::Tensor& x) override { return layers->forward(x) * gain; }
   torch::nn::Sequential layers{nullptr};
   torch::Tensor gain;
 };

@@ -173,8 +173,7 @@ TEST(GptEma, FsdpAveragesItsShardsLikeDdpAveragesTheModel) {
   }
   EXPECT_EQ(compared, 30);  // every parameter of the 2-block GPT
   // `ckpt export --ema` writes that average as the model's weights.
-  auto exported = testing::run_command({testing::lockstep_binary(), "ckpt", "export", dir.file("fsdp/model_final.ckpt"),
-                                        "--ema", "-o", dir.file("ema.safetensors")});
+  auto exported = testing::export_checkpoint(dir.file("fsdp/model_final.ckpt"), dir.file("ema.safetensors"), {"--ema"});
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
   const auto ema_weights = read_model_weights(dir.file("ema.safetensors"));
   EXPECT_EQ(ema_weights.size(), 30u);

@@ -95,25 +95,8 @@ expect_in() {  # file text
   grep -qF -- "$2" "$1" || fail "'$2' not in $(basename "$1")"
 }
 
-# 6 iterations per epoch and rank on 4 ranks; checkpoints every 5 iterations.
-cat >"$work/job.yaml" <<'YAML'
-randomness: {seed: 11}
-model:
-  type: MLP
-  in_features: 64
-  hidden: [32, 32]
-  data_preprocessor: {type: ImgDataPreprocessor, mean: [100.0], std: [60.0]}
-train_dataloader:
-  batch_size: 4
-  sampler: {type: DefaultSampler, shuffle: true}
-  dataset: {type: SyntheticImages, size: 96, height: 8, width: 8, seed: 1}
-train_cfg: {max_iters: 30, by_epoch: false}
-optim_wrapper:
-  optimizer: {type: SGD, lr: 0.05, momentum: 0.9, weight_decay: 0.0001}
-default_hooks:
-  logger: {interval: 5}
-  checkpoint: {by_epoch: false, interval: 5, max_keep_ckpts: 10}
-YAML
+# The job every scenario trains; see the file.
+cp "$here/job.yaml" "$work/job.yaml"
 ddp='strategy={type: DDPStrategy, launcher: pytorch, backend: gloo}'
 hybrid='strategy={type: FSDPStrategy, launcher: pytorch, backend: gloo, state_dict_type: full, model_wrapper: {sharding_strategy: HYBRID_SHARD, auto_wrap_policy: {type: size_based, min_num_params: 1000}}}'
 export LOCKSTEP_JOB_TOKEN="multinode-test-$$-$RANDOM"

@@ -15,6 +15,7 @@
 #include "lockstep/parallel/ddp/distributed_data_parallel.h"
 #include "tests/parallel/ddp_models.h"
 #include "tests/support/multiprocess.h"
+#include "tests/support/logits_classifier.h"
 
 namespace lockstep {
 namespace {
@@ -153,20 +154,17 @@ LOCKSTEP_WORKER_TEST(CommHookWorker, HierarchicalDdpMatchesOneProcess) {
 }
 
 // Four layers: with tiny bucket caps, eight buckets.
-struct DeepMlp : Model {
+struct DeepMlp : testing::LogitsClassifier {
   DeepMlp() {
     for (int i = 0; i < 4; ++i) {
       layers.push_back(register_module("fc" + std::to_string(i), torch::nn::Linear(i == 0 ? 16 : 48, i == 3 ? 5 : 48)));
     }
   }
-  LossDict loss(const Batch& data) override {
-    torch::Tensor x = data.at("x");
+  torch::Tensor logits(const torch::Tensor& input) override {
+    torch::Tensor x = input;
     for (size_t i = 0; i < layers.size(); ++i) x = i + 1 < layers.size() ? torch::relu(layers[i](x)) : layers[i](x);
-    LossDict losses;
-    losses.insert("loss", torch::nn::functional::cross_entropy(x, data.at("y")));
-    return losses;
+    return x;
   }
-  Batch predict(const Batch& data) override { return {}; }
   std::vector<torch::nn::Linear> layers;
 };
 

@@ -12,23 +12,18 @@
 
 #include "lockstep/model/model.h"
 #include "lockstep/optim/optim_wrapper.h"
+#include "tests/support/logits_classifier.h"
 
 namespace lockstep::testing {
 
 // x -> relu(fc1) -> fc2 -> cross-entropy. `unused` never takes part in the loss.
-struct DdpMlp : Model {
+struct DdpMlp : testing::LogitsClassifier {
   explicit DdpMlp(int64_t hidden = 64, bool with_unused = false) {
     fc1 = register_module("fc1", torch::nn::Linear(16, hidden));
     fc2 = register_module("fc2", torch::nn::Linear(hidden, 5));
     if (with_unused) unused = register_module("unused", torch::nn::Linear(hidden, 3));
   }
-  torch::Tensor logits(const torch::Tensor& x) { return fc2(torch::relu(fc1(x))); }
-  LossDict loss(const Batch& data) override {
-    LossDict losses;
-    losses.insert("loss", torch::nn::functional::cross_entropy(logits(data.at("x")), data.at("y")));
-    return losses;
-  }
-  Batch predict(const Batch& data) override { return {{"logits", logits(data.at("x"))}}; }
+  torch::Tensor logits(const torch::Tensor& x) override { return fc2(torch::relu(fc1(x))); }
   torch::nn::Linear fc1{nullptr}, fc2{nullptr}, unused{nullptr};
 };
 
@@ -59,18 +54,13 @@ struct SometimesAuxMlp : Model {
 
 // fc -> BatchNorm1d -> relu -> fc: with SyncBatchNorm under DDP it must match
 // BatchNorm over the whole batch in one process.
-struct BatchNormMlp : Model {
+struct BatchNormMlp : testing::LogitsClassifier {
   // Only the Sequential holds the BatchNorm, so convert_sync_batchnorm can replace it.
   BatchNormMlp() {
     layers = register_module("layers", torch::nn::Sequential(torch::nn::Linear(16, 32), torch::nn::BatchNorm1d(32),
                                                              torch::nn::ReLU(), torch::nn::Linear(32, 5)));
   }
-  LossDict loss(const Batch& data) override {
-    LossDict losses;
-    losses.insert("loss", torch::nn::functional::cross_entropy(layers->forward(data.at("x")), data.at("y")));
-    return losses;
-  }
-  Batch predict(const Batch& data) override { return {{"logits", layers->forward(data.at("x"))}}; }
+  torch::Tensor logits(const torch::Tensor& x) override { return layers->forward(x); }
   torch::nn::Sequential layers{nullptr};
 };
 

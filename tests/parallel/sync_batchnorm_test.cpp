@@ -494,15 +494,11 @@ LOCKSTEP_WORKER_TEST(SyncBatchNormWorker, ConvertedConvNetTrainsLikeOneProcess) 
 }
 
 TEST(SyncBatchNormMultiProcess, TwoRanks) {
-  LOCKSTEP_REQUIRE_LAUNCHER();
-  auto result = testing::run_workers(2, "SyncBatchNormWorker.*", testing::worker_options());
-  EXPECT_WORKERS_OK(result);
+  testing::expect_workers_pass(2, "SyncBatchNormWorker.*");
 }
 
 TEST(SyncBatchNormMultiProcess, FourRanks) {
-  LOCKSTEP_REQUIRE_LAUNCHER();
-  auto result = testing::run_workers(4, "SyncBatchNormWorker.*", testing::worker_options());
-  EXPECT_WORKERS_OK(result);
+  testing::expect_workers_pass(4, "SyncBatchNormWorker.*");
 }
 
 }  // namespace

@@ -22,30 +22,8 @@
 
 namespace lockstep::testing {
 
-// 6 iterations per epoch and rank, checkpoints every 5 iterations, so a run
-// crosses epoch boundaries (sampler reshuffles) between checkpoints.
-inline const char* small_job_config() {
-  return R"YAML(
-randomness: {seed: 11}
-model:
-  type: MLP
-  in_features: 64
-  hidden: [32]
-  data_preprocessor: {type: ImgDataPreprocessor, mean: [100.0], std: [60.0]}
-train_dataloader:
-  batch_size: 8
-  sampler: {type: DefaultSampler, shuffle: true}
-  dataset: {type: SyntheticImages, size: 96, height: 8, width: 8, seed: 1}
-train_cfg: {max_iters: 30, by_epoch: false}
-optim_wrapper:
-  optimizer: {type: SGD, lr: 0.05, momentum: 0.9, weight_decay: 0.0001}
-param_scheduler:
-  - {type: CosineAnnealingLR, by_epoch: false, begin: 0, end: 30, T_max: 30}
-default_hooks:
-  logger: {interval: 10}
-  checkpoint: {by_epoch: false, interval: 5, max_keep_ckpts: 3}
-)YAML";
-}
+// The job's YAML, from small_job.yaml beside this file.
+inline std::string small_job_config() { return read_file(source_dir() + "/tests/support/small_job.yaml"); }
 
 inline const char* ddp_strategy_line() { return "strategy={type: DDPStrategy, launcher: pytorch, backend: gloo}"; }
 

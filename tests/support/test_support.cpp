@@ -10,9 +10,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <limits>
 #include <map>
 #include <mutex>
-#include <fstream>
 #include <sstream>
 #include <stdexcept>
 
@@ -130,6 +131,19 @@ std::string read_file(const std::string& path) {
   std::ostringstream content;
   content << in.rdbuf();
   return content.str();
+}
+
+CommandResult export_checkpoint(const std::string& checkpoint, const std::string& out,
+                                const std::vector<std::string>& args) {
+  std::vector<std::string> argv{lockstep_binary(), "ckpt", "export", checkpoint, "-o", out};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(argv, {}, 120);
+}
+
+double number_after(const std::string& text, const std::string& marker) {
+  const auto at = text.find(marker);
+  if (at == std::string::npos) return std::numeric_limits<double>::quiet_NaN();
+  return std::strtod(text.c_str() + at + marker.size(), nullptr);
 }
 
 void write_file(const std::string& path, const std::string& content) {

@@ -56,4 +56,13 @@ std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& content);
 bool file_exists(const std::string& path);
 
+// `lockstep ckpt export CHECKPOINT -o OUT` with further arguments (--format, --ema, --dtype).
+//   auto exported = testing::export_checkpoint(dir.file("run/model_final.ckpt"), dir.file("w.pt"), {"--format", "pt"});
+CommandResult export_checkpoint(const std::string& checkpoint, const std::string& out,
+                                const std::vector<std::string>& args = {});
+
+// The number that follows `marker` in `text`; NaN where `marker` is absent.
+//   EXPECT_GT(testing::number_after(run.output, "Final test accuracy/top1: "), 0.85) << run.output;
+double number_after(const std::string& text, const std::string& marker);
+
 }  // namespace lockstep::testing

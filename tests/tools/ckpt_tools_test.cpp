@@ -28,23 +28,8 @@ using ::testing::UnorderedElementsAre;
 // weight the tests load (none is near zero), so the final checkpoint holds
 // exactly the weights the run started from.
 std::string run_config(const std::string& lr, const std::string& extra = "") {
-  return R"(randomness: {seed: 0}
-model:
-  type: MLP
-  in_features: 16
-  hidden: [8]
-  num_classes: 4
-  data_preprocessor: {type: ImgDataPreprocessor, mean: [127.5], std: [127.5]}
-train_dataloader:
-  batch_size: 16
-  sampler: {type: DefaultSampler, shuffle: true}
-  dataset: {type: SyntheticImages, size: 64, channels: 1, height: 4, width: 4, num_classes: 4, seed: 1}
-train_cfg: {max_iters: 3}
-optim_wrapper: {optimizer: {type: SGD, lr: )" +
-         lr + R"(}}
-default_hooks:
-  checkpoint: {interval: 3, by_epoch: false}
-)" + extra;
+  return testing::read_file(testing::source_dir() + "/tests/tools/ckpt_run.yaml") +
+         "optim_wrapper: {optimizer: {type: SGD, lr: " + lr + "}}\n" + extra;
 }
 
 testing::CommandResult lockstep_cli(std::vector<std::string> args) {

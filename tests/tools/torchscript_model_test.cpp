@@ -25,45 +25,13 @@ using ::lockstep::testing::error_of;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-// cnn.pt: Conv(1->4) + BatchNorm + ReLU + Linear(4*6*6 -> 5), scripted.
-// io.pt: an input batch, its labels, the eval-mode logits, and the weights
-// and BatchNorm statistics after one SGD step (lr 0.1) in train mode.
-const char* kExport = R"PY(
-import sys, torch
-torch.manual_seed(0)
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.features = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
-        self.head = torch.nn.Linear(4 * 6 * 6, 5)
-    def forward(self, x):
-        return self.head(torch.flatten(self.features(x), 1))
-    @torch.jit.export
-    def compute_loss(self, x, y):
-        return {'loss_ce': torch.nn.functional.cross_entropy(self.forward(x), y)}
-net = torch.jit.script(Net())
-net.save(sys.argv[1] + '/cnn.pt')
-x = torch.randn(6, 1, 8, 8)
-y = torch.tensor([0, 1, 2, 3, 4, 0])
-io = {'x': x, 'y': y}
-net.eval()
-io['eval_logits'] = net(x).detach()
-net.train()
-sgd = torch.optim.SGD(net.parameters(), lr=0.1)
-torch.nn.functional.cross_entropy(net(x), y).backward()
-sgd.step()
-for name, value in net.state_dict().items():
-    io['after.' + name] = value.detach().clone()
-torch.save(io, sys.argv[1] + '/io.pt')
-print(' '.join(net.state_dict().keys()))
-)PY";
-
 class TorchScriptModelTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!testing::python_has("torch")) GTEST_SKIP() << "no python3-torch";
-    testing::write_file(dir_.file("export.py"), kExport);
-    auto result = testing::run_command({testing::python(), dir_.file("export.py"), dir_.path()}, {}, 120);
+    // export_scripted_cnn.py beside this file: cnn.pt, and io.pt, PyTorch's run of it.
+    auto result = testing::run_command(
+        {testing::python(), testing::source_dir() + "/tests/tools/export_scripted_cnn.py", dir_.path()}, {}, 120);
     ASSERT_EQ(result.exit_code, 0) << result.output;
     python_keys_ = result.output.substr(0, result.output.find('\n'));
     io_ = read_pt_state_dict(dir_.file("io.pt"));
@@ -179,9 +147,7 @@ TEST_F(TorchScriptModelTest, TrainsWithDdpOnTwoRanksThroughLockstepTrain) {
   // Resuming after iteration 3 ends bitwise where the uninterrupted run ended.
   // TorchScript -> lockstep -> TorchScript -> Python: the exported module holds the trained weights.
   for (const auto& [format, out] : {std::pair<std::string, std::string>{"torchscript", "trained.pt"}, {"pt", "state.pt"}}) {
-    auto exported = testing::run_command({testing::lockstep_binary(), "ckpt", "export", dir_.file("ddp/model_final.ckpt"),
-                                          "--format", format, "-o", dir_.file(out)},
-                                         {}, 120);
+    auto exported = testing::export_checkpoint(dir_.file("ddp/model_final.ckpt"), dir_.file(out), {"--format", format});
     ASSERT_EQ(exported.exit_code, 0) << exported.output;
   }
   testing::write_file(dir_.file("compare.py"),
@@ -303,15 +269,12 @@ TEST(TorchScriptExample, ExportTrainExportCheck) {
                                        "param_scheduler.1.T_max=1"},
                                       {}, 600);
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
-  auto module = testing::run_command({testing::lockstep_binary(), "ckpt", "export", dir.file("run/model_final.ckpt"),
-                                      "--format", "torchscript", "-o", dir.file("trained.pt")},
-                                     {}, 120);
+  auto module = testing::export_checkpoint(dir.file("run/model_final.ckpt"), dir.file("trained.pt"),
+                                           {"--format", "torchscript"});
   ASSERT_EQ(module.exit_code, 0) << module.output;
   auto checked = testing::run_command({testing::python(), example + "check.py", dir.file("trained.pt")}, {}, 300);
   ASSERT_EQ(checked.exit_code, 0) << checked.output;
-  const auto at = checked.output.find("torch.jit.load): ");
-  ASSERT_NE(at, std::string::npos) << checked.output;
-  EXPECT_GT(std::stod(checked.output.substr(at + 17)), 0.85) << checked.output;
+  EXPECT_GT(testing::number_after(checked.output, "torch.jit.load): "), 0.85) << checked.output;
 }
 
 }  // namespace

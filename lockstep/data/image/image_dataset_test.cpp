@@ -22,33 +22,6 @@ using ::lockstep::testing::error_of;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-// A class tree as torchvision sees it: nested folders, upper-case and
-// unknown extensions, a linked folder, a name with a space; listed by
-// torchvision's ImageFolder into samples.json.
-const char* kTree = R"PY(
-import json, os, sys
-import numpy as np
-from PIL import Image
-from torchvision.datasets import ImageFolder
-root = sys.argv[1]
-rng = np.random.default_rng(1)
-def image(path, size=(12, 10)):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    pixels = Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8))
-    pixels.save(path, format="JPEG" if path.lower().endswith((".jpg", ".jpeg")) else "PNG")
-for path in ["dog/b.png", "dog/a.JPG", "dog/sub/z.jpeg", "dog/sub/deeper/y.png", "dog/sub b/x.png",
-             "cat/2.jpg", "cat/10.jpg", "cat/1.png", "bird house/only.png"]:
-    image(os.path.join(root, "tree", path))
-image(os.path.join(root, "tree", "ant", "q.PNG"), size=(9, 7))
-with open(os.path.join(root, "tree", "cat", "notes.txt"), "w") as f:
-    f.write("not an image")
-os.makedirs(os.path.join(root, "elsewhere"), exist_ok=True)
-image(os.path.join(root, "elsewhere", "linked.png"))
-os.symlink(os.path.join(root, "elsewhere"), os.path.join(root, "tree", "ant", "link"))
-folder = ImageFolder(os.path.join(root, "tree"), is_valid_file=lambda p: p.lower().endswith((".jpg", ".jpeg", ".png")))
-json.dump({"classes": folder.classes, "samples": folder.samples}, open(os.path.join(root, "samples.json"), "w"))
-)PY";
-
 class ImageDatasetTest : public ::testing::Test {
  protected:
   // n PNG files of size h x w under root/<class>/, class i % 3 for file i.
@@ -81,8 +54,9 @@ constexpr const char* kRandomPipeline =
 
 TEST_F(ImageDatasetTest, FindsTheFilesAndClassesTorchvisionsImageFolderFinds) {
   if (!testing::python_has("torchvision")) GTEST_SKIP() << "needs python3-torchvision";
-  testing::write_file(dir_.file("tree.py"), kTree);
-  auto made = testing::run_command({testing::python(), dir_.file("tree.py"), dir_.path()}, {}, 120);
+  // testdata/image_tree.py: the tree, and torchvision's ImageFolder's listing of it.
+  auto made = testing::run_command(
+      {testing::python(), testing::source_dir() + "/lockstep/data/image/testdata/image_tree.py", dir_.path()}, {}, 120);
   ASSERT_EQ(made.exit_code, 0) << made.output;
   const auto expected = nlohmann::json::parse(read_file(dir_.file("samples.json")));
   ImageFolder images(dir_.file("tree"), ImageDatasetOptions{});

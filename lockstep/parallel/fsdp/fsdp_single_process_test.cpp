@@ -11,6 +11,8 @@
 #include "lockstep/parallel/fsdp/fully_sharded_data_parallel.h"
 #include "lockstep/strategy/strategy.h"
 #include "tests/fsdp/fsdp_test_util.h"
+#include "tests/support/logits_classifier.h"
+#include "tests/support/test_support.h"
 
 namespace lockstep {
 namespace {
@@ -160,14 +162,9 @@ TEST(FsdpSingleProcess, SummonFullParamsIsFullPrecisionAndWritesBack) {
   EXPECT_TRUE(torch::equal(after.at("layers.0.weight"), expected.at("layers.0.weight")));
 }
 
-struct MemberNet : Model {
+struct MemberNet : testing::LogitsClassifier {
   MemberNet() { fc = register_module("fc", torch::nn::Linear(6, 4)); }
-  LossDict loss(const Batch& data) override {
-    LossDict losses;
-    losses.insert("loss", torch::nn::functional::cross_entropy(fc(data.at("x")), data.at("y")));
-    return losses;
-  }
-  Batch predict(const Batch& data) override { return {{"logits", fc(data.at("x"))}}; }
+  torch::Tensor logits(const torch::Tensor& x) override { return fc(x); }
   torch::nn::Linear fc{nullptr};
 };
 
@@ -177,15 +174,10 @@ TEST(FsdpSingleProcess, UnitCalledThroughAMemberWithoutScopeIsNamed) {
   auto fsdp = std::make_shared<FullyShardedDataParallel>(model, world(), linear_units());
   auto optim = adam_over(fsdp->shard_parameters());
   optim->set_gradient_sync(fsdp);
-  try {
-    model->train_step(make_batch(4, 1, torch::kFloat64), *optim);
-    ADD_FAILURE() << "a unit FSDP never saw went unnoticed";
-  } catch (const Error& error) {
-    const std::string message = error.what();
-    EXPECT_NE(message.find("fc (torch::nn::LinearImpl)"), std::string::npos) << message;
-    EXPECT_NE(message.find("torch::nn::Sequential"), std::string::npos) << message;
-    EXPECT_NE(message.find("unit_scope"), std::string::npos) << message;
-  }
+  const std::string message = testing::error_of([&] { model->train_step(make_batch(4, 1, torch::kFloat64), *optim); });
+  EXPECT_NE(message.find("fc (torch::nn::LinearImpl)"), std::string::npos) << message;
+  EXPECT_NE(message.find("torch::nn::Sequential"), std::string::npos) << message;
+  EXPECT_NE(message.find("unit_scope"), std::string::npos) << message;
 }
 
 struct ForgetfulBlock : torch::nn::Module {
@@ -197,14 +189,9 @@ struct ForgetfulBlock : torch::nn::Module {
   torch::nn::Linear fc{nullptr};
 };
 
-struct ForgetfulNet : Model {
+struct ForgetfulNet : testing::LogitsClassifier {
   ForgetfulNet() { block = register_module("block", std::make_shared<ForgetfulBlock>()); }
-  LossDict loss(const Batch& data) override {
-    LossDict losses;
-    losses.insert("loss", torch::nn::functional::cross_entropy(block->forward(data.at("x")), data.at("y")));
-    return losses;
-  }
-  Batch predict(const Batch& data) override { return {{"logits", block->forward(data.at("x"))}}; }
+  torch::Tensor logits(const torch::Tensor& x) override { return block->forward(x); }
   std::shared_ptr<ForgetfulBlock> block;
 };
 
@@ -216,14 +203,9 @@ TEST(FsdpSingleProcess, ScopeWithoutOutputIsAnErrorBeforeBackward) {
   ASSERT_EQ(fsdp->units().size(), 1u);  // the block; the root holds nothing
   auto optim = adam_over(fsdp->shard_parameters());
   optim->set_gradient_sync(fsdp);
-  try {
-    model->train_step(make_batch(4, 1, torch::kFloat64), *optim);
-    ADD_FAILURE() << "a unit output outside scope.output went unnoticed";
-  } catch (const Error& error) {
-    const std::string message = error.what();
-    EXPECT_NE(message.find("unit 'block'"), std::string::npos) << message;
-    EXPECT_NE(message.find("scope.output(y)"), std::string::npos) << message;
-  }
+  const std::string message = testing::error_of([&] { model->train_step(make_batch(4, 1, torch::kFloat64), *optim); });
+  EXPECT_NE(message.find("unit 'block'"), std::string::npos) << message;
+  EXPECT_NE(message.find("scope.output(y)"), std::string::npos) << message;
 }
 
 // x -> x W^T + b with a given W.
