@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -73,6 +75,28 @@ inline double cuda_peak_mib(int device) {
 }
 
 // main() of a bench whose driver starts copies of itself as workers:
+// The seconds of the first line "RESULT <fields...> <seconds>" in `output`
+// whose leading fields are `fields` (after any "[rank0]: " prefix a launcher
+// adds); NaN when there is none.
+//   double s = bench::result_seconds(output, {"lockstep", "cnn"});  // "RESULT lockstep cnn 0.0123"
+inline double result_seconds(const std::string& output, const std::vector<std::string>& fields) {
+  std::istringstream lines(output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    auto at = line.find("RESULT ");
+    if (at == std::string::npos) continue;
+    std::istringstream words(line.substr(at + 7));
+    bool match = true;
+    for (const auto& field : fields) {
+      std::string word;
+      match = match && (words >> word) && word == field;
+    }
+    double seconds = 0;
+    if (match && words >> seconds) return seconds;
+  }
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
 // `<bench> worker <mode> <model> <iters>` runs worker(mode, model, iters),
 // anything else the driver; an exception ends it with its message and 1.
 //   int main(int argc, char** argv) { return bench::worker_or_driver(argc, argv, "bench_ddp", worker, driver); }

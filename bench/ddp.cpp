@@ -19,6 +19,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -87,19 +88,11 @@ int worker(const std::string& mode, const std::string& model_name, int iters) {
   return 0;
 }
 
-double parse_result(const testing::CommandResult& result, const std::string& what) {
-  std::istringstream lines(result.output);
-  std::string line;
-  while (std::getline(lines, line)) {
-    auto at = line.find("RESULT ");
-    if (at == std::string::npos) continue;
-    std::istringstream fields(line.substr(at + 7));
-    std::string a, b;
-    double seconds = 0;
-    if (fields >> a >> b >> seconds) return seconds;
-    std::istringstream python(line.substr(at + 7));
-    if (python >> a >> seconds) return seconds;
-  }
+// The seconds of the run's RESULT line (bench::result_seconds); exits naming `what` if it printed none.
+double parse_result(const testing::CommandResult& result, const std::vector<std::string>& fields,
+                    const std::string& what) {
+  const double seconds = bench::result_seconds(result.output, fields);
+  if (std::isfinite(seconds)) return seconds;
   std::fprintf(stderr, "%s produced no result (exit %d):\n%s\n", what.c_str(), result.exit_code, result.output.c_str());
   std::exit(1);
 }
@@ -121,7 +114,7 @@ int driver() {
       for (const std::string mode : {"lockstep", "none", "after"}) {
         auto result = testing::run_command({launcher, "run", "--standalone", "--nproc-per-node", "2", "--", self,
                                             "worker", mode, model, std::to_string(iters)}, {}, 900);
-        times[model][mode].push_back(parse_result(result, mode + " " + model));
+        times[model][mode].push_back(parse_result(result, {mode, model}, mode + " " + model));
         auto peak = result.output.find("CUDA peak: ");
         if (round == 0 && peak != std::string::npos) {
           std::printf("  %s\n", result.output.substr(peak, result.output.find('\n', peak) - peak).c_str());
@@ -134,7 +127,7 @@ int driver() {
                                             "--redirects", "1", "--tee", "1", "--nproc_per_node", "2", source + "/bench/ddp_peer.py", model,
                                             std::to_string(iters), std::to_string(kWarmup), std::to_string(kBatch), "1"},
                                            {"OMP_NUM_THREADS=1"}, 900);
-        times[model]["pytorch"].push_back(parse_result(result, "pytorch " + model));
+        times[model]["pytorch"].push_back(parse_result(result, {model}, "pytorch " + model));
       }
       std::printf("  round %d %s:", round, model.c_str());
       for (auto& [mode, values] : times[model]) std::printf("  %s %.2f ms", mode.c_str(), values.back() * 1e3);

@@ -155,20 +155,6 @@ std::string tail(const std::string& text, int lines) {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// "RESULT <mode> <model> <seconds>" (after a "[rank0]: " or "[default0]:" prefix).
-double parse_result(const std::string& output, const std::string& mode, const std::string& model) {
-  std::istringstream lines(output);
-  std::string line;
-  while (std::getline(lines, line)) {
-    auto at = line.find("RESULT ");
-    if (at == std::string::npos) continue;
-    std::istringstream fields(line.substr(at + 7));
-    std::string a, b;
-    double seconds = 0;
-    if (fields >> a >> b >> seconds && a == mode && b == model) return seconds;
-  }
-  return kNaN;
-}
 
 double finite_median(const std::vector<double>& values) {
   std::vector<double> finite;
@@ -345,7 +331,7 @@ int driver() {
     auto result = hosts(args, limit + 30);
     std::vector<std::string> missing;
     for (const auto& mode : modes) {
-      seconds[mode] = parse_result(result.output, mode, model);
+      seconds[mode] = bench::result_seconds(result.output, {mode, model});
       if (!std::isfinite(seconds[mode])) missing.push_back(mode);
     }
     if (!missing.empty()) {
