@@ -96,12 +96,27 @@ bool truthy(const std::string* value) {
   return lower == "true" || lower == "1" || lower == "yes";
 }
 
-DistEnv from_pytorch(const Environment& env) {
+// The variables in which a launcher names a process's place.
+struct PlaceVariables {
+  const char* launcher;
+  const char* rank;
+  const char* world_size;
+  const char* local_rank;
+};
+
+// A DistEnv of `names.launcher` with the rank, world size and local rank its
+// variables hold (each required).
+DistEnv place_from(const Environment& env, const PlaceVariables& names) {
   DistEnv out;
-  out.launcher = "pytorch";
-  out.rank = required_int(env, "RANK", out.launcher);
-  out.world_size = required_int(env, "WORLD_SIZE", out.launcher);
-  out.local_rank = required_int(env, "LOCAL_RANK", out.launcher);
+  out.launcher = names.launcher;
+  out.rank = required_int(env, names.rank, out.launcher);
+  out.world_size = required_int(env, names.world_size, out.launcher);
+  out.local_rank = required_int(env, names.local_rank, out.launcher);
+  return out;
+}
+
+DistEnv from_pytorch(const Environment& env) {
+  DistEnv out = place_from(env, {"pytorch", "RANK", "WORLD_SIZE", "LOCAL_RANK"});
   out.local_world_size = optional_int(env, "LOCAL_WORLD_SIZE", out.launcher, -1);
   out.node_rank = optional_int(env, "GROUP_RANK", out.launcher, -1);
   const std::string* addr = find(env, "MASTER_ADDR");
@@ -117,11 +132,7 @@ DistEnv from_pytorch(const Environment& env) {
 }
 
 DistEnv from_slurm(const Environment& env) {
-  DistEnv out;
-  out.launcher = "slurm";
-  out.rank = required_int(env, "SLURM_PROCID", out.launcher);
-  out.world_size = required_int(env, "SLURM_NTASKS", out.launcher);
-  out.local_rank = required_int(env, "SLURM_LOCALID", out.launcher);
+  DistEnv out = place_from(env, {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"});
   out.node_rank = optional_int(env, "SLURM_NODEID", out.launcher, -1);
   out.local_world_size = -1;
   if (const std::string* per_node = find(env, "SLURM_NTASKS_PER_NODE");
@@ -153,11 +164,7 @@ DistEnv from_slurm(const Environment& env) {
 }
 
 DistEnv from_mpi(const Environment& env) {
-  DistEnv out;
-  out.launcher = "mpi";
-  out.rank = required_int(env, "OMPI_COMM_WORLD_RANK", out.launcher);
-  out.world_size = required_int(env, "OMPI_COMM_WORLD_SIZE", out.launcher);
-  out.local_rank = required_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", out.launcher);
+  DistEnv out = place_from(env, {"mpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"});
   out.local_world_size = optional_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", out.launcher, -1);
   const std::string* addr = find(env, "MASTER_ADDR");
   out.meet_over_mpi = addr == nullptr && out.world_size > 1 && can_meet_over_mpi();

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <tuple>
 #include <utility>
 
 #include <torch/optim/adam.h>
@@ -26,6 +27,7 @@ namespace {
 
 namespace optim = torch::optim;
 using nlohmann::json;
+using detail::checked_position;
 using detail::describe;
 using detail::parse_position;
 using detail::position;
@@ -132,35 +134,32 @@ bool with_codec(const optim::Optimizer& optimizer, F&& f) {
   return true;
 }
 
+// A group's options as the codec's options type.
+template <typename C>
+const typename C::Options& options_in(const optim::OptimizerParamGroup& group) {
+  return static_cast<const typename C::Options&>(group.options());
+}
+
 template <typename C>
 State save_typed(const optim::Optimizer& optimizer, const char* type) {
-  State state;
-  state.values["type"] = type;
-  json groups = json::array();
-  json params = json::object();
-  const auto& param_state = optimizer.state();
-  for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
-    const auto& group = optimizer.param_groups()[g];
-    const auto& options = static_cast<const typename C::Options&>(group.options());
-    json options_json = json::object();
-    for_each_option(options, [&](const char* key, const auto& value) { options_json[key] = value; });
-    groups.push_back({{"num_params", group.params().size()}, {"options", options_json}});
-
-    for (size_t i = 0; i < group.params().size(); ++i) {
-      auto found = param_state.find(compat::param_state_key(param_state, group.params()[i]));
-      if (found == param_state.end()) continue;
-      const auto& typed = static_cast<const typename C::ParamState&>(*found->second);
-      json entry = json::object();
-      if constexpr (HasStep<typename C::ParamState>::value) entry["step"] = typed.step();
-      params[position(g, i)] = entry;
-      for_each_buffer(typed, options, [&](const char* key, const torch::Tensor& buffer, bool) {
-        if (buffer.defined()) state.tensors[position(g, i) + "." + key] = buffer;
-      });
-    }
-  }
-  state.values["groups"] = std::move(groups);
-  state.values["params"] = std::move(params);
-  return state;
+  const auto options_of = [&](size_t g) {
+    json options = json::object();
+    for_each_option(options_in<C>(optimizer.param_groups()[g]),
+                    [&](const char* key, const auto& value) { options[key] = value; });
+    return options;
+  };
+  const auto state_of = [&](size_t g, size_t, const torch::Tensor&, const optim::OptimizerParamState& saved,
+                            std::map<std::string, torch::Tensor>& buffers) {
+    const auto& typed = static_cast<const typename C::ParamState&>(saved);
+    json entry = json::object();
+    if constexpr (HasStep<typename C::ParamState>::value) entry["step"] = typed.step();
+    for_each_buffer(typed, options_in<C>(optimizer.param_groups()[g]),
+                    [&](const char* key, const torch::Tensor& buffer, bool) {
+                      if (buffer.defined()) buffers[key] = buffer;
+                    });
+    return entry;
+  };
+  return detail::save_state(optimizer, type, options_of, state_of);
 }
 
 template <typename C>
@@ -201,10 +200,7 @@ void load_typed(optim::Optimizer& optimizer, const State& state, const char* typ
   std::set<std::string> expected_tensors;
   for (const auto& entry : params.items()) {
     size_t g = 0, i = 0;
-    LOCKSTEP_CHECK(parse_position(entry.key(), &g, &i) && g < param_groups.size() &&
-                       i < param_groups[g].params().size(),
-                   kWhat, ": the checkpoint has state for parameter '", entry.key(),
-                   "', which is not a <group>.<index> of this optimizer");
+    std::tie(g, i) = checked_position(entry.key(), param_groups);
     const torch::Tensor& param = param_groups[g].params()[i];
     if constexpr (HasStep<ParamState>::value) {
       LOCKSTEP_CHECK(entry.value().contains("step") && entry.value().at("step").is_number_integer(),
@@ -307,6 +303,39 @@ bool parse_position(const std::string& text, size_t* group, size_t* index) {
   *group = std::stoul(text.substr(0, dot));
   *index = std::stoul(text.substr(dot + 1));
   return true;
+}
+
+std::pair<size_t, size_t> checked_position(const std::string& text,
+                                           const std::vector<optim::OptimizerParamGroup>& param_groups) {
+  size_t g = 0, i = 0;
+  LOCKSTEP_CHECK(parse_position(text, &g, &i) && g < param_groups.size() && i < param_groups[g].params().size(),
+                 kWhat, ": the checkpoint has state for parameter '", text,
+                 "', which is not a <group>.<index> of this optimizer");
+  return {g, i};
+}
+
+State save_state(const optim::Optimizer& optimizer, const std::string& type, const GroupOptionsJson& options_of,
+                 const ParamStateJson& state_of) {
+  State state;
+  state.values["type"] = type;
+  json groups = json::array();
+  json params = json::object();
+  const auto& param_state = optimizer.state();
+  for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
+    const auto& group = optimizer.param_groups()[g];
+    groups.push_back({{"num_params", group.params().size()}, {"options", options_of(g)}});
+    for (size_t i = 0; i < group.params().size(); ++i) {
+      const torch::Tensor& param = group.params()[i];
+      auto found = param_state.find(compat::param_state_key(param_state, param));
+      if (found == param_state.end()) continue;
+      std::map<std::string, torch::Tensor> buffers;
+      params[position(g, i)] = state_of(g, i, param, *found->second, buffers);
+      for (auto& [key, tensor] : buffers) state.tensors[position(g, i) + "." + key] = std::move(tensor);
+    }
+  }
+  state.values["groups"] = std::move(groups);
+  state.values["params"] = std::move(params);
+  return state;
 }
 
 }  // namespace detail

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <tuple>
 #include <utility>
 
 #include <torch/optim/adam.h>
@@ -226,50 +227,39 @@ c10::IValue value_from_json(const json& value, const std::string& what) {
 
 State save_any(const optim::Optimizer& optimizer) {
   const std::string type = optimizer_type_name(optimizer);
-  State state;
-  state.values["type"] = type;
-  json groups = json::array();
-  json params = json::object();
-  const auto& param_state = optimizer.state();
-  for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
-    const auto& group = optimizer.param_groups()[g];
+  const auto options_of = [&](size_t g) {
     json options = json::object();
     const std::string context = str_cat(kWhat, " of ", type, ": serialising the options of group ", g);
-    for (auto& [key, value] : serialized_entries(group.options(), context)) {
+    for (auto& [key, value] : serialized_entries(optimizer.param_groups()[g].options(), context)) {
       std::optional<json> encoded = value_to_json(value);
       LOCKSTEP_CHECK(encoded.has_value(), kWhat, " of ", type, ": option '", key, "' of group ", g, " is ",
                      ivalue_kind(value), ", which cannot be saved (", kGenericSupported, ")");
       options[key] = std::move(*encoded);
     }
-    groups.push_back({{"num_params", group.params().size()}, {"options", std::move(options)}});
-
-    for (size_t i = 0; i < group.params().size(); ++i) {
-      const torch::Tensor& param = group.params()[i];
-      auto found = param_state.find(compat::param_state_key(param_state, param));
-      if (found == param_state.end()) continue;
-      const std::string where = describe(g, i, nullptr);
-      json entry = json::object();
-      const std::string state_context = str_cat(kWhat, " of ", type, ": serialising the state of ", where);
-      for (auto& [key, value] : serialized_entries(*found->second, state_context)) {
-        if (value.isTensor()) {
-          torch::Tensor tensor = value.toTensor().detach();
-          LOCKSTEP_CHECK(tensor.dim() == 0 || tensor.sizes() == param.sizes(), kWhat, " of ", type, ": ", where,
-                         ": '", key, "' has shape ", shape_text(tensor.sizes()), " but the parameter ",
-                         shape_text(param.sizes()), ", which cannot be saved (", kGenericSupported, ")");
-          state.tensors[position(g, i) + "." + key] = tensor;
-          continue;
-        }
-        std::optional<json> encoded = value_to_json(value);
-        LOCKSTEP_CHECK(encoded.has_value(), kWhat, " of ", type, ": ", where, ": '", key, "' is ", ivalue_kind(value),
-                       ", which cannot be saved (", kGenericSupported, ")");
-        entry[key] = std::move(*encoded);
+    return options;
+  };
+  const auto state_of = [&](size_t g, size_t i, const torch::Tensor& param, const optim::OptimizerParamState& saved,
+                            std::map<std::string, torch::Tensor>& buffers) {
+    const std::string where = describe(g, i, nullptr);
+    json entry = json::object();
+    const std::string state_context = str_cat(kWhat, " of ", type, ": serialising the state of ", where);
+    for (auto& [key, value] : serialized_entries(saved, state_context)) {
+      if (value.isTensor()) {
+        torch::Tensor tensor = value.toTensor().detach();
+        LOCKSTEP_CHECK(tensor.dim() == 0 || tensor.sizes() == param.sizes(), kWhat, " of ", type, ": ", where,
+                       ": '", key, "' has shape ", shape_text(tensor.sizes()), " but the parameter ",
+                       shape_text(param.sizes()), ", which cannot be saved (", kGenericSupported, ")");
+        buffers[key] = tensor;
+        continue;
       }
-      params[position(g, i)] = std::move(entry);
+      std::optional<json> encoded = value_to_json(value);
+      LOCKSTEP_CHECK(encoded.has_value(), kWhat, " of ", type, ": ", where, ": '", key, "' is ", ivalue_kind(value),
+                     ", which cannot be saved (", kGenericSupported, ")");
+      entry[key] = std::move(*encoded);
     }
-  }
-  state.values["groups"] = std::move(groups);
-  state.values["params"] = std::move(params);
-  return state;
+    return entry;
+  };
+  return save_state(optimizer, type, options_of, state_of);
 }
 
 int64_t ivalue_bytes(const c10::IValue& value) {
@@ -351,10 +341,7 @@ void load_any(optim::Optimizer& optimizer, const State& state, const std::vector
   std::map<std::pair<size_t, size_t>, ArchiveEntries> states;  // (group, index) -> its state's entries
   for (const auto& entry : params.items()) {
     size_t g = 0, i = 0;
-    LOCKSTEP_CHECK(parse_position(entry.key(), &g, &i) && g < param_groups.size() &&
-                       i < param_groups[g].params().size(),
-                   kWhat, ": the checkpoint has state for parameter '", entry.key(),
-                   "', which is not a <group>.<index> of this optimizer");
+    std::tie(g, i) = checked_position(entry.key(), param_groups);
     LOCKSTEP_CHECK(entry.value().is_object(), kWhat, ": ", describe(g, i, names), ": its entry is not a map: ",
                    entry.value().dump());
     ArchiveEntries& entries = states[{g, i}];

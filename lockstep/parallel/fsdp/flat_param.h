@@ -38,12 +38,7 @@
 
 #include "lockstep/compat/autograd.h"
 #include "lockstep/parallel/fsdp/flat_layout.h"
-#include "lockstep/parallel/fsdp/step_check.h"
-
-namespace lockstep {
-class ProcessGroup;
-class Work;
-}  // namespace lockstep
+#include "lockstep/parallel/fsdp/step_check.h"  // also declares ProcessGroup and Work
 
 namespace lockstep::fsdp {
 
