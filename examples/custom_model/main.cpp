@@ -14,8 +14,9 @@
 
 #include "lockstep/config/config.h"
 #include "lockstep/config/registry.h"
-#include "lockstep/runner/runner.h"
 #include "lockstep/model/model.h"
+#include "lockstep/runner/command_line.h"
+#include "lockstep/runner/runner.h"
 #include "lockstep/strategy/strategy.h"
 
 namespace {
@@ -61,25 +62,10 @@ LOCKSTEP_REGISTER(lockstep::model_registry(), "LeNet", [](const lockstep::Config
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::cerr << "usage: " << argv[0] << " CONFIG [--set key=value]... [--work-dir DIR]\n";
-    return 2;
-  }
   try {
-    lockstep::Config config = lockstep::Config::load_file(argv[1]);
-    lockstep::RunnerOptions options;
-    for (int i = 2; i + 1 < argc; i += 2) {
-      std::string flag = argv[i];
-      if (flag == "--set") {
-        config.apply_override(argv[i + 1]);
-      } else if (flag == "--work-dir") {
-        options.work_dir(argv[i + 1]);
-      } else {
-        std::cerr << "unknown option " << flag << "\n";
-        return 2;
-      }
-    }
-    lockstep::Runner runner(config, options);
+    auto command = lockstep::parse_command_line(argc, argv);
+    if (!command) return 2;
+    lockstep::Runner runner(command->config, command->options);
     runner.train();
     auto metrics = runner.test();
     if (runner.strategy().is_main_process()) std::cout << "LeNet test accuracy: " << metrics["accuracy/top1"] << "\n";

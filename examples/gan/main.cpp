@@ -10,34 +10,15 @@
 #include <iostream>
 
 #include "examples/gan/dcgan.h"
-#include "lockstep/config/config.h"
+#include "lockstep/runner/command_line.h"
 #include "lockstep/runner/runner.h"
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::cerr << "usage: " << argv[0] << " CONFIG [--set key=value]... [--work-dir DIR] [--resume]\n";
-    return 2;
-  }
   try {
     dcgan::register_components();
-    lockstep::Config config = lockstep::Config::load_file(argv[1]);
-    lockstep::RunnerOptions options;
-    for (int i = 2; i < argc; ++i) {
-      const std::string flag = argv[i];
-      if (flag == "--resume") {
-        options.resume(true);
-      } else if ((flag == "--set" || flag == "--work-dir") && i + 1 < argc) {
-        if (flag == "--set") {
-          config.apply_override(argv[++i]);
-        } else {
-          options.work_dir(argv[++i]);
-        }
-      } else {
-        std::cerr << "unknown or incomplete option " << flag << "\n";
-        return 2;
-      }
-    }
-    lockstep::Runner runner(config, options);
+    auto command = lockstep::parse_command_line(argc, argv);
+    if (!command) return 2;
+    lockstep::Runner runner(command->config, command->options);
     runner.train();
     if (runner.strategy().is_main_process()) {
       auto& storage = runner.trainer().storage();

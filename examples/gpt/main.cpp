@@ -14,6 +14,7 @@
 
 #include "examples/gpt/fortunes.h"
 #include "lockstep/config/config.h"
+#include "lockstep/runner/command_line.h"
 #include "lockstep/runner/runner.h"
 #include "lockstep/strategy/fsdp_strategy.h"
 
@@ -32,34 +33,13 @@ int64_t parameter_count(lockstep::Strategy& strategy) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::cerr << "usage: " << argv[0] << " CONFIG [--set key=value]... [--work-dir DIR] [--resume] [--sample-chars N]\n";
-    return 2;
-  }
   try {
     gpt::register_components();
-    lockstep::Config config = lockstep::Config::load_file(argv[1]);
-    lockstep::RunnerOptions options;
-    int64_t sample_chars = 400;
-    for (int i = 2; i < argc; ++i) {
-      const std::string flag = argv[i];
-      if (flag == "--resume") {
-        options.resume(true);
-      } else if ((flag == "--set" || flag == "--work-dir" || flag == "--sample-chars") && i + 1 < argc) {
-        const std::string value = argv[++i];
-        if (flag == "--set") {
-          config.apply_override(value);
-        } else if (flag == "--work-dir") {
-          options.work_dir(value);
-        } else {
-          sample_chars = std::stoll(value);
-        }
-      } else {
-        std::cerr << "unknown or incomplete option " << flag << "\n";
-        return 2;
-      }
-    }
-    lockstep::Runner runner(config, options);
+    auto command = lockstep::parse_command_line(argc, argv, {"--sample-chars"});
+    if (!command) return 2;
+    const lockstep::Config& config = command->config;
+    const int64_t sample_chars = std::stoll(command->flag("--sample-chars", "400"));
+    lockstep::Runner runner(config, command->options);
     const bool main_process = runner.strategy().is_main_process();
 
     auto train_data = std::dynamic_pointer_cast<gpt::FortuneChars>(
