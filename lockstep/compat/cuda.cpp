@@ -3,6 +3,11 @@
 #include "lockstep/compat/cuda.h"
 
 #include <torch/cuda.h>
+#include <torch/version.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
 
 #include "lockstep/core/error.h"
 
@@ -10,6 +15,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/util/Exception.h>
 #endif
 
 namespace lockstep::compat {
@@ -99,8 +105,93 @@ void reset_cuda_peak_memory(int device) {
 #endif
 }
 
+// Note [Counting host synchronisations]
+// A training step that waits for the GPU more than it must loses the overlap
+// of host and device work; lockstep's goal is at most one wait per step (the
+// loss a logger reads). PyTorch can say when it waits: in sync debug mode
+// "warn" (torch.cuda.set_sync_debug_mode) every implicit synchronisation -
+// a copy to the host, .item(), nonzero, a stream synchronize - raises the
+// warning "called a synchronizing CUDA operation". CudaSyncCounter turns that
+// mode on and installs a warning handler, which is per thread in c10, that
+// counts those warnings and passes every other one on. lockstep's explicit
+// waits (synchronize_cuda) count once each, whatever CUDA reports inside
+// them. The mode is process-wide; the previous mode and handler come back
+// when the counter ends.
+struct CudaSyncCounter::State
+#ifdef LOCKSTEP_WITH_CUDA
+    : c10::WarningHandler
+#endif
+{
+  std::atomic<int64_t> count{0};
+  bool counting = false;
+#ifdef LOCKSTEP_WITH_CUDA
+  c10::WarningHandler* previous_handler = nullptr;
+  c10::cuda::SyncDebugMode previous_mode = c10::cuda::SyncDebugMode::L_DISABLED;
+
+  static bool is_sync(const std::string& message) {
+    return message.find("called a synchronizing CUDA operation") != std::string::npos;
+  }
+#if TORCH_VERSION_MAJOR >= 2
+  void process(const c10::Warning& warning) override {
+    if (!is_sync(warning.msg())) return previous_handler->process(warning);
+    if (!inside_explicit_sync) ++count;
+  }
+#else
+  void process(const c10::SourceLocation& location, const std::string& message, bool verbatim) override {
+    if (!is_sync(message)) return previous_handler->process(location, message, verbatim);
+    if (!inside_explicit_sync) ++count;
+  }
+#endif
+#endif
+  bool inside_explicit_sync = false;
+  std::thread::id thread = std::this_thread::get_id();  // the thread whose waits count
+};
+
+namespace {
+// The live counter, if any (one at a time).
+std::atomic<CudaSyncCounter::State*> active_counter{nullptr};
+}  // namespace
+
+CudaSyncCounter::CudaSyncCounter() : state_(std::make_unique<State>()) {
+#ifdef LOCKSTEP_WITH_CUDA
+  if (cuda_device_count() == 0) return;
+  CudaSyncCounter::State* none = nullptr;
+  LOCKSTEP_CHECK(active_counter.compare_exchange_strong(none, state_.get()),
+                 "a CudaSyncCounter is already counting: one at a time");
+  state_->counting = true;
+  state_->previous_mode = c10::cuda::warning_state().get_sync_debug_mode();
+  c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_WARN);
+  state_->previous_handler = c10::WarningUtils::get_warning_handler();
+  c10::WarningUtils::set_warning_handler(state_.get());
+#endif
+}
+
+CudaSyncCounter::~CudaSyncCounter() {
+#ifdef LOCKSTEP_WITH_CUDA
+  if (!state_->counting) return;
+  c10::WarningUtils::set_warning_handler(state_->previous_handler);
+  c10::cuda::warning_state().set_sync_debug_mode(state_->previous_mode);
+  active_counter.store(nullptr);
+#endif
+}
+
+bool CudaSyncCounter::counting() const { return state_->counting; }
+int64_t CudaSyncCounter::count() const { return state_->count.load(); }
+void CudaSyncCounter::reset() { state_->count.store(0); }
+
 void synchronize_cuda(int device) {
-  if (device >= 0 && device < cuda_device_count()) torch::cuda::synchronize(device);
+  if (device < 0 || device >= cuda_device_count()) return;
+  CudaSyncCounter::State* counter = active_counter.load();
+  if (counter == nullptr || counter->thread != std::this_thread::get_id()) return torch::cuda::synchronize(device);
+  ++counter->count;
+  counter->inside_explicit_sync = true;
+  try {
+    torch::cuda::synchronize(device);
+  } catch (...) {
+    counter->inside_explicit_sync = false;
+    throw;
+  }
+  counter->inside_explicit_sync = false;
 }
 
 }  // namespace lockstep::compat

@@ -6,9 +6,12 @@
 //   lockstep::compat::set_current_cuda_device(local_rank);  // before NCCL or any allocation
 //   if (lockstep::compat::can_pin_memory()) batch = batch.pin_memory();
 //   auto stats = lockstep::compat::cuda_memory_stats(0);    // caching allocator peaks
+//   lockstep::compat::CudaSyncCounter syncs;                // host synchronisations from here on
+//   ...; int64_t n = syncs.count();
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -59,6 +62,26 @@ void reset_cuda_peak_memory(int device);
 void empty_cuda_cache();
 
 // Waits for everything queued on `device` (benchmarks time device work).
+// Counted by a CudaSyncCounter on this thread as one synchronisation.
 void synchronize_cuda(int device);
+
+// Counts the times this thread waits for the GPU while the counter lives
+// (Note [Counting host synchronisations] in cuda.cpp): PyTorch's implicit
+// ones (.item(), a copy to the host, nonzero, ...) through its sync debug
+// mode, and lockstep's own synchronize_cuda. Without CUDA there is nothing to
+// count: counting() is false and count() 0. One counter at a time.
+class CudaSyncCounter {
+ public:
+  CudaSyncCounter();  // not copyable: it owns its State
+  ~CudaSyncCounter();
+  bool counting() const;
+  int64_t count() const;  // since construction or the last reset()
+  void reset();
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace lockstep::compat
