@@ -1,16 +1,25 @@
 #!/usr/bin/python3
 """PyTorch eager's side of scripts/gpu-check.sh's bench-eager step.
 
-Trains the demo's ConvNet (examples/fashion_mnist/cnn.yaml: channels [32, 64]
-with BatchNorm, hidden 128; built by tests/differential/pytorch_reference.py,
-layer for layer lockstep's) the way a plain PyTorch loop does: batches of 64
-uint8 28x28 images from memory, copied to the device each step, normalised,
-forward, cross-entropy, backward, SGD (lr 0.05, momentum 0.9, nesterov,
-weight decay 5e-4; PyTorch's defaults otherwise, so foreach on CUDA), and the
-loss read every `--log-every` steps as a logger would. Prints the median
-seconds per step over windows of `--log-every` steps, after `--warmup`.
+--model convnet: the demo's ConvNet (examples/fashion_mnist/cnn.yaml: channels
+[32, 64] with BatchNorm, hidden 128; built by
+tests/differential/pytorch_reference.py, layer for layer lockstep's), trained
+the way a plain PyTorch loop does: batches of 64 uint8 28x28 images from
+memory, copied to the device each step, normalised, forward, cross-entropy,
+backward, SGD (lr 0.05, momentum 0.9, nesterov, weight decay 5e-4; PyTorch's
+defaults otherwise, so foreach on CUDA).
 
-  python3 bench/eager_step.py --device cuda --iters 600
+--model gpt: examples/gpt's GPT as examples/gpt/gpt_fsdp.yaml builds it (4
+blocks 96 wide, 4 heads, 64 characters of context; bench/gpt_reference.py,
+layer for layer gpt_model.h's) with bf16 autocast: batches of 32
+sequences of random characters from memory, AdamW (lr 0.003, betas 0.9/0.99,
+weight decay 0.01), gradients clipped to norm 1.
+
+Either reads the loss every `--log-every` steps as a logger would, and prints
+the median seconds per step over windows of `--log-every` steps, after
+`--warmup`.
+
+  python3 bench/eager_step.py --device cuda --iters 600 [--model gpt]
 """
 import argparse
 import importlib.util
@@ -22,26 +31,17 @@ import torch
 import torch.nn.functional as F
 
 
-def reference_module():
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "differential",
-                        "pytorch_reference.py")
-    spec = importlib.util.spec_from_file_location("pytorch_reference", path)
+def sibling_module(name, relative_path):
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), relative_path)
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--iters", type=int, default=600)
-    parser.add_argument("--warmup", type=int, default=50)
-    parser.add_argument("--log-every", type=int, default=10)
-    parser.add_argument("--batch", type=int, default=64)
-    args = parser.parse_args()
-    device = torch.device(args.device)
-    reference = reference_module()
-    torch.manual_seed(0)
+def convnet_step(device, batch):
+    """The ConvNet, its optimizer, and a step(i) that trains on batch i of images in memory."""
+    reference = sibling_module("pytorch_reference", os.path.join("..", "tests", "differential", "pytorch_reference.py"))
     model = reference.build_model({"type": "ConvNet", "channels": [32, 64], "hidden": 128,
                                    "batch_norm": True}).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.0005)
@@ -51,23 +51,65 @@ def main():
         images, labels = images.pin_memory(), labels.pin_memory()
     mean = torch.tensor([reference.MEAN], device=device).view(1, 1, 1, 1)
     std = torch.tensor([reference.STD], device=device).view(1, 1, 1, 1)
-    windows, start = [], None
-    for step in range(args.iters):
-        if step == args.warmup:
-            start = time.perf_counter()
-        first = (step * args.batch) % (images.shape[0] - args.batch)
-        x = images[first:first + args.batch].to(device, non_blocking=True)
-        y = labels[first:first + args.batch].to(device, non_blocking=True)
+
+    def step(i):
+        first = (i * batch) % (images.shape[0] - batch)
+        x = images[first:first + batch].to(device, non_blocking=True)
+        y = labels[first:first + batch].to(device, non_blocking=True)
         optimizer.zero_grad(set_to_none=True)
         loss = F.cross_entropy(model((x.float() - mean) / std), y)
         loss.backward()
         optimizer.step()
-        if start is not None and (step - args.warmup + 1) % args.log_every == 0:
+        return loss
+    return step
+
+
+def gpt_step(device, batch):
+    """examples/gpt's GPT in bf16 autocast, AdamW with clipping, and a step(i) on batch i of characters."""
+    reference = sibling_module("gpt_reference", "gpt_reference.py")
+    model = reference.GPT(n_layer=4, n_head=4, d=96).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.003, betas=(0.9, 0.99), weight_decay=0.01)
+    text = torch.randint(0, reference.VOCAB, (128, batch, reference.BLOCK_SIZE + 1))
+    if device.type == "cuda":
+        text = text.pin_memory()
+
+    def step(i):
+        sequences = text[i % text.shape[0]].to(device, non_blocking=True)
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            loss = model(sequences[:, :-1], sequences[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        return loss
+    return step
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--model", choices=["convnet", "gpt"], default="convnet")
+    parser.add_argument("--iters", type=int, default=600)
+    parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--log-every", type=int, default=10)
+    parser.add_argument("--batch", type=int, default=None, help="64 images, or 32 sequences")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    torch.manual_seed(0)
+    batch = args.batch or (64 if args.model == "convnet" else 32)
+    step = (convnet_step if args.model == "convnet" else gpt_step)(device, batch)
+    windows, start = [], None
+    for i in range(args.iters):
+        if i == args.warmup:
+            start = time.perf_counter()
+        loss = step(i)
+        if start is not None and (i - args.warmup + 1) % args.log_every == 0:
             loss.item()  # a logger's read, which also waits for the window's work
             now = time.perf_counter()
             windows.append((now - start) / args.log_every)
             start = now
-    print("eager: %d steps of batch %d on %s, PyTorch %s" % (args.iters, args.batch, device, torch.__version__))
+    print("eager: %s, %d steps of batch %d on %s, PyTorch %s" % (args.model, args.iters, batch, device,
+                                                                 torch.__version__))
     print("RESULT eager seconds per step (median of %d windows of %d) = %.6f"
           % (len(windows), args.log_every, statistics.median(windows)))
 

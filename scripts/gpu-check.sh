@@ -449,7 +449,8 @@ bench_fsdp() {
 }
 
 # bench/trainer_overhead on GPU 0: lockstep's Trainer against a hand-written
-# libtorch loop of the same ConvNet steps (target: at most 1.02x).
+# libtorch loop of the same ConvNet steps (target: at most 1.02x), and each
+# side's host synchronisations per step (goal: at most one).
 bench_overhead() {
   bench_binary trainer_overhead || return
   ((gpus > 0)) || { result="not run: no GPU"; return 2; }
@@ -462,51 +463,75 @@ bench_overhead() {
   medians=$(grep -E '^median: ' "$LOG_DIR/bench-overhead.log" | tail -n1 | sed 's/^median: //')
   ratio=$(grep -oE 'RESULT trainer_overhead ratio .* = [0-9.]+' "$LOG_DIR/bench-overhead.log" | awk '{print $NF}')
   [[ -n "$ratio" ]] || { result="no RESULT line; see $LOG_DIR/bench-overhead.log"; return 1; }
-  result="Trainer / hand-written $ratio ($medians)"
+  # "RESULT trainer_overhead host synchronisations per step (...): lockstep Trainer 1.00, hand-written 1.00 (goal <= 1)"
+  local syncs
+  syncs=$(grep -oE 'lockstep Trainer [0-9.]+, hand-written [0-9.]+ \(goal' "$LOG_DIR/bench-overhead.log" | sed 's/ (goal//')
+  result="Trainer / hand-written $ratio ($medians); host synchronisations per step: ${syncs:-not counted}"
   return 0
 }
 
-# lockstep's step against PyTorch eager's on GPU 0: the demo's ConvNet step
-# through `lockstep train` (in-memory SyntheticImages, SingleDeviceStrategy,
-# the loss logged every 10 steps) and through a plain PyTorch loop
-# (bench/eager_step.py, the same model, batch, optimizer and logging), in
-# alternating rounds; the median window of each, and their ratio (target: at
-# most 0.9, no Python on lockstep's hot path).
+# lockstep's step against PyTorch eager's on GPU 0, for two small models: the
+# demo's ConvNet through `lockstep train` (in-memory SyntheticImages,
+# SingleDeviceStrategy) and examples/gpt's GPT in bf16 through its own program
+# (SingleDeviceStrategy, AdamW, clipping), each with the loss logged every 10
+# steps, against a plain PyTorch loop of the same model, batch, optimizer and
+# logging (bench/eager_step.py --model convnet|gpt), in alternating rounds; the
+# median window of each, and their ratio (target: at most 0.9, no Python on
+# lockstep's hot path).
 eager_iters=${BENCH_EAGER_ITERS:-600}
-lockstep_eager_run=(
-  examples/fashion_mnist/cnn.yaml --set 'strategy={type: SingleDeviceStrategy, device: cuda}'
-  --set 'train_dataloader.dataset={_delete_: true, type: SyntheticImages, size: 4096}'
+eager_models=(${BENCH_EAGER_MODELS:-convnet gpt})
+eager_common=(
   --set "train_cfg={_delete_: true, max_iters: $eager_iters}" --set default_hooks.logger.interval=10
-  --set val_dataloader=null --set val_evaluator=null --set test_dataloader=null --set test_evaluator=null
-  --set default_hooks.checkpoint=null --set param_scheduler=null
+  --set val_dataloader=null --set val_evaluator=null --set default_hooks.checkpoint=null --set param_scheduler=null
 )
+# The lockstep side of `model`, into the array `command`.
+eager_command() {
+  case $1 in
+    convnet)
+      command=("$BUILD_DIR/bin/lockstep" train examples/fashion_mnist/cnn.yaml
+        --set 'strategy={type: SingleDeviceStrategy, device: cuda}'
+        --set 'train_dataloader.dataset={_delete_: true, type: SyntheticImages, size: 4096}'
+        --set test_dataloader=null --set test_evaluator=null "${eager_common[@]}") ;;
+    gpt)
+      command=("$BUILD_DIR/examples/gpt_fortunes" examples/gpt/gpt_fsdp.yaml
+        --set 'strategy={_delete_: true, type: SingleDeviceStrategy, device: cuda}'
+        --set 'optim_wrapper.amp={dtype: bf16}' "${eager_common[@]}" --sample-chars 1) ;;
+  esac
+}
 bench_eager() {
   ((built)) || { result="not run: no build"; return 2; }
   ((gpus > 0)) || { result="not run: no GPU"; return 2; }
-  local round rounds=${BENCH_ROUNDS:-3} log=$LOG_DIR/bench-eager.log ours=() theirs=() value
+  local model round rounds=${BENCH_ROUNDS:-3} log=$LOG_DIR/bench-eager.log value summary command=() parts=()
   : >"$log"
-  for ((round = 0; round < rounds; ++round)); do
-    rm -rf "$WORK_DIR/eager"
-    "$BUILD_DIR/bin/lockstep" train "${lockstep_eager_run[@]}" --work-dir "$WORK_DIR/eager" >>"$log" 2>&1 \
-      || { result="lockstep train failed; see $log"; return 1; }
-    # The median of the logged windows' "time", past the first 5 (warm-up).
-    value=$(python3 -c 'import json, statistics, sys
+  for model in "${eager_models[@]}"; do
+    local ours=() theirs=()
+    eager_command "$model"
+    for ((round = 0; round < rounds; ++round)); do
+      rm -rf "$WORK_DIR/eager"
+      "${command[@]}" --work-dir "$WORK_DIR/eager" >>"$log" 2>&1 \
+        || { result="$model: lockstep failed; see $log"; return 1; }
+      # The median of the logged windows' "time", past the first 5 (warm-up).
+      value=$(python3 -c 'import json, statistics, sys
 times = [json.loads(line)["time"] for line in open(sys.argv[1]) if "\"time\"" in line][5:]
-print("%.6f" % statistics.median(times))' "$WORK_DIR/eager/metrics.jsonl") || { result="no metrics.jsonl times; see $log"; return 1; }
-    ours+=("$value")
-    python3 bench/eager_step.py --device cuda --iters "$eager_iters" >>"$log" 2>&1 \
-      || { result="bench/eager_step.py failed; see $log"; return 1; }
-    value=$(grep -oE 'RESULT eager seconds per step .* = [0-9.]+' "$log" | tail -n1 | awk '{print $NF}')
-    theirs+=("$value")
-    echo "round $round: lockstep ${ours[-1]} s/step, PyTorch eager $value s/step" | tee -a "$log"
-  done
-  result=$(python3 -c 'import statistics, sys
-n = len(sys.argv) // 2
-ours, theirs = [float(v) for v in sys.argv[1:n + 1]], [float(v) for v in sys.argv[n + 1:]]
+print("%.6f" % statistics.median(times))' "$WORK_DIR/eager/metrics.jsonl") \
+        || { result="$model: no metrics.jsonl times; see $log"; return 1; }
+      ours+=("$value")
+      python3 bench/eager_step.py --device cuda --model "$model" --iters "$eager_iters" >>"$log" 2>&1 \
+        || { result="$model: bench/eager_step.py failed; see $log"; return 1; }
+      value=$(grep -oE 'RESULT eager seconds per step .* = [0-9.]+' "$log" | tail -n1 | awk '{print $NF}')
+      theirs+=("$value")
+      echo "$model round $round: lockstep ${ours[-1]} s/step, PyTorch eager $value s/step" | tee -a "$log"
+    done
+    summary=$(python3 -c 'import statistics, sys
+n = len(sys.argv[2:]) // 2
+ours, theirs = [float(v) for v in sys.argv[2:n + 2]], [float(v) for v in sys.argv[n + 2:]]
 a, b = statistics.median(ours), statistics.median(theirs)
-print("lockstep %.3f ms/step, PyTorch eager %.3f ms/step: ratio %.3f (target <= 0.9)" % (a * 1e3, b * 1e3, a / b))' \
-    "${ours[@]}" "${theirs[@]}")
-  echo "$result" | tee -a "$log"
+print("%s: lockstep %.3f ms/step, PyTorch eager %.3f ms/step, ratio %.3f" % (sys.argv[1], a * 1e3, b * 1e3, a / b))' \
+      "$model" "${ours[@]}" "${theirs[@]}")
+    echo "$summary" | tee -a "$log"
+    parts+=("$summary")
+  done
+  result="$(IFS=';'; echo "${parts[*]}" | sed 's/;/; /g') (target <= 0.9)"
   return 0
 }
 
@@ -554,7 +579,7 @@ declare -A step_title=(
   [differential]="against the host's PyTorch (tests/differential)"
   [demo-1]="demo, 1 GPU, NCCL" [demo-all]="demo, every GPU, NCCL" [cuda-paths]="CUDA paths (lockstep train)" [bench-ddp]="bench/ddp (BENCH_DEVICE=cuda)"
   [bench-fsdp]="bench/fsdp (BENCH_DEVICE=cuda)" [bench-amp]="bench/amp" [bench-overhead]="bench/trainer_overhead (BENCH_DEVICE=cuda)"
-  [bench-eager]="demo CNN step: lockstep train / PyTorch eager"
+  [bench-eager]="ConvNet and GPT (bf16) steps: lockstep / PyTorch eager"
 )
 declare -A step_function=(
   [build]=build [gpus]=check_gpus [unit]=unit_tests [multiprocess]=multiprocess_tests [differential]=differential_tests [demo-1]=demo_one [demo-all]=demo_all [cuda-paths]=cuda_paths
