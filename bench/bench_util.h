@@ -74,7 +74,6 @@ inline double cuda_peak_mib(int device) {
   return stats ? static_cast<double>(stats->peak_allocated) / (1024.0 * 1024.0) : -1;
 }
 
-// main() of a bench whose driver starts copies of itself as workers:
 // The seconds of the first line "RESULT <fields...> <seconds>" in `output`
 // whose leading fields are `fields` (after any "[rank0]: " prefix a launcher
 // adds); NaN when there is none.
@@ -97,6 +96,7 @@ inline double result_seconds(const std::string& output, const std::vector<std::s
   return std::numeric_limits<double>::quiet_NaN();
 }
 
+// main() of a bench whose driver starts copies of itself as workers:
 // `<bench> worker <mode> <model> <iters>` runs worker(mode, model, iters),
 // anything else the driver; an exception ends it with its message and 1.
 //   int main(int argc, char** argv) { return bench::worker_or_driver(argc, argv, "bench_ddp", worker, driver); }

@@ -184,7 +184,7 @@ void load_typed(optim::Optimizer& optimizer, const State& state, const char* typ
     LOCKSTEP_CHECK(saved_count == param_groups[g].params().size(), kWhat, ": group ", g,
                    " has ", saved_count, " parameter(s) in the checkpoint but ",
                    param_groups[g].params().size(), " in the optimizer");
-    Options options = static_cast<const Options&>(param_groups[g].options());
+    Options options = options_in<C>(param_groups[g]);
     const json& saved = groups[g].at("options");
     for_each_option(options, [&](const char* key, auto& field) {
       LOCKSTEP_CHECK(saved.contains(key), kWhat, ": group ", g, " has no option '", key, "'");
@@ -255,7 +255,7 @@ int64_t typed_bytes(const optim::Optimizer& optimizer) {
   int64_t bytes = 0;
   const auto& param_state = optimizer.state();
   for (const auto& group : optimizer.param_groups()) {
-    const auto& options = static_cast<const typename C::Options&>(group.options());
+    const auto& options = options_in<C>(group);
     for (const auto& param : group.params()) {
       auto found = param_state.find(compat::param_state_key(param_state, param));
       if (found == param_state.end()) continue;
