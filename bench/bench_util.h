@@ -63,7 +63,8 @@ inline std::string bench_device_name() {
 }
 // Called by a worker before init_from_env: its device, made current.
 inline torch::Device place_bench_worker() {
-  return place_on_device(bench_device_name(), detect_dist_env().local_rank, "BENCH_DEVICE");
+  const DistEnv env = detect_dist_env();
+  return place_on_device(bench_device_name(), LocalPlace{env.local_rank, env.local_world_size}, "BENCH_DEVICE");
 }
 
 // Peak memory of the CUDA caching allocator on a GPU, for the benchmarks that

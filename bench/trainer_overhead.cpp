@@ -147,7 +147,7 @@ int main() {
   torch::set_num_threads(static_cast<int>(bench::env_int("BENCH_THREADS", 1)));
   torch::Device device = torch::kCPU;
   try {
-    device = place_on_device(bench::bench_device_name(), 0, "BENCH_DEVICE");
+    device = place_on_device(bench::bench_device_name(), LocalPlace{0, 1}, "BENCH_DEVICE");
   } catch (const std::exception& error) {
     std::fprintf(stderr, "bench_trainer_overhead: %s\n", error.what());
     return 1;

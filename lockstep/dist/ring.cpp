@@ -1,5 +1,7 @@
 #include "lockstep/dist/ring.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include "lockstep/core/error.h"
 #include "lockstep/dist/work.h"
 
@@ -126,6 +128,10 @@ std::shared_future<void> SerialExecutor::submit(std::function<void()> task) {
 }
 
 void SerialExecutor::loop() {
+  // Collectives move data and record no graph. Grad mode is per thread and on
+  // by default, so without this a tensor that carries history (a statistic of
+  // a layer's input) would make the ring's in-place copies autograd's concern.
+  at::NoGradGuard no_grad;
   while (true) {
     std::packaged_task<void()> task;
     {

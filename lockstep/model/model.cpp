@@ -71,8 +71,13 @@ void Model::set_data_preprocessor(std::shared_ptr<DataPreprocessor> preprocessor
   data_preprocessor_ = std::move(preprocessor);
 }
 
-void Model::move_to(const torch::Device& device) {
-  to(device);
+void Model::to(torch::Device device, torch::Dtype dtype, bool non_blocking) {
+  torch::nn::Module::to(device, dtype, non_blocking);
+  data_preprocessor_->set_device(device);
+}
+
+void Model::to(torch::Device device, bool non_blocking) {
+  torch::nn::Module::to(device, non_blocking);
   data_preprocessor_->set_device(device);
 }
 

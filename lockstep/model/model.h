@@ -91,7 +91,13 @@ class Model : public torch::nn::Module {
   DataPreprocessor& data_preprocessor() const { return *data_preprocessor_; }
   void set_data_preprocessor(std::shared_ptr<DataPreprocessor> preprocessor);
   // Moves the module and tells the preprocessor where data must go.
-  void move_to(const torch::Device& device);
+  void move_to(const torch::Device& device) { to(device); }
+  // torch::nn::Module::to, and the data preprocessor follows: a batch goes to
+  // the model's device however the model was moved, model->to(cuda) in a
+  // user's C++ included.
+  using torch::nn::Module::to;
+  void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override;
+  void to(torch::Device device, bool non_blocking = false) override;
   torch::Device device() const { return data_preprocessor_->device(); }
 
  private:

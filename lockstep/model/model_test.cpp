@@ -38,6 +38,50 @@ TEST(DataPreprocessorTest, NormalisesPerChannelAsFloat) {
   EXPECT_THROW(three(batch, true), Error);
 }
 
+// A model with one parameter, for where batches go.
+struct OneLinear : Model {
+  OneLinear() { register_module("fc", fc); }
+  LossDict loss(const Batch& data) override {
+    LossDict losses;
+    losses.insert("loss", fc(data.at("image").flatten(1)).sum());
+    return losses;
+  }
+  Batch predict(const Batch& data) override { return Batch{{"logits", fc(data.at("image").flatten(1))}}; }
+  torch::nn::Linear fc{4, 2};
+};
+
+// A Trainer built in C++ around a model on a GPU (bench/trainer_overhead's
+// construction: a preprocessor set to the device, handed to the model, then
+// model->to(device)) sent every batch to the CPU: the preprocessor kept the
+// device it had when it was handed over. Now every Module::to moves it too.
+// A CPU-only libtorch 1.13 cannot move a module anywhere but the CPU, so the
+// preprocessor is pointed elsewhere (the meta device) and each way of moving
+// the model must bring it back to the module's device.
+TEST(ModelDevice, TheBatchFollowsTheModuleWhereverItIsMoved) {
+  auto model = std::make_shared<OneLinear>();
+  auto preprocessor = std::make_shared<ImgDataPreprocessor>(std::vector<double>{72.94}, std::vector<double>{90.02});
+  preprocessor->set_device(torch::kMeta);
+  model->set_data_preprocessor(preprocessor);  // takes the model's device
+  EXPECT_EQ(model->device(), torch::Device(torch::kCPU));
+  Batch batch{{"image", torch::ones({3, 1, 2, 2}, torch::kUInt8)}, {"label", torch::zeros({3}, torch::kLong)}};
+  auto batch_device = [&] { return model->data_preprocessor()(batch, true).at("image").device(); };
+
+  preprocessor->set_device(torch::kMeta);
+  model->to(torch::kCPU);  // torch::nn::Module::to, as a C++ user writes it
+  EXPECT_EQ(model->device(), torch::Device(torch::kCPU));
+  EXPECT_EQ(batch_device(), torch::Device(torch::kCPU));
+
+  preprocessor->set_device(torch::kMeta);
+  std::shared_ptr<torch::nn::Module> as_module = model;
+  as_module->to(torch::kCPU, torch::kDouble);  // through the base class, with a dtype
+  EXPECT_EQ(model->device(), torch::Device(torch::kCPU));
+  EXPECT_EQ(model->fc->weight.scalar_type(), torch::kDouble);
+
+  preprocessor->set_device(torch::kMeta);
+  model->move_to(torch::kCPU);
+  EXPECT_EQ(model->device(), torch::Device(torch::kCPU));
+}
+
 TEST(BatchTest, NamedAccessSliceAndConcat) {
   Batch batch{{"x", torch::arange(6).view({3, 2})}, {"y", torch::arange(3)}};
   EXPECT_EQ(batch.size(), 3);

@@ -380,6 +380,13 @@ torch::Tensor SyncBatchNormImpl::fused_synced_forward(const torch::Tensor& input
   const torch::Tensor input = input_.contiguous(input_.suggest_memory_format());
   const int64_t channels = options.num_features();
   const int64_t local_count = input.numel() / channels;
+  // The statistics and their exchange record no graph: FusedSyncBatchNormFunction
+  // differentiates the whole layer itself, as PyTorch's forward runs inside an
+  // autograd.Function. With grad mode on, the gathered statistics carried the
+  // input's history into the collective, which refused it on the H100
+  // ("a leaf Variable that requires grad is being used in an in-place operation").
+  const bool caller_grad_mode = torch::GradMode::is_enabled();
+  torch::NoGradGuard no_grad;
   torch::Tensor local_mean, local_invstd;
   if (local_count > 0) {
     std::tie(local_mean, local_invstd) = at::batch_norm_stats(input, options.eps());
@@ -409,12 +416,10 @@ torch::Tensor SyncBatchNormImpl::fused_synced_forward(const torch::Tensor& input
   if (update_stats && counts.scalar_type() != running_mean.scalar_type()) counts = counts.to(running_mean.scalar_type());
   auto optional = [](const torch::Tensor& t) { return t.defined() ? c10::optional<torch::Tensor>(t) : c10::nullopt; };
   torch::Tensor mean, invstd;
-  {
-    torch::NoGradGuard no_grad;
-    std::tie(mean, invstd) = at::batch_norm_gather_stats_with_counts(
-        input, mean_all, invstd_all, update_stats ? optional(running_mean) : c10::nullopt,
-        update_stats ? optional(running_var) : c10::nullopt, average_factor, options.eps(), counts);
-  }
+  std::tie(mean, invstd) = at::batch_norm_gather_stats_with_counts(
+      input, mean_all, invstd_all, update_stats ? optional(running_mean) : c10::nullopt,
+      update_stats ? optional(running_var) : c10::nullopt, average_factor, options.eps(), counts);
+  torch::AutoGradMode caller_mode(caller_grad_mode);  // the layer's own node, as the caller asked
   return FusedSyncBatchNormFunction::apply(input, optional(weight), optional(bias), mean, invstd, counts,
                                            options.eps(), group.shared_from_this());
 }

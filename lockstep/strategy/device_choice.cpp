@@ -5,6 +5,7 @@
 
 #include "lockstep/compat/cuda.h"
 #include "lockstep/core/error.h"
+#include "lockstep/core/logging.h"
 
 namespace lockstep {
 namespace {
@@ -21,14 +22,31 @@ torch::Device cuda_device(int index, int cuda_devices, const std::string& where,
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 
+int rank_index(LocalPlace place) { return place.rank < 0 ? 0 : place.rank; }
+
+// Note [auto never fails for want of GPUs]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// `device: auto` is the default, so it must train wherever it is started: a
+// 2-process demo on a one-GPU workstation included. A rank's GPU is its own or
+// none (NCCL runs one rank per GPU; a shared GPU is an explicit choice, cuda:N
+// over Gloo), and every rank of a machine must decide alike, or some would
+// choose NCCL and the others Gloo. So the test is the machine's: a GPU for
+// each of LOCAL_WORLD_SIZE ranks, or all of them on the CPU. Where the
+// launcher does not say how many ranks share the machine, the rank's own index
+// decides, and a rank past the GPUs is an error as before, since its
+// neighbours may have chosen their GPUs.
+bool enough_gpus(LocalPlace place, int cuda_devices) {
+  if (place.size < 0) return true;  // unknown: cuda_device() checks this rank's own index
+  return std::max(place.size, rank_index(place) + 1) <= cuda_devices;
+}
+
 }  // namespace
 
-torch::Device choose_device(const std::string& requested, int local_rank, int cuda_devices, const std::string& where) {
+torch::Device choose_device(const std::string& requested, LocalPlace place, int cuda_devices, const std::string& where) {
   if (requested == "cpu") return torch::kCPU;
-  const int rank_index = local_rank < 0 ? 0 : local_rank;
   if (requested == "auto") {
-    return cuda_devices > 0 ? cuda_device(rank_index, cuda_devices, where, str_cat("LOCAL_RANK ", rank_index))
-                            : torch::Device(torch::kCPU);
+    if (cuda_devices == 0 || !enough_gpus(place, cuda_devices)) return torch::kCPU;
+    return cuda_device(rank_index(place), cuda_devices, where, str_cat("LOCAL_RANK ", rank_index(place)));
   }
   // "cuda" (the rank's GPU) or "cuda:N": parse first, then ask for GPUs once.
   std::optional<int> index;
@@ -45,11 +63,24 @@ torch::Device choose_device(const std::string& requested, int local_rank, int cu
                  compat::built_with_cuda() ? "no GPU is visible" : "this libtorch was built without CUDA",
                  visible_devices_note(), "; use device: cpu or auto");
   return index ? cuda_device(*index, cuda_devices, where, str_cat("device '", requested, "'"))
-               : cuda_device(rank_index, cuda_devices, where, str_cat("LOCAL_RANK ", rank_index));
+               : cuda_device(rank_index(place), cuda_devices, where, str_cat("LOCAL_RANK ", rank_index(place)));
 }
 
-torch::Device place_on_device(const std::string& requested, int local_rank, const std::string& where) {
-  torch::Device device = choose_device(requested, local_rank, compat::cuda_device_count(), where);
+std::string auto_device_fallback(const std::string& requested, LocalPlace place, int cuda_devices) {
+  if (requested != "auto" || cuda_devices == 0 || enough_gpus(place, cuda_devices)) return "";
+  const int ranks = std::max(place.size, rank_index(place) + 1);
+  return str_cat("device auto: ", ranks, " processes on this machine and ", cuda_devices, " GPU(s)",
+                 visible_devices_note(), ", so every rank runs on the CPU (NCCL takes one GPU per rank); start ",
+                 cuda_devices == 1 ? "1 process" : str_cat("at most ", cuda_devices, " processes"),
+                 " per machine to train on the GPUs, or set strategy.device: cpu to choose the CPU and silence this");
+}
+
+torch::Device place_on_device(const std::string& requested, LocalPlace place, const std::string& where) {
+  const int cuda_devices = compat::cuda_device_count();
+  torch::Device device = choose_device(requested, place, cuda_devices, where);
+  if (rank_index(place) == 0) {
+    if (std::string why = auto_device_fallback(requested, place, cuda_devices); !why.empty()) logger().warn("{}", why);
+  }
   if (device.is_cuda()) compat::set_current_cuda_device(device.index());
   return device;
 }

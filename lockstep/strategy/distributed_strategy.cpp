@@ -50,7 +50,7 @@ DistributedOptions parse_distributed_options(const Config& config) {
   LOCKSTEP_CHECK(options.backend() == "auto" || options.backend() == "gloo" || options.backend() == "nccl",
                  config.where("backend"), ": backend must be auto, gloo or nccl, got '", options.backend(), "'");
   // A bad device name fails here, at parse time, whatever the machine has.
-  choose_device(options.device(), 0, 1024, config.where("device"));
+  choose_device(options.device(), LocalPlace{0, 1}, 1024, config.where("device"));
   LOCKSTEP_CHECK(options.timeout_s() >= 0, config.where("timeout_s"), ": timeout_s must not be negative");
   return options;
 }
@@ -58,8 +58,8 @@ DistributedOptions parse_distributed_options(const Config& config) {
 DistributedStrategy::DistributedStrategy(const DistributedOptions& options) {
   // The device first: NCCL communicators, streams and allocations go to the
   // current device, so it must be this rank's before the group exists.
-  const int local_rank = is_initialized() ? dist_env().local_rank : detect_dist_env(options.launcher()).local_rank;
-  device_ = place_on_device(options.device(), local_rank, "strategy.device");
+  const DistEnv env = is_initialized() ? dist_env() : detect_dist_env(options.launcher());
+  device_ = place_on_device(options.device(), LocalPlace{env.local_rank, env.local_world_size}, "strategy.device");
   std::string backend = options.backend();
   if (backend == "auto") backend = device_.is_cuda() ? "nccl" : "gloo";
   LOCKSTEP_CHECK(backend != "nccl" || device_.is_cuda(), "strategy.backend: nccl moves CUDA tensors, but this rank's "

@@ -199,13 +199,13 @@ Registry<Strategy>& strategy_registry() {
 }
 
 std::shared_ptr<Strategy> build_strategy(const Config& config) {
-  if (config.is_null()) return std::make_shared<SingleDeviceStrategy>(place_on_device("auto", -1, "strategy.device"));
+  if (config.is_null()) return std::make_shared<SingleDeviceStrategy>(place_on_device("auto", LocalPlace(), "strategy.device"));
   return strategy_registry().build(config);
 }
 
 LOCKSTEP_REGISTER(strategy_registry(), "SingleDeviceStrategy", [](const Config& config) {
   return std::make_shared<SingleDeviceStrategy>(
-      place_on_device(config.get<std::string>("device", "auto"), -1, config.where("device")));
+      place_on_device(config.get<std::string>("device", "auto"), LocalPlace(), config.where("device")));
 });
 
 }  // namespace lockstep

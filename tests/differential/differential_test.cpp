@@ -19,7 +19,7 @@
 // another order (see kFsdpTolerance). The relative difference of a tensor is
 // max|lockstep - pytorch| / max|pytorch|; each case states its reason.
 //
-// Cost: 37 runs of `lockstep train` (or of the C API's test program) (about 4 s each on 2 cores) plus one
+// Cost: 40 runs of `lockstep train` (or of the C API's test program) (about 4 s each on 2 cores) plus one
 // Python process for the references when the cache in the build tree is cold.
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
@@ -136,7 +136,11 @@ std::string lockstep_config(const json& c, const std::string& strategy, const st
   if (!c["clip"].is_null()) {
     yaml << "  clip_grad: {max_norm: " << c["clip"]["max_norm"] << ", norm_type: " << c["clip"]["norm_type"] << "}\n";
   }
-  if (!c["amp"].is_null()) yaml << "  amp: {dtype: " << c["amp"].get<std::string>() << "}\n";
+  if (!c["amp"].is_null()) {
+    yaml << "  amp: {dtype: " << c["amp"].get<std::string>();
+    if (c.contains("loss_scale")) yaml << ", loss_scale: " << c["loss_scale"].dump();
+    yaml << "}\n";
+  }
   if (!c["schedulers"].empty()) {
     yaml << "param_scheduler:\n";
     for (const json& s : c["schedulers"]) {
@@ -162,6 +166,15 @@ std::string lockstep_config(const json& c, const std::string& strategy, const st
 }
 
 const std::string kDDP = "strategy: {type: DDPStrategy, launcher: pytorch, backend: gloo}\n";
+
+// A CPU case stays on the CPU on a GPU host too: the strategy's device is
+// pinned, whatever `auto` would choose there (the reference pins its side).
+std::string pinned_to_cpu(const std::string& strategy) {
+  const std::string flow = "strategy: {", block = "strategy:\n";
+  if (strategy.rfind(flow, 0) == 0) return flow + "device: cpu, " + strategy.substr(flow.size());
+  EXPECT_EQ(strategy.rfind(block, 0), 0u) << "a strategy the suite cannot pin: " << strategy;
+  return block + "  device: cpu\n" + strategy.substr(block.size());
+}
 
 std::string fsdp(const std::string& wrapper_keys) {
   return "strategy:\n  type: FSDPStrategy\n  launcher: pytorch\n  backend: gloo\n  model_wrapper:\n"
@@ -224,6 +237,13 @@ const std::vector<DiffCase>& all_cases() {
     gan["model"] = {{"type", "DCGAN"}, {"latent_dim", 16}, {"generator_channels", 8}, {"discriminator_channels", 8}};
     gan["optimizer"] = {{"type", "Adam"}, {"lr", 0.0002}, {"betas", {0.5, 0.999}}};
     const std::string same_ops = "the same operations in the same order as PyTorch";
+    // GPU cases: GPU 0 at world 1 over NCCL on both sides.
+    const std::string nccl_gpu = "strategy: {type: DDPStrategy, launcher: pytorch, backend: nccl, device: cuda}\n";
+    json fp16_scaled = with(with(base_case(1), "device", "cuda"), "amp", "fp16");
+    fp16_scaled["loss_scale"] = {{"init_scale", 4294967296.0}, {"growth_interval", 5}};
+    const json bf16_adamw_clip = with(with(with(with(base_case(1), "device", "cuda"), "amp", "bf16"), "optimizer",
+                                           adamw["optimizer"]),
+                                      "clip", clipping["clip"]);
     // PowerSGD from iteration 3 on (after the buckets were rebuilt), at rank 1
     // (Gram-Schmidt) and rank 4 (QR), as PyTorch's powerSGD_hook.
     const json powersgd = with(base_case(2), "comm_hook",
@@ -320,9 +340,21 @@ const std::vector<DiffCase>& all_cases() {
         // drives lockstep's (the noise comes from the batch seeds lockstep's
         // loader hands out, reproduced in the reference). BatchNorm statistics included.
         {"DDP_BatchNorm_OneGpu", with(with(batch_norm, "world", 1), "device", "cuda"),
-         "strategy: {type: DDPStrategy, launcher: pytorch, backend: nccl, device: cuda}\n", 1e-5,
+         nccl_gpu, 1e-5,
          "GPU 0 on both sides, deterministic algorithms on both: the same libtorch's kernels, but nothing "
          "promises cuDNN picks the same algorithm for two callers"},
+        // fp16 with dynamic loss scaling from 2^32: the first steps overflow
+        // in fp16 and are skipped (the scale backs off), the later ones step.
+        {"DDP_Fp16_GradScaler_OneGpu", fp16_scaled, nccl_gpu, 1e-5,
+         "GPU 0, deterministic algorithms on both sides, skipped steps included: the same kernels, but nothing "
+         "promises cuDNN picks the same algorithm for two callers"},
+        {"DDP_Bf16_AdamW_Clip_OneGpu", bf16_adamw_clip, nccl_gpu, 1e-5,
+         "GPU 0, deterministic algorithms on both sides: bf16 autocast, AdamW and clipping by the same kernels; "
+         "cuDNN's algorithm choice as above"},
+        {"FSDP_FullShard_OneGpu", with(base_case(1), "device", "cuda"),
+         "strategy:\n  type: FSDPStrategy\n  launcher: pytorch\n  backend: nccl\n  device: cuda\n  model_wrapper:\n"
+         "    auto_wrap_policy: {type: size_based, min_num_params: 1000}\n    sharding_strategy: FULL_SHARD\n",
+         kFsdpTolerance, "FSDP at world 1 over NCCL against PyTorch eager on GPU 0: flat parameters and cuDNN's choice"},
         {"SeparateDDP_Gan", gan,
          "strategy: {type: DDPStrategy, launcher: pytorch, backend: gloo, model_wrapper: "
          "{type: MMSeparateDistributedDataParallel}}\n",
@@ -374,7 +406,7 @@ double train_and_compare(const json& c, const std::string& strategy) {
   Reference ref = reference_for(c);
   testing::TempDir dir;
   const std::string config = dir.file("case.yaml");
-  testing::write_file(config, lockstep_config(c, strategy, ref.init));
+  testing::write_file(config, lockstep_config(c, on_gpu(c) ? strategy : pinned_to_cpu(strategy), ref.init));
   const std::string nproc = std::to_string(c["world"].get<int>());
   std::vector<std::string> command{testing::lockstep_binary(), "train", config, "--work-dir", dir.file("work"),
                                    "--nproc", nproc};

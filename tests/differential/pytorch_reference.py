@@ -24,12 +24,13 @@ CASE is JSON:
    "clip": {"max_norm": 1.0, "norm_type": 2.0} | null,
    "schedulers": [{"type": "LinearLR", "start_factor": 0.1, "total_iters": 5},
                   {"type": "CosineAnnealingLR", "T_max": 20, "eta_min": 0.001}],
-   "amp": null | "bf16",
+   "amp": null | "bf16" | "fp16" (autocast; fp16 with a GradScaler),
    "paramwise": {"norm_decay_mult": 0, "bias_decay_mult": 0, "bias_lr_mult": 2} (optional),
    "comm_hook": null | "fp16_compress" | {"type": "PowerSGD", "matrix_approximation_rank": 4, ...},
    "gradient_as_bucket_view": false | true (optional, DDP's argument),
    "data_root": "/usr/share/datasets/fashion-mnist",
-   "device": "cpu" | "cuda" (optional; cuda: GPU 0 for every rank, deterministic algorithms on)}
+   "device": "cpu" | "cuda" (optional; cuda: GPU 0 for every rank, deterministic algorithms on, NCCL),
+   "loss_scale": {"init_scale": ..., "growth_interval": ...} (optional; fp16's GradScaler)}
 
 The data order is lockstep's DefaultSampler with shuffle false: rank r's
 samples are r, r + world, r + 2 world, ...; iteration i takes the next `batch`
@@ -222,7 +223,11 @@ def preprocess(x, mean=MEAN, std=STD):
 
 
 def case_device(case):
-    """The case's device; on cuda, PyTorch's deterministic algorithms (cuBLAS needs its workspace fixed first)."""
+    """The case's device; on cuda, PyTorch's deterministic algorithms (cuBLAS needs its workspace fixed first).
+
+    A CPU case hides CUDA from this worker (a forked process of its own) on a GPU
+    host: PowerSGD's decompress calls torch.cuda.synchronize whenever CUDA is
+    available, on CPU tensors too, and fails there."""
     import torch
     device = torch.device(case.get("device", "cpu"))
     if device.type == "cuda":
@@ -230,7 +235,28 @@ def case_device(case):
         torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.benchmark = False
         torch.cuda.set_device(0)
+    else:
+        torch.cuda.is_available = lambda: False
     return device
+
+
+def backend_for(device):
+    """NCCL on the GPU, as lockstep's GPU cases; Gloo on the CPU."""
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+AUTOCAST_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+
+
+def grad_scaler(case):
+    """PyTorch's GradScaler for an fp16 case with lockstep's loss_scale keys; None otherwise."""
+    import torch
+    if case.get("amp") != "fp16":
+        return None
+    args = dict(case.get("loss_scale") or {})
+    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
+        return torch.amp.GradScaler("cuda", **args)
+    return torch.cuda.amp.GradScaler(**args)
 
 
 def build_optimizer(spec, params):
@@ -333,7 +359,7 @@ def train_rank(rank, case, init, out, init_method):
     from torch.nn.parallel import DistributedDataParallel as DDP
     torch.set_num_threads(1)
     device = case_device(case)
-    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=case["world"])
+    dist.init_process_group(backend_for(device), init_method=init_method, rank=rank, world_size=case["world"])
     if case["model"]["type"] == "ScriptedConvNet":
         model = torch.jit.load(scripted_path(init))
     else:
@@ -346,22 +372,30 @@ def train_rank(rank, case, init, out, init_method):
     schedulers = build_schedulers(case.get("schedulers"), optimizer)
     accumulate = case.get("accumulate", 1)
     amp = case.get("amp")
+    scaler = grad_scaler(case)
     for i, (x, y) in enumerate(rank_batches(case, rank)):
         x, y = x.to(device), y.to(device)
         last_micro_step = (i + 1) % accumulate == 0
         context = ddp.no_sync() if not last_micro_step else contextlib.nullcontext()
         with context:
             if amp:
-                with torch.autocast(device.type, dtype={"bf16": torch.bfloat16}[amp]):
+                with torch.autocast(device.type, dtype=getattr(torch, AUTOCAST_DTYPES[amp])):
                     loss = F.cross_entropy(ddp(preprocess(x)), y)
             else:
                 loss = F.cross_entropy(ddp(preprocess(x)), y)
-            (loss / accumulate if accumulate > 1 else loss).backward()
+            loss = loss / accumulate if accumulate > 1 else loss
+            (scaler.scale(loss) if scaler else loss).backward()
         if last_micro_step:
             clip = case.get("clip")
             if clip:
+                if scaler:
+                    scaler.unscale_(optimizer)
                 torch.nn.utils.clip_grad_norm_(model.parameters(), clip["max_norm"], clip.get("norm_type", 2.0))
-            optimizer.step()
+            if scaler:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
             optimizer.zero_grad(set_to_none=True)
         for scheduler in schedulers:
             scheduler.step()
