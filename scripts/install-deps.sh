@@ -1,34 +1,70 @@
 #!/usr/bin/env bash
-# Installs every build, test and demo dependency of lockstep from Debian's
-# archive. Quick when everything is already there: it asks dpkg first and only
-# calls apt-get for what is missing.
+# Installs lockstep's dependencies from Debian's archive, by part. Quick when
+# everything is already there: it asks dpkg first and only calls apt-get for
+# what is missing.
 #
-#   scripts/install-deps.sh          # what `make demo` and `make test` need
-#   scripts/install-deps.sh --chroot # plus debootstrap (the libtorch 2.x CI leg)
-#   scripts/install-deps.sh --extra  # plus debootstrap and clang (sanitizer builds)
+#   scripts/install-deps.sh demo      # what `make demo` needs: build the library and the CLI, train on Fashion-MNIST
+#   scripts/install-deps.sh           # every part: what `make test` needs
+#   scripts/install-deps.sh --chroot  # every part, plus debootstrap (the libtorch 2.x CI leg)
+#   scripts/install-deps.sh --extra   # every part, plus debootstrap and clang (sanitizer builds, fuzzing)
+#   scripts/install-deps.sh --list demo   # print a part's packages, install nothing
+#
+# Note [What make demo installs]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A newcomer's first command should install what it uses and no more: the
+# compiler, CMake, libtorch, Gloo's headers, the config, log and image
+# libraries and Fashion-MNIST. The cluster's tools (SLURM, etcd, MPI,
+# gfortran, libcurl) and the tests' (GoogleTest, the PyTorch reference) come
+# with `make test`. CMake treats the later parts as optional (MPI, Fortran,
+# libcurl for the etcd rendezvous, GoogleTest for the tests) and looks for them
+# again at every configure, so a build folder made by `make demo` gains them
+# when `make test` has installed them. One list, in named parts, so that the
+# two commands cannot drift apart.
 set -euo pipefail
 
-packages=(
+# The demo: build the library and bin/lockstep, train the Fashion-MNIST CNN.
+demo=(
   g++ cmake make ccache pkg-config
   libtorch-dev libgloo-dev libopenblas0-openmp
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev zlib1g-dev
   libjpeg62-turbo-dev libpng-dev
-  libgtest-dev libgmock-dev
   dataset-fashion-mnist
+)
+# The tests: GoogleTest, the PyTorch reference, TensorBoard's schema, the
+# fortunes text, rsvg-convert (lockstep plot --png), network namespaces and
+# process tools.
+tests=(
+  libgtest-dev libgmock-dev
   python3-torch python3-numpy python3-torchvision python3-pil
   protobuf-compiler
   fortunes
+  librsvg2-bin
   iproute2 procps psmisc
+)
+# The cluster: MPI and Fortran (the C API's in-situ programs), SLURM, etcd and
+# libcurl (the etcd rendezvous).
+cluster=(
   gfortran openmpi-bin libopenmpi-dev
   slurm-wlm slurmctld slurmd slurm-client munge util-linux
   etcd-server etcd-client libcurl4-openssl-dev openssl
 )
+
+list_only=0
+if [[ "${1:-}" == "--list" ]]; then
+  list_only=1
+  shift
+fi
 case "${1:-}" in
-  --chroot) packages+=(debootstrap) ;;
-  --extra) packages+=(debootstrap clang libclang-rt-14-dev) ;;
-  "") ;;
-  *) echo "install-deps: unknown option '$1' (use --chroot or --extra)" >&2; exit 2 ;;
+  demo) packages=("${demo[@]}") ;;
+  "") packages=("${demo[@]}" "${tests[@]}" "${cluster[@]}") ;;
+  --chroot) packages=("${demo[@]}" "${tests[@]}" "${cluster[@]}" debootstrap) ;;
+  --extra) packages=("${demo[@]}" "${tests[@]}" "${cluster[@]}" debootstrap clang libclang-rt-14-dev) ;;
+  *) echo "install-deps: unknown part '$1' (use demo, --chroot or --extra, or nothing for every part)" >&2; exit 2 ;;
 esac
+if ((list_only)); then
+  printf '%s\n' "${packages[@]}"
+  exit 0
+fi
 
 missing=()
 for p in "${packages[@]}"; do

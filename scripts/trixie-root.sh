@@ -10,6 +10,11 @@
 #            compile, link and test lockstep's CUDA/NCCL path against on a
 #            machine without a GPU (about 7.8 GB, 3 minutes from a near mirror).
 #
+#   --fresh  not trixie: a bare Debian bookworm root (debootstrap's minbase,
+#            nothing installed after it), made anew each time, where a
+#            command installs what it needs itself, as on a new machine
+#            (scripts/fresh-demo.sh times `make demo` there).
+#
 #   --kit-proof  not trixie: a Debian bookworm root with libtorch-dev 1.13 and
 #            a compiler but none of the -dev packages lockstep builds with
 #            (those libtorch-dev pulls in are removed): where the offline GPU
@@ -30,12 +35,17 @@
 set -euo pipefail
 # debootstrap, chroot and mount need root.
 if [[ $(id -u) -ne 0 ]]; then exec sudo --preserve-env=TRIXIE_ROOT,DEBIAN_MIRROR "$0" "$@"; fi
-cuda=0 kit_proof=0 suite=trixie
+cuda=0 kit_proof=0 fresh=0 suite=trixie
 if [[ "${1:-}" == "--cuda" ]]; then cuda=1; shift; fi
 if [[ "${1:-}" == "--kit-proof" ]]; then kit_proof=1; suite=bookworm; shift; fi
+if [[ "${1:-}" == "--fresh" ]]; then fresh=1; suite=bookworm; shift; fi
 here=$(cd "$(dirname "$0")/.." && pwd)
 if [[ $cuda == 1 ]]; then root=${TRIXIE_ROOT:-/var/tmp/lockstep-trixie-cuda}; else root=${TRIXIE_ROOT:-/var/tmp/lockstep-trixie}; fi
 [[ $kit_proof == 1 ]] && root=${TRIXIE_ROOT:-/var/tmp/lockstep-kit-proof}
+if [[ $fresh == 1 ]]; then
+  root=${TRIXIE_ROOT:-/var/tmp/lockstep-fresh}
+  rm -rf "$root"  # anew each time: nothing left from an earlier run
+fi
 mirror=${DEBIAN_MIRROR:-}
 if [[ -z "$mirror" ]]; then
   mirror=$(grep -hoE '^(deb|URIs:) *(\[[^]]*\] *)?https?://[^ ]+' /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null \
@@ -49,7 +59,10 @@ fi
 common=(g++ cmake make ccache libopenblas0-openmp libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
         libspdlog-dev libfmt-dev zlib1g-dev libjpeg62-turbo-dev libpng-dev libgtest-dev libgmock-dev dataset-fashion-mnist
         python3-numpy protobuf-compiler fortunes procps iproute2 psmisc libcurl4-openssl-dev)
-if [[ $kit_proof == 1 ]]; then
+if [[ $fresh == 1 ]]; then
+  need=()
+  components=main
+elif [[ $kit_proof == 1 ]]; then
   # binutils: objdump, which the kit's unpacking reads sonames with.
   need=(g++ cmake make python3 binutils libtorch-dev procps)
   components=main
@@ -128,7 +141,9 @@ if [[ ! -f "$root/.lockstep-ready" ]]; then
   trap 'umount "$root/proc" 2>/dev/null || true' EXIT
   chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
   [[ $cuda == 1 ]] && install_cuda_standins
-  chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  if ((${#need[@]})); then
+    chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  fi
   [[ $cuda == 1 ]] && install_cuda_stub_libraries
   [[ $kit_proof == 1 ]] && remove_kit_dev_packages
   chroot "$root" apt-get clean
@@ -155,11 +170,18 @@ mkdir -p "$root/src" "$root/dev" "$root/proc"
 ((${#@})) || set -- bash
 # The bind mounts live in a private mount namespace: they vanish with this
 # command and never disturb another invocation running at the same time.
+# A fresh root installs for itself (LOCKSTEP_SKIP_INSTALL unset), and needs
+# the host's name servers to reach the archive.
+skip_install=1
+if [[ $fresh == 1 ]]; then
+  skip_install=
+  cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+fi
 exec unshare --mount --propagation private bash -c '
-  root=$1; here=$2; shift 2
+  root=$1; here=$2; skip=$3; shift 3
   mount --bind /proc "$root/proc"
   mount --bind /dev "$root/dev"
   mount --bind "$here" "$root/src"
   exec chroot "$root" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
-    LOCKSTEP_SKIP_INSTALL=1 TERM=dumb bash -c "cd /src && \"\$@\"" bash "$@"
-' bash "$root" "$here" "$@"
+    ${skip:+LOCKSTEP_SKIP_INSTALL=1} TERM=dumb bash -c "cd /src && \"\$@\"" bash "$@"
+' bash "$root" "$here" "$skip_install" "$@"

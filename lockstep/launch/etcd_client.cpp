@@ -1,6 +1,8 @@
 #include "lockstep/launch/etcd_client.h"
 
+#ifdef LOCKSTEP_WITH_CURL
 #include <curl/curl.h>
+#endif
 
 #include <cstring>
 #include <fstream>
@@ -93,21 +95,30 @@ json key_range(const std::string& prefix) {
   return {{"key", base64_encode(prefix)}, {"range_end", base64_encode(prefix_end(prefix))}};
 }
 
-void global_init() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
-
 // One HTTP POST. A `chunk` callback sees the answer as it streams in and
 // returns false to end the transfer; `stop` is asked about once a second.
 struct Transfer {
-  CURLcode code = CURLE_OK;
+  // How the transfer ended, in the terms the client acts on.
+  enum class Outcome {
+    kOk,
+    kDropped,  // the connection went after it was made (a TLS refusal looks so)
+    kStopped,  // `stop` said so, or the time ran out
+    kFailed,   // anything else: no connection, a bad URL
+  };
+  Outcome outcome = Outcome::kOk;
   std::string body;
   std::string error;
   std::string local_ip;
   std::function<bool(const std::string&)> chunk;
   std::function<bool()> stop;
 };
+
+#ifdef LOCKSTEP_WITH_CURL
+
+void global_init() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
 
 size_t on_write(char* data, size_t size, size_t count, void* user) {
   auto* transfer = static_cast<Transfer*>(user);
@@ -120,6 +131,19 @@ size_t on_write(char* data, size_t size, size_t count, void* user) {
 int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   auto* transfer = static_cast<Transfer*>(user);
   return transfer->stop && transfer->stop() ? 1 : 0;
+}
+
+Transfer::Outcome outcome_of(CURLcode code) {
+  switch (code) {
+    case CURLE_OK: return Transfer::Outcome::kOk;
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_SSL_CONNECT_ERROR: return Transfer::Outcome::kDropped;
+    case CURLE_ABORTED_BY_CALLBACK:
+    case CURLE_OPERATION_TIMEDOUT: return Transfer::Outcome::kStopped;
+    default: return Transfer::Outcome::kFailed;
+  }
 }
 
 void post(const EtcdOptions& options, const std::string& url, const std::string& body, const std::string& token,
@@ -151,13 +175,30 @@ void post(const EtcdOptions& options, const std::string& url, const std::string&
   if (!options.ca_file.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, options.ca_file.c_str());
   if (!options.cert_file.empty()) curl_easy_setopt(curl, CURLOPT_SSLCERT, options.cert_file.c_str());
   if (!options.key_file.empty()) curl_easy_setopt(curl, CURLOPT_SSLKEY, options.key_file.c_str());
-  transfer.code = curl_easy_perform(curl);
-  transfer.error = error[0] != '\0' ? error : curl_easy_strerror(transfer.code);
+  const CURLcode code = curl_easy_perform(curl);
+  transfer.outcome = outcome_of(code);
+  transfer.error = error[0] != '\0' ? error : curl_easy_strerror(code);
   char* ip = nullptr;
   if (curl_easy_getinfo(curl, CURLINFO_LOCAL_IP, &ip) == CURLE_OK && ip != nullptr) transfer.local_ip = ip;
   curl_slist_free_all(headers);
   curl_easy_cleanup(curl);
 }
+
+#else  // built without libcurl: no etcd client (Note [What make demo installs])
+
+[[noreturn]] void no_curl() {
+  LOCKSTEP_FAIL("etcd: this lockstep was built without libcurl, through which the etcd rendezvous speaks to etcd's "
+                "JSON gateway: install Debian's libcurl4-openssl-dev and build again (`make test` installs it)");
+}
+
+void global_init() { no_curl(); }
+
+void post(const EtcdOptions&, const std::string&, const std::string&, const std::string&, std::chrono::milliseconds,
+          Transfer&) {
+  no_curl();
+}
+
+#endif
 
 // etcd's answer to a request it refused: {"error": ..., "code": N, "message": ...}.
 struct Refusal {
@@ -181,8 +222,7 @@ std::optional<Refusal> refusal(const json& answer) {
 // curl only sees the connection go.
 std::string failure(const EtcdOptions& options, const std::string& url, const Transfer& transfer) {
   const bool tls = url.rfind("https://", 0) == 0;
-  const bool dropped = transfer.code == CURLE_RECV_ERROR || transfer.code == CURLE_SEND_ERROR ||
-                       transfer.code == CURLE_GOT_NOTHING || transfer.code == CURLE_SSL_CONNECT_ERROR;
+  const bool dropped = transfer.outcome == Transfer::Outcome::kDropped;
   std::string hint;
   if (tls && dropped) {
     hint = options.cert_file.empty()
@@ -234,7 +274,7 @@ void EtcdClient::authenticate(size_t endpoint) {
   Transfer transfer;
   const json request = {{"name", options_.user}, {"password", options_.password}};
   post(options_, urls_[endpoint] + "/v3/auth/authenticate", request.dump(), "", options_.request_timeout, transfer);
-  if (transfer.code != CURLE_OK) throw EtcdError(failure(options_, urls_[endpoint], transfer));
+  if (transfer.outcome != Transfer::Outcome::kOk) throw EtcdError(failure(options_, urls_[endpoint], transfer));
   const json answer = json::parse(transfer.body, nullptr, false);
   if (auto r = refusal(answer)) {
     throw EtcdRefusedError(str_cat("etcd at ", urls_[endpoint], " refused user '", options_.user, "': ", r->message));
@@ -252,7 +292,7 @@ std::string EtcdClient::call(const std::string& path, const std::string& body) {
         if (!options_.user.empty() && token_.empty()) authenticate(index);
         Transfer transfer;
         post(options_, url + path, body, token_, options_.request_timeout, transfer);
-        if (transfer.code != CURLE_OK) throw EtcdError(failure(options_, url, transfer));
+        if (transfer.outcome != Transfer::Outcome::kOk) throw EtcdError(failure(options_, url, transfer));
         const json answer = json::parse(transfer.body, nullptr, false);
         if (answer.is_discarded()) throw EtcdError(str_cat(url, " (an answer that is not JSON: ", transfer.body, ")"));
         if (auto r = refusal(answer)) {
@@ -415,7 +455,7 @@ int64_t EtcdClient::watch_prefix(const std::string& prefix, int64_t after_revisi
       }
       throw EtcdRefusedError(str_cat("etcd at ", urls_[index], " refused a watch of '", prefix, "': ", refused->message));
     }
-    if (transfer.code == CURLE_ABORTED_BY_CALLBACK || transfer.code == CURLE_OPERATION_TIMEDOUT) {
+    if (transfer.outcome == Transfer::Outcome::kStopped) {
       // A member that never confirmed the watch may be on a machine that is
       // gone (no reset comes from there): the next request tries another.
       if (!created) current_ = (index + 1) % urls_.size();
