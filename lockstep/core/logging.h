@@ -18,6 +18,8 @@ spdlog::logger& logger();
 void set_log_rank(int rank, int world_size);
 // Also writes everything (debug and above) to `path`.
 void add_log_file(const std::string& path);
+// Stops writing to (and closes) a file add_log_file opened; nothing if none.
+void remove_log_file(const std::string& path);
 // The rank set by set_log_rank (0 before distributed initialisation).
 int log_rank();
 

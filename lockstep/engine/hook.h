@@ -94,6 +94,12 @@ class Hook {
   // signal can wait that long, the step should not pay a collective each time.
   virtual int64_t stop_vote_interval() const { return 1; }
 
+  // Whether this hook does anything in this process. One that does not (the
+  // progress bar where stderr is no terminal, or on a rank other than 0) is
+  // left out when registered, so that the hook list and every output read as
+  // they would without it.
+  virtual bool active() const { return true; }
+
   // Stateful hooks return true and implement state()/load_state().
   virtual bool stateful() const { return false; }
   virtual State state() const { return {}; }

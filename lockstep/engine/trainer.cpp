@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/internal_error.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/core/ordered_worker.h"
 #include "lockstep/core/rng.h"
@@ -45,7 +46,7 @@ Trainer::~Trainer() = default;
 
 void Trainer::register_hooks(const std::vector<std::shared_ptr<Hook>>& hooks) {
   for (const auto& hook : hooks) {
-    if (!hook) continue;
+    if (!hook || !hook->active()) continue;
     LOCKSTEP_CHECK(hook->trainer_ == nullptr || hook->trainer_ == this, "hook '", hook->name(),
                    "' is already registered with another trainer");
     hook->trainer_ = this;
@@ -79,9 +80,9 @@ void Trainer::request_stop(const std::string& reason) {
                  "stops only then, and without that this rank would stop alone while the others train on. Override "
                  "may_request_stop() to return true in the hook that stops (EarlyStoppingHook does).");
   stop_requested_here_ = true;
-  const int64_t last = in_iteration_ ? iter_ + 1 : iter_;
+  const int64_t last = phase_ == Phase::kInStep ? iter_ + 1 : iter_;
   if (stopped_early_ && max_iter_ <= last) return;
-  if (in_iteration_) {
+  if (phase_ == Phase::kInStep) {
     logger().info("Stopping training after iteration {}: {}", iter_, reason);
   } else {
     logger().info("Stopping training before iteration {}: {}", iter_, reason);
@@ -105,7 +106,7 @@ void Trainer::request_preemption_stop(const std::string& reason) {
 
 void Trainer::stop_for_preemption(const std::string& reason) {
   // On the last iteration the run simply finishes.
-  const int64_t last = in_iteration_ ? iter_ + 1 : iter_;
+  const int64_t last = phase_ == Phase::kInStep ? iter_ + 1 : iter_;
   if (last >= max_iter_) return;
   preempted_ = true;
   request_stop(reason + "; saving to resume later");
@@ -113,7 +114,7 @@ void Trainer::stop_for_preemption(const std::string& reason) {
 
 void Trainer::agree_on_stop() {
   if (!votes_on_stops_) return;
-  if (in_iteration_ && std::none_of(vote_intervals_.begin(), vote_intervals_.end(),
+  if (phase_ == Phase::kInStep && std::none_of(vote_intervals_.begin(), vote_intervals_.end(),
                                     [this](int64_t every) { return (iter_ + 1) % every == 0; })) {
     return;  // no vote at this iteration: a request waits for the next
   }
@@ -154,8 +155,18 @@ void Trainer::after_eval_iter(bool test, int64_t batch_index, const Batch& batch
   }
 }
 
+void Trainer::move_to(Phase to) {
+  constexpr unsigned kMayComeFrom[] = {
+      kFromAny,                                                        // idle: end(), or a failure anywhere
+      phase_bit(Phase::kIdle) | phase_bit(Phase::kInStep),            // between steps: begin(), an iteration's end
+      phase_bit(Phase::kBetweenSteps),                                 // in a step
+  };
+  constexpr const char* kNames[] = {"idle", "between steps", "in a step"};
+  move_phase("the trainer", phase_, to, kMayComeFrom, kNames);
+}
+
 void Trainer::begin(int64_t start_iter, int64_t max_iter) {
-  LOCKSTEP_CHECK(!running_, "begin(): the trainer is already running (call end() first)");
+  LOCKSTEP_CHECK(!running(), "begin(): the trainer is already running (call end() first)");
   LOCKSTEP_CHECK(start_iter >= 0 && start_iter <= max_iter, "train(start_iter=", start_iter,
                  ", max_iter=", max_iter, "): need 0 <= start_iter <= max_iter");
   log_hook_order();
@@ -175,7 +186,7 @@ void Trainer::begin(int64_t start_iter, int64_t max_iter) {
     LOCKSTEP_CHECK(hook->stop_vote_interval() >= 1, "hook ", hook->name(), ": stop_vote_interval() must be at least 1");
     vote_intervals_.push_back(hook->stop_vote_interval());
   }
-  running_ = true;
+  move_to(Phase::kBetweenSteps);
   try {
     before_train();
     agree_on_stop();
@@ -190,7 +201,7 @@ void Trainer::run_iteration(const std::function<void()>& body) {
   if (iter_ % per_epoch == 0) {
     for (auto& hook : hooks_) hook->before_train_epoch();
   }
-  in_iteration_ = true;
+  move_to(Phase::kInStep);
   try {
     before_step();
     body();
@@ -200,15 +211,15 @@ void Trainer::run_iteration(const std::function<void()>& body) {
     }
     agree_on_stop();
   } catch (...) {
-    in_iteration_ = false;
+    move_to(Phase::kBetweenSteps);
     throw;
   }
-  in_iteration_ = false;
+  move_to(Phase::kBetweenSteps);
   ++iter_;
 }
 
 LogVars Trainer::step(const Batch& batch, double data_time) {
-  LOCKSTEP_CHECK(running_, "step(): the trainer is not running (call begin() first)");
+  LOCKSTEP_CHECK(running(), "step(): the trainer is not running (call begin() first)");
   LOCKSTEP_CHECK(iter_ < max_iter_, "step(): the run is over at iteration ", iter_, " of ", max_iter_,
                  stopped_early_ ? " (a hook stopped it early)" : "");
   LogVars log_vars;
@@ -217,7 +228,7 @@ LogVars Trainer::step(const Batch& batch, double data_time) {
 }
 
 void Trainer::continue_at(int64_t next_iteration) {
-  LOCKSTEP_CHECK(running_ && !in_iteration_, "continue_at(", next_iteration, "): only between the steps of a running "
+  LOCKSTEP_CHECK(phase_ == Phase::kBetweenSteps, "continue_at(", next_iteration, "): only between the steps of a running "
                  "trainer");
   LOCKSTEP_CHECK(next_iteration >= 0 && next_iteration <= max_iter_, "continue_at(", next_iteration,
                  "): outside the run's iterations [0, ", max_iter_, "]");
@@ -227,8 +238,9 @@ void Trainer::continue_at(int64_t next_iteration) {
 }
 
 void Trainer::end() {
-  LOCKSTEP_CHECK(running_, "end(): the trainer is not running");
-  running_ = false;
+  LOCKSTEP_CHECK(running(), "end(): the trainer is not running");
+  LOCKSTEP_CHECK(phase_ == Phase::kBetweenSteps, "end(): called from inside a step (a hook?); end the run after it");
+  move_to(Phase::kIdle);
   // The caller ends its run here: hooks see it finished (final checkpoint,
   // final evaluation), as after a stop.
   if (iter_ < max_iter_) {
@@ -239,8 +251,7 @@ void Trainer::end() {
 }
 
 void Trainer::fail_run() {
-  running_ = false;
-  in_iteration_ = false;
+  move_to(Phase::kIdle);
   logger().error("Exception during training at iteration {}", iter_);
   try {
     after_train();
@@ -405,7 +416,7 @@ State Trainer::state() const {
   // Where a resumed run goes on: after the iteration in progress (a hook's
   // save), or at iter() itself between iterations (a save by the caller of
   // step(), or after the run). Checkpoints without it go on after "iteration".
-  state.values["next_iteration"] = in_iteration_ ? iter_ + 1 : iter_;
+  state.values["next_iteration"] = phase_ == Phase::kInStep ? iter_ + 1 : iter_;
   State hooks;
   for (const auto& hook : hooks_) {
     if (hook->stateful()) hooks.put(hook->name(), hook->state());

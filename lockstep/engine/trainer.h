@@ -62,8 +62,9 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  // Adds hooks (null entries are skipped) by priority, after those of equal
-  // priority already registered, and attaches them to this trainer.
+  // Adds hooks (null and inactive ones are skipped: Hook::active) by
+  // priority, after those of equal priority already registered, and attaches
+  // them to this trainer.
   void register_hooks(const std::vector<std::shared_ptr<Hook>>& hooks);
   const std::vector<std::shared_ptr<Hook>>& hooks() const { return hooks_; }
 
@@ -82,7 +83,7 @@ class Trainer {
   void begin(int64_t start_iter, int64_t max_iter);
   LogVars step(const Batch& batch, double data_time = 0);
   void end();
-  bool running() const { return running_; }
+  bool running() const { return phase_ != Phase::kIdle; }
   // One iteration's work on `batch`: the model's train_step, then its metrics.
   LogVars run_batch(const Batch& batch, double data_time);
 
@@ -179,8 +180,11 @@ class Trainer {
   int64_t start_iter_ = 0;
   int64_t max_iter_ = 0;
   bool stopped_early_ = false;
-  bool in_iteration_ = false;
-  bool running_ = false;  // between begin() and end()
+  // Where the run is, moved by move_phase (each move asserted): idle outside
+  // begin() ... end(), between steps, or inside one iteration.
+  enum class Phase { kIdle, kBetweenSteps, kInStep };
+  Phase phase_ = Phase::kIdle;
+  void move_to(Phase to);
   int64_t resume_iteration_ = 0;
   std::function<bool(bool)> stop_agreement_;
   bool votes_on_stops_ = false;        // a registered hook may request a stop (set by train())

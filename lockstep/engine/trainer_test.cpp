@@ -79,6 +79,26 @@ TEST(TrainerTest, HooksRunInRegistrationOrderAtEveryStage) {
   EXPECT_EQ(log, expected);
 }
 
+// The run's phases move through move_phase: an iteration outside a run has
+// no edge, and the assertion names the machine and both phases.
+TEST(TrainerPhases, AnIterationOutsideARunIsAnInternalErrorNamingBothPhases) {
+  struct Exposed : Trainer {
+    using Trainer::run_iteration;
+    using Trainer::Trainer;
+  };
+  auto model = std::make_shared<LinearModel>();
+  Exposed trainer(model, make_loader(), make_wrapper(*model));
+  const std::string message = testing::error_of([&] { trainer.run_iteration([] {}); });
+  EXPECT_NE(message.find("lockstep internal error"), std::string::npos) << message;
+  EXPECT_NE(message.find("the trainer has no move from idle to in a step"), std::string::npos) << message;
+  // A proper run moves through every phase and ends idle.
+  trainer.begin(0, 2);
+  trainer.run_iteration([] {});
+  EXPECT_TRUE(trainer.running());
+  trainer.end();
+  EXPECT_FALSE(trainer.running());
+}
+
 TEST(TrainerTest, AfterTrainRunsWhenAStepThrowsAndTheErrorPropagates) {
   auto model = std::make_shared<LinearModel>();
   model->fail_at_call = 2;

@@ -1,11 +1,13 @@
-// MemoryStatsHook, SyncBuffersHook and EmptyCacheHook inside a real Trainer.
+// MemoryStatsHook, SyncBuffersHook, EmptyCacheHook and ProgressBarHook inside a real Trainer.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <torch/torch.h>
 
 #include "lockstep/engine/trainer.h"
 #include "lockstep/hooks/empty_cache_hook.h"
 #include "lockstep/hooks/hooks_test_util.h"
 #include "lockstep/hooks/memory_stats_hook.h"
+#include "lockstep/hooks/progress_bar_hook.h"
 #include "lockstep/hooks/sync_buffers_hook.h"
 #include "lockstep/models/classifiers.h"
 
@@ -81,6 +83,55 @@ TEST(EmptyCacheHook, RunsAtTheChosenPoints) {
   run.trainer_ptr()->after_eval_epoch(false, {});
   EXPECT_EQ(defaults->calls(), 3);         // after each epoch and the evaluation
   EXPECT_EQ(every_iteration->calls(), 10);  // before each epoch and after each iteration
+}
+
+// The bar's line after each step of a 2-epoch run (16 examples, batches of 4:
+// 4 iterations per epoch), drawn into a pipe as if it were a terminal.
+TEST(ProgressBarHook, DrawsEpochIterationEtaLossAndLrAndClearsAtTheEnd) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  StatusLine line(fds[1], StatusLine::Mode::kTerminal, /*width=*/200);
+  testing::TrainerRig rig(std::make_shared<MLP>(MLPOptions().in_features(16)), 16, 4);
+  auto bar = std::make_shared<ProgressBarHook>(line, /*refresh_seconds=*/1e-9);
+  struct RecordsLr : Hook {  // the trainer records "loss" itself
+    RecordsLr() : Hook("RecordsLr") {}
+    void after_step() override { trainer().storage().put_scalar("lr", 0.01, /*smoothing_hint=*/false); }
+  };
+  rig.trainer->register_hooks({std::make_shared<RecordsLr>(), bar});
+  rig.trainer->train(0, 8);
+  ::close(fds[1]);
+  std::string drawn;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof buffer)) > 0;) drawn.append(buffer, static_cast<size_t>(n));
+  ::close(fds[0]);
+  EXPECT_NE(drawn.find("train epoch 1/2 1/8 [#---------] "), std::string::npos) << drawn;
+  EXPECT_NE(drawn.find("train epoch 2/2 5/8 [######----] "), std::string::npos) << drawn;
+  const size_t last = drawn.find("8/8 [##########] 100% eta 0:00:00 loss ");
+  ASSERT_NE(last, std::string::npos) << drawn;
+  EXPECT_NE(drawn.find(" lr 0.01", last), std::string::npos) << drawn;
+  EXPECT_EQ(drawn.substr(drawn.size() - 4), "\r\033[K") << "the bar is erased when the run ends";
+}
+
+TEST(ProgressBarHook, DrawsNothingWhereTheLineIsOffOrOnAnotherRank) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  StatusLine terminal(fds[1], StatusLine::Mode::kTerminal, 200);
+  StatusLine off(fds[1], StatusLine::Mode::kOff);
+  testing::TrainerRig rig(std::make_shared<MLP>(MLPOptions().in_features(16)), 16, 4);
+  rig.trainer->register_hooks({std::make_shared<ProgressBarHook>(off, 1e-9),
+                               std::make_shared<ProgressBarHook>(terminal, 1e-9, /*active=*/false)});
+  rig.trainer->train(0, 4);
+  ::close(fds[1]);
+  char buffer[16];
+  EXPECT_EQ(::read(fds[0], buffer, sizeof buffer), 0);
+  ::close(fds[0]);
+}
+
+TEST(ProgressBarHook, EvaluationLinesAndBars) {
+  EXPECT_EQ(ProgressBarHook::bar(0.5, 4), "[##--]");
+  EXPECT_EQ(ProgressBarHook::bar(1.5, 2), "[##]");
+  EXPECT_EQ(ProgressBarHook::eval_text("val", 120, -1), "val batch 120");
+  EXPECT_EQ(ProgressBarHook::eval_text("test", 1, 4), "test batch 1/4 [##--------]");
 }
 
 }  // namespace

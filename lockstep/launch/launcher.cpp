@@ -18,6 +18,7 @@
 
 #include "lockstep/compat/c10d.h"
 #include "lockstep/core/error.h"
+#include "lockstep/core/status_line.h"
 #include "lockstep/core/stop_signals.h"
 #include "lockstep/dist/init.h"
 #include "lockstep/dist/job_identity.h"
@@ -89,6 +90,7 @@ class Supervisor {
       stopped_for_another_node_ = false;
       start_workers(*placement);
       const int code = supervise();
+      StatusLine::for_stderr().clear();  // the workers are gone, and a failed rank 0 never cleared its bar
       if (code == 0 && requeue_) return requeue_exit();
       if (signal_ != 0) return 128 + signal_;
       if (code == 0 && !stopped_for_another_node_) {
@@ -115,6 +117,16 @@ class Supervisor {
       w.local_rank = local;
       w.rank = placement.node_rank * options_.nproc_per_node() + local;
       auto env = build_worker_env(options_, placement, local, master_port_, run_id_, base_env_);
+      // Note [One status line for a whole job]
+      // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+      // The workers' stderr is a pipe to this launcher, so none of them can
+      // draw a progress bar; the launcher's own stderr may be a terminal.
+      // Then the workers send their status lines as records
+      // (core/status_line.h), which the launcher draws on its terminal while
+      // it prints every worker's lines above them; only rank 0's hook sends
+      // any. Without a terminal here nothing is asked: the output is the same
+      // lines, byte for byte, as without a progress bar.
+      if (StatusLine::for_stderr().mode() == StatusLine::Mode::kTerminal) env["LOCKSTEP_STATUS_TO"] = "launcher";
       spawn(w, env);
     }
   }
@@ -162,8 +174,13 @@ class Supervisor {
       fcntl(w.fds[stream], F_SETFL, O_NONBLOCK);
       int target = stream == 0 ? STDOUT_FILENO : STDERR_FILENO;
       std::string prefix = options_.prefix_output() ? str_cat("[rank", w.rank, "]: ") : "";
-      w.prefixers[stream] = std::make_unique<LinePrefixer>(prefix, [target](const std::string& line) {
-        write_all(target, line);
+      w.prefixers[stream] = std::make_unique<LinePrefixer>(prefix, [target, prefix](const std::string& line) {
+        StatusLine& status = StatusLine::for_stderr();
+        if (auto text = parse_status_record(line, prefix.size())) {
+          text->empty() ? status.clear() : status.show(*text);
+          return;
+        }
+        status.write_above([&] { write_all(target, line); });
       });
     }
   }

@@ -4,6 +4,8 @@
 
 #include <cerrno>
 
+#include "lockstep/core/status_line.h"
+
 namespace lockstep {
 
 void write_all(int fd, const std::string& text) {
@@ -16,6 +18,8 @@ void write_all(int fd, const std::string& text) {
   }
 }
 
-void say(const std::string& message) { write_all(STDERR_FILENO, "lockstep run: " + message + "\n"); }
+void say(const std::string& message) {
+  StatusLine::for_stderr().write_above([&] { write_all(STDERR_FILENO, "lockstep run: " + message + "\n"); });
+}
 
 }  // namespace lockstep

@@ -24,6 +24,8 @@ const Slot kTimer{"timer", {"IterationTimer", "IterTimerHook"}, kVeryHigh};
 const Slot kScheduler{"param_scheduler", {"LRSchedulerHook", "ParamSchedulerHook"}, kHigh};
 const Slot kCheckpoint{"checkpoint", {"PeriodicCheckpointer", "CheckpointHook"}, kBelowNormal};
 const Slot kLogger{"logger", {"PeriodicWriter", "LoggerHook"}, kLowest};
+// After the logger: the bar shows what the step just recorded.
+const Slot kProgress{"progress", {"ProgressBarHook"}, kLowest};
 constexpr int kEvalPriority = kLow;
 constexpr int kBestCheckpointPriority = kVeryLow;
 
@@ -42,12 +44,18 @@ std::shared_ptr<Hook> with_priority(std::shared_ptr<Hook> hook, int priority) {
   return hook;
 }
 
-// A slot's section: absent -> the defaults; explicit null -> disabled.
+// A slot's section: absent -> the defaults; null or false -> disabled.
+// (`--set default_hooks.X=null` removes the key, as every null override
+// does, so the command line turns a slot off with false.)
 std::optional<Config> section_of(const Config& default_hooks, const Slot& slot) {
   if (default_hooks.is_null() || !default_hooks.has(slot.key)) return Config::map();
   Config section = default_hooks.at(slot.key);
   if (section.is_null()) return std::nullopt;
-  LOCKSTEP_CHECK(section.is_map(), section.where(), ": default_hooks.", slot.key, " must be a map or null");
+  if (section.is_scalar() && section.text() == "false") {
+    section.mark_used();
+    return std::nullopt;
+  }
+  LOCKSTEP_CHECK(section.is_map(), section.where(), ": default_hooks.", slot.key, " must be a map, null or false");
   return section;
 }
 
@@ -82,7 +90,8 @@ std::vector<std::shared_ptr<Hook>> build_default_hooks(const Config& default_hoo
                                                        const HookContext& context) {
   if (!default_hooks.is_null()) {
     LOCKSTEP_CHECK(default_hooks.is_map(), default_hooks.where(), ": default_hooks must be a map of slots");
-    default_hooks.check_known_keys({kTimer.key, kScheduler.key, kCheckpoint.key, kLogger.key}, "default hook slot");
+    default_hooks.check_known_keys({kTimer.key, kScheduler.key, kCheckpoint.key, kLogger.key, kProgress.key},
+                                   "default hook slot");
   }
   std::vector<std::shared_ptr<Hook>> hooks;
   if (auto timer = section_of(default_hooks, kTimer)) hooks.push_back(build_slot(kTimer, *timer, context));
@@ -123,6 +132,7 @@ std::vector<std::shared_ptr<Hook>> build_default_hooks(const Config& default_hoo
   }
 
   if (auto logger = section_of(default_hooks, kLogger)) hooks.push_back(build_slot(kLogger, *logger, context));
+  if (auto progress = section_of(default_hooks, kProgress)) hooks.push_back(build_slot(kProgress, *progress, context));
   return hooks;
 }
 

@@ -2,9 +2,6 @@
 
 #include "lockstep/engine/trainer.h"
 
-#include <unistd.h>
-
-#include <cstdio>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -24,8 +21,7 @@ std::string format_duration(double seconds) {
   return text;
 }
 
-ConsoleWriter::ConsoleWriter(size_t window, std::optional<bool> live)
-    : window_(window), live_(live.value_or(::isatty(STDERR_FILENO) != 0)) {}
+ConsoleWriter::ConsoleWriter(size_t window) : window_(window) {}
 
 std::optional<double> ConsoleWriter::eta_seconds(EventStorage& storage, int64_t iteration, int64_t max_iter) {
   if (max_iter >= Trainer::kNoEnd) return std::nullopt;  // a run without an end has no ETA
@@ -80,22 +76,7 @@ std::string ConsoleWriter::format_line(EventStorage& storage, int64_t max_iter) 
 }
 
 void ConsoleWriter::write(EventStorage& storage, int64_t max_iter) {
-  std::string line = format_line(storage, max_iter);
-  if (live_) {
-    std::fprintf(stderr, "\r\033[K%s", line.c_str());
-    std::fflush(stderr);
-    line_open_ = true;
-  } else {
-    logger().info("{}", line);
-  }
-}
-
-void ConsoleWriter::close() {
-  if (live_ && line_open_) {
-    std::fprintf(stderr, "\n");
-    std::fflush(stderr);
-    line_open_ = false;
-  }
+  logger().info("{}", format_line(storage, max_iter));
 }
 
 }  // namespace lockstep

@@ -60,7 +60,7 @@ TEST(ConsoleWriterTest, LineShowsProgressSmoothedLossesTimingAndEta) {
     storage.put_scalar("lr", 0.02, false);
     if (i < 9) storage.step();
   }
-  ConsoleWriter writer(20, /*live=*/false);
+  ConsoleWriter writer(20);
   std::string line = writer.format_line(storage, 100);
   // 90 iterations left at a median of 0.5 s each: 45 s.
   EXPECT_NE(line.find("eta: 0:00:45"), std::string::npos) << line;
