@@ -1,8 +1,9 @@
-// The `lockstep` command: train from a config, launch workers, inspect checkpoints.
+// The `lockstep` command: train from a config, launch workers, inspect checkpoints, plot curves.
 //
 //   lockstep train examples/fashion_mnist/cnn.yaml --work-dir work_dirs/demo
 //   lockstep run --standalone --nproc-per-node 2 -- lockstep train cnn.yaml
 //   lockstep ckpt inspect work_dirs/demo/model_final.ckpt
+//   lockstep plot work_dirs/demo work_dirs/other --keys loss,accuracy/top1 -o curves.svg
 //   lockstep --help
 #include <iostream>
 
@@ -10,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "apps/lockstep/ckpt_command.h"
+#include "apps/lockstep/plot_command.h"
 #include "apps/lockstep/run_command.h"
 #include "apps/lockstep/train_command.h"
 #include "lockstep/core/error.h"
@@ -21,6 +23,7 @@ int main(int argc, char** argv) {
   lockstep::cli::add_train_command(app);
   lockstep::add_run_command(app);
   lockstep::cli::add_ckpt_command(app);
+  lockstep::cli::add_plot_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& result) {

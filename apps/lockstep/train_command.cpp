@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -40,6 +41,12 @@ int run_train(const TrainArguments& args) {
     for (const auto& [name, value] : final_metrics) {
       std::cout << "Final " << split << " " << name << ": " << value << std::endl;
     }
+    // Where to look next: the run's files, and its curves without TensorBoard.
+    const std::string& dir = runner.work_dir();
+    const bool final_checkpoint = std::filesystem::exists(dir + "/model_final.ckpt");
+    std::cout << "Checkpoints" << (final_checkpoint ? " (" + dir + "/model_final.ckpt)" : std::string())
+              << ", metrics.jsonl and log.txt are in " << dir << "; draw the curves with: lockstep plot " << dir
+              << std::endl;
   }
   return 0;
 }

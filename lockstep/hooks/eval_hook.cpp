@@ -11,8 +11,12 @@
 
 namespace lockstep {
 
-EvalHook::EvalHook(int64_t period, EvalFunction evaluate, std::function<void()> barrier)
-    : Hook("EvalHook"), period_(period), evaluate_(std::move(evaluate)), barrier_(std::move(barrier)) {
+EvalHook::EvalHook(int64_t period, EvalFunction evaluate, std::function<void()> barrier, int64_t iters_per_epoch)
+    : Hook("EvalHook"),
+      period_(period),
+      evaluate_(std::move(evaluate)),
+      barrier_(std::move(barrier)),
+      iters_per_epoch_(iters_per_epoch) {
   LOCKSTEP_CHECK(evaluate_ != nullptr, "EvalHook needs an evaluation function");
 }
 
@@ -30,6 +34,10 @@ void EvalHook::run_evaluation(int64_t completed) {
   if (was_training) model.train();
   for (const auto& [name, value] : results) {
     trainer().storage().put_scalar(name, value, /*smoothing_hint=*/false);
+  }
+  if (iters_per_epoch_ > 0 && !results.empty()) {
+    trainer().storage().put_scalar("epoch", static_cast<double>(completed) / static_cast<double>(iters_per_epoch_),
+                                   /*smoothing_hint=*/false);
   }
   last_evaluated_ = completed;
   if (barrier_) barrier_();
@@ -53,7 +61,8 @@ void EvalHook::after_train() {
 LOCKSTEP_REGISTER(hook_registry(), "EvalHook", [](const Config& config, const HookContext& context) {
   LOCKSTEP_CHECK(context.evaluate != nullptr, config.where(), ": EvalHook needs a val_dataloader");
   auto strategy = context.strategy;
-  return std::make_shared<EvalHook>(context.val_interval, context.evaluate, [strategy] { strategy->barrier(); });
+  return std::make_shared<EvalHook>(context.val_interval, context.evaluate, [strategy] { strategy->barrier(); },
+                                    context.by_epoch ? context.iters_per_epoch : 0);
 });
 
 }  // namespace lockstep

@@ -18,7 +18,11 @@ class EvalHook : public Hook {
  public:
   using EvalFunction = std::function<std::map<std::string, double>()>;
   // `barrier` is called after each evaluation (no-op on one process).
-  EvalHook(int64_t period, EvalFunction evaluate, std::function<void()> barrier = nullptr);
+  // `iters_per_epoch` > 0 (a run that counts epochs): each evaluation also
+  // records "epoch", the epochs completed, so that metrics.jsonl's
+  // epoch-wise lines say which epoch they close (`lockstep plot --x epoch`).
+  EvalHook(int64_t period, EvalFunction evaluate, std::function<void()> barrier = nullptr,
+           int64_t iters_per_epoch = 0);
   void after_step() override;
   void after_train() override;
   int64_t period() const { return period_; }
@@ -29,6 +33,7 @@ class EvalHook : public Hook {
   int64_t period_;
   EvalFunction evaluate_;
   std::function<void()> barrier_;
+  int64_t iters_per_epoch_;
   int64_t last_evaluated_ = -1;  // iterations completed at the last evaluation
 };
 

@@ -32,6 +32,7 @@ struct HookContext {
   std::shared_ptr<Checkpointer> checkpointer;
   std::string work_dir;
   int64_t iters_per_epoch = 1;
+  bool by_epoch = false;  // train_cfg counts epochs
   int64_t max_iters = 0;
   int64_t val_interval = 0;  // iterations between evaluations; 0: none
   // Runs a validation pass and returns its metrics; null without a val set.

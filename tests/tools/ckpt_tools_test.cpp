@@ -110,7 +110,7 @@ TEST(CliHelpTest, EverySubcommandAnswersHelp) {
       pending.push_back(child);
     }
   }
-  for (const char* expected : {"", "train", "run", "ckpt", "ckpt inspect", "ckpt export"}) {
+  for (const char* expected : {"", "train", "run", "ckpt", "ckpt inspect", "ckpt export", "plot"}) {
     EXPECT_EQ(seen.count(expected), 1u) << "no help reached for '" << expected << "'";
   }
 }
