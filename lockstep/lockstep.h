@@ -22,9 +22,14 @@
  *
  * Arrays are dense and row-major (C order), as the shape gives them; a
  * Fortran array of shape (n1, ..., nk) is passed with the shape reversed
- * (lockstep.f90 does it). Inputs are read where they lie, without a copy,
- * when their dtype is what the model computes in; integer targets (class
- * indices) are widened to int64. `device` -1 is host memory, n >= 0 CUDA
+ * (lockstep.f90 does it). Inputs and targets are read where they lie,
+ * without a copy, when their dtype is what the model computes in. Otherwise
+ * they are converted in one copy: floating point (a float64 field, Fortran's
+ * real(8)) to the model's dtype (its parameters', float32 mostly), and int32
+ * (integer(4) class indices) to int64, as PyTorch's losses take them. A
+ * float64 array of values float32 holds exactly trains bitwise as the float32
+ * array would. `predict` writes a floating-point prediction into a float32 or
+ * float64 output. `device` -1 is host memory, n >= 0 CUDA
  * device n. The batch entries filled are the model's (lockstep's classifiers:
  * "image" and "label"; a TorchScriptModel's input_key and target_key).
  *
@@ -48,7 +53,7 @@ typedef enum {
   LOCKSTEP_OK = 0,
   LOCKSTEP_ERR_ARGUMENT,    /* a null, destroyed or wrong handle, array, shape, dtype or name */
   LOCKSTEP_ERR_CONFIG,      /* the config: file:line (key ...) and what is wrong */
-  LOCKSTEP_ERR_IO,          /* a file that cannot be read or written */
+  LOCKSTEP_ERR_IO,          /* a file that cannot be read or written (a checkpoint path under a file) */
   LOCKSTEP_ERR_DISTRIBUTED, /* another rank failed, the ranks disagree, or a collective timed out */
   LOCKSTEP_ERR_INTERNAL     /* anything else (out of memory, a bug): the message says what */
 } lockstep_status;
@@ -64,7 +69,7 @@ typedef struct {
 } lockstep_tensor;
 
 /* Builds the run the YAML file describes (and the process group, from the
- * launcher's environment). */
+ * launcher's environment). A create that fails leaves no work dir behind. */
 lockstep_status lockstep_trainer_create(const char* config_path, lockstep_trainer* out);
 /* The same with `count` overrides, each "key=value" as `lockstep train --set`
  * takes them ("work_dir=/scratch/run", "resume=true", "optim_wrapper.optimizer.lr=0.01"). */
@@ -77,7 +82,8 @@ lockstep_status lockstep_trainer_create_with(const char* config_path, const char
 lockstep_status lockstep_train_step(lockstep_trainer, const lockstep_tensor* input, const lockstep_tensor* target,
                                     double* loss);
 /* The model's prediction for `input`, written into the caller's `output`,
- * whose shape and dtype must be the prediction's. */
+ * whose shape must be the prediction's; a floating-point prediction goes into
+ * a float32 or float64 array, an integer one into int32 or int64. */
 lockstep_status lockstep_predict(lockstep_trainer, const lockstep_tensor* input, lockstep_tensor* output);
 /* A checkpoint a run resumes from bitwise: a name in the work dir
  * ("step_000100"), or a path ending in ".ckpt". */

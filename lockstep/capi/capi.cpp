@@ -18,6 +18,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <ios>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -82,9 +83,18 @@ lockstep_status guarded(lockstep_status own_failures, Body&& body) {
     last_error = error.what();
     return own_failures;
   } catch (const c10::Error& error) {
-    // libtorch refusing what the arrays hold (shapes, dtypes) for the model.
+    // libtorch refusing what the arrays hold (shapes, dtypes) for the model,
+    // or a file it cannot read or write (a checkpoint call's own failure).
     last_error = describe_exception(std::current_exception());
-    return own_failures == LOCKSTEP_ERR_ARGUMENT ? LOCKSTEP_ERR_ARGUMENT : LOCKSTEP_ERR_INTERNAL;
+    return own_failures == LOCKSTEP_ERR_ARGUMENT || own_failures == LOCKSTEP_ERR_IO ? own_failures
+                                                                                     : LOCKSTEP_ERR_INTERNAL;
+  } catch (const std::filesystem::filesystem_error& error) {
+    // A path that cannot be made or written (a checkpoint under a file), whatever the call.
+    last_error = error.what();
+    return LOCKSTEP_ERR_IO;
+  } catch (const std::ios_base::failure& error) {
+    last_error = error.what();
+    return LOCKSTEP_ERR_IO;
   } catch (const std::bad_alloc&) {
     last_error = "out of memory";
     return LOCKSTEP_ERR_INTERNAL;
@@ -153,18 +163,48 @@ std::string checked_string(const char* text, const std::string& what) {
   return text;
 }
 
+// The floating-point dtype the model computes in: its parameters' (float32
+// for a model without floating-point parameters).
+torch::ScalarType compute_dtype(const Model& model) {
+  for (const auto& parameter : model.parameters()) {
+    if (parameter.is_floating_point()) return parameter.scalar_type();
+  }
+  return torch::kFloat;
+}
+
+// Note [The C API meets arrays as they are]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A simulation code holds real(8) fields and integer(4) indices; the model
+// computes in its parameters' dtype (float32, mostly) and PyTorch's losses
+// take int64 class indices. So a floating-point array of another dtype than
+// the model's is converted to the model's, and an int32 array to int64, in one
+// copy each; an array already in the right dtype is read where it lies. A
+// float64 array of values that float32 holds exactly trains bitwise as the
+// float32 array would (tests/capi: capi_train's float64 and real(8) runs).
+torch::Tensor as_model_expects(torch::Tensor tensor, torch::ScalarType floating) {
+  if (tensor.is_floating_point() && tensor.scalar_type() != floating) return tensor.to(floating);
+  if (tensor.scalar_type() == torch::kInt) return tensor.to(torch::kLong);
+  return tensor;
+}
+
 Batch batch_of(StepTrainer& trainer, const lockstep_tensor* input, const lockstep_tensor* target,
                const char* function) {
   const Model::TensorKeys keys = trainer.model().tensor_keys();
+  const torch::ScalarType floating = compute_dtype(trainer.model());
   Batch batch;
-  batch.set(keys.input, view_of(input, str_cat(function, ": input")));
+  batch.set(keys.input, as_model_expects(view_of(input, str_cat(function, ": input")), floating));
   if (target != nullptr || std::string(function) == "lockstep_train_step") {
-    torch::Tensor t = view_of(target, str_cat(function, ": target"));
-    // Class indices: every PyTorch loss that takes integers takes int64.
-    if (t.scalar_type() == torch::kInt) t = t.to(torch::kLong);
-    batch.set(keys.target, t);
+    batch.set(keys.target, as_model_expects(view_of(target, str_cat(function, ": target")), floating));
   }
   return batch;
+}
+
+// Whether a prediction of dtype `from` may be written into an array of dtype
+// `to`: floating point into floating point (a float64 output takes a float32
+// prediction), integers into integers; nothing across.
+bool writable_as(torch::ScalarType from, torch::ScalarType to) {
+  return c10::isFloatingType(from) == c10::isFloatingType(to) &&
+         c10::isIntegralType(from, /*includeBool=*/false) == c10::isIntegralType(to, /*includeBool=*/false);
 }
 
 }  // namespace
@@ -253,7 +293,7 @@ lockstep_status lockstep_predict(lockstep_trainer handle, const lockstep_tensor*
       throw ArgumentError(str_cat("lockstep_predict: output has shape ", destination.sizes(),
                                   " but the prediction has shape ", result.sizes()));
     }
-    if (result.scalar_type() != destination.scalar_type()) {
+    if (!lockstep::writable_as(result.scalar_type(), destination.scalar_type())) {
       throw ArgumentError(str_cat("lockstep_predict: output has dtype ", lockstep::dtype_name(output->dtype),
                                   " but the prediction is ", result.scalar_type()));
     }

@@ -25,7 +25,11 @@ Checkpointer::Checkpointer(std::shared_ptr<Strategy> strategy, std::string save_
 
 std::string Checkpointer::save(const std::string& name, const Trainer& trainer) {
   const std::string path = path_of(name);
-  if (strategy_->is_main_process()) fs::create_directories(save_dir_);
+  if (strategy_->is_main_process()) {
+    std::error_code error;
+    fs::create_directories(save_dir_, error);
+    LOCKSTEP_CHECK(!error, "cannot write the checkpoint ", path, ": its folder cannot be made (", error.message(), ")");
+  }
   CheckpointContents contents;
   contents.trainer = trainer.state();
   contents.meta = RunMeta{run_.seed, trainer.iter(), strategy_->world_size(), strategy_->name(), run_.config};

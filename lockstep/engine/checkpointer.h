@@ -64,6 +64,8 @@ class Checkpointer {
 
   const std::string& save_dir() const { return save_dir_; }
   const RunInfo& run_info() const { return run_; }
+  // What later checkpoints record (a runner learns its seed after it chose the checkpoint to resume).
+  void set_run_info(RunInfo run) { run_ = std::move(run); }
   std::string path_of(const std::string& name) const { return save_dir_ + "/" + name + ".ckpt"; }
   // The file the pointer names, if the pointer exists.
   std::optional<std::string> last_checkpoint() const;

@@ -24,8 +24,11 @@
 ! fastest-varying spatial dimension first. The array must be contiguous and
 ! have the TARGET attribute (or be allocatable/pointer with it), and must stay
 ! alive until the call that takes it returns. Supported kinds: real(c_float),
-! real(c_double), integer(c_int32_t), integer(c_int64_t) (class indices as
-! integers are widened to int64).
+! real(c_double), integer(c_int32_t), integer(c_int64_t). An array of the kind
+! the model computes in is read where it lies; otherwise it is converted in one
+! copy: real(8) fields to the model's dtype (float32 mostly; values float32
+! holds exactly train bitwise as real(4) would), integer(4) class indices to
+! int64. lockstep_predict writes into a real(4) or real(8) output.
 !
 ! Every function returns a status (LOCKSTEP_OK or an error kind);
 ! lockstep_error() returns the message of this thread's last error.

@@ -99,7 +99,21 @@ Runner::Runner(Config config, RunnerOptions options) : config_(std::move(config)
   std::vector<std::string> known = runner_config_keys();
   known.insert(known.end(), options_.extra_config_keys().begin(), options_.extra_config_keys().end());
   config_.check_known_keys(known, "top-level key");
-  setup_environment();
+  try {
+    setup_environment();
+  } catch (...) {
+    discard_new_work_dir();
+    throw;
+  }
+}
+
+void Runner::discard_new_work_dir() {
+  if (!log_file_.empty()) remove_log_file(log_file_);
+  log_file_.clear();
+  if (created_work_dir_.empty()) return;
+  std::error_code ignored;
+  fs::remove_all(created_work_dir_, ignored);
+  created_work_dir_.clear();
 }
 
 Runner::~Runner() = default;
@@ -110,7 +124,7 @@ Trainer& Runner::trainer() const {
 }
 
 Checkpointer& Runner::checkpointer() const {
-  LOCKSTEP_CHECK(checkpointer_ != nullptr, "the runner has not built its checkpointer (call train() or begin_steps() first)");
+  LOCKSTEP_CHECK(checkpointer_ != nullptr, "the runner has not built its checkpointer");
   return *checkpointer_;
 }
 
@@ -142,27 +156,38 @@ void Runner::setup_environment() {
                   "to train them as one job, or start a single process.");
   }
   set_log_rank(strategy_->rank(), strategy_->world_size());
-  if (strategy_->is_main_process()) fs::create_directories(work_dir_);
+  if (strategy_->is_main_process()) {
+    // The outermost directory that does not exist yet: what discard_new_work_dir removes.
+    fs::path outermost_new;
+    for (fs::path dir = fs::absolute(work_dir_); !dir.empty() && !fs::exists(dir); dir = dir.parent_path()) {
+      outermost_new = dir;
+      if (dir == dir.parent_path()) break;
+    }
+    fs::create_directories(work_dir_);
+    created_work_dir_ = outermost_new.string();
+  }
   strategy_->barrier();
-  add_log_file(work_dir_ + (strategy_->is_main_process() ? "/log.txt"
-                                                         : "/log_rank" + std::to_string(strategy_->rank()) + ".txt"));
+  log_file_ = work_dir_ + (strategy_->is_main_process() ? "/log.txt"
+                                                        : "/log_rank" + std::to_string(strategy_->rank()) + ".txt");
+  add_log_file(log_file_);
 
   Config randomness = config_.child("randomness");
   std::optional<uint64_t> seed;
   if (!randomness.is_null() && randomness.has("seed") && !randomness.at("seed").is_null()) {
     seed = static_cast<uint64_t>(randomness.get<int64_t>("seed"));
   }
-  if (!seed && should_resume(options_, config_)) {
-    // A resumed run must replay the same data order: reuse the seed of the
-    // checkpoint it resumes (which may be older than the newest, if that one
-    // is damaged), chosen once for every rank (Note [One resume decision]).
-    resume_choice_ = Checkpointer(strategy_, work_dir_).choose_resume();
-    resume_chosen_ = true;
-    if (resume_choice_ && resume_choice_->seed) seed = resume_choice_->seed;
-  }
+  checkpointer_ = std::make_shared<Checkpointer>(strategy_, work_dir_);
+  resume_plan_.resume = should_resume(options_, config_);
+  // The checkpoint to resume, chosen once for every rank (Note [One resume
+  // decision]). A resumed run must replay the same data order: without a
+  // seed of its own it reuses that checkpoint's (which may be older than the
+  // newest, if that one is damaged).
+  if (resume_plan_.resume) resume_plan_.checkpoint = checkpointer_->choose_resume();
+  if (!seed) seed = resume_plan_.seed();
   if (!seed) seed = strategy_->broadcast_seed(std::random_device{}() ^ static_cast<uint64_t>(
                                                   std::chrono::steady_clock::now().time_since_epoch().count()));
   seed_ = *seed;
+  checkpointer_->set_run_info(Checkpointer::RunInfo{seed_, config_.to_yaml()});
   const bool diff_rank_seed = randomness.is_null() ? false : randomness.get<bool>("diff_rank_seed", false);
   const bool deterministic = randomness.is_null() ? false : randomness.get<bool>("deterministic", false);
   if (!randomness.is_null()) randomness.check_all_used("randomness");
@@ -232,7 +257,6 @@ void Runner::build_for_training(bool with_train_data) {
     evaluators_["val"] = build_evaluator(config_.at("val_evaluator"));
   }
 
-  checkpointer_ = std::make_shared<Checkpointer>(strategy_, work_dir_, Checkpointer::RunInfo{seed_, config_.to_yaml()});
   trainer_ = std::make_unique<Trainer>(strategy_->model(), train_loader_, strategy_->optim_wrapper(),
                                        parse_trainer_options(config_.child("trainer")), strategy_->metrics_gatherer());
   if (strategy_->world_size() > 1) {
@@ -245,6 +269,7 @@ void Runner::build_for_training(bool with_train_data) {
   context.checkpointer = checkpointer_;
   context.work_dir = work_dir_;
   context.iters_per_epoch = iters_per_epoch;
+  context.by_epoch = by_epoch_;
   context.max_iters = max_iters;
   context.val_interval = val_interval;
   if (eval_loaders_.count("val")) context.evaluate = [this] { return evaluate("val"); };
@@ -278,7 +303,7 @@ std::map<std::string, double> Runner::train() {
     stop_signals_ = std::make_unique<StopSignals>(preemption.signals, preemption.grace_s);
     trainer_->register_hooks({std::make_shared<PreemptionHook>(preemption.check_interval)});
   }
-  const int64_t start_iter = restore();
+  const int64_t start_iter = restore(resume_plan_);
   trainer_->train(std::min(start_iter, max_iters_), max_iters_);
   if (trainer_->preempted()) {
     logger().warn("Preempted after iteration {} of {}: the checkpoint to resume from is saved; exiting with status {} "
@@ -293,14 +318,14 @@ std::map<std::string, double> Runner::train() {
 Trainer& Runner::begin_steps() {
   LOCKSTEP_CHECK(trainer_ == nullptr, "begin_steps(): this runner has already built its trainer");
   build_for_training(/*with_train_data=*/false);
-  const int64_t start_iter = restore();
+  const int64_t start_iter = restore(resume_plan_);
   trainer_->begin(std::min(start_iter, max_iters_), max_iters_);
   return *trainer_;
 }
 
-int64_t Runner::restore() {
+int64_t Runner::restore(const ResumePlan& plan) {
   int64_t start_iter = 0;
-  const bool resuming = should_resume(options_, config_);
+  const bool resuming = plan.resume;
   const char* requeues = std::getenv("SLURM_RESTART_COUNT");
   if (resuming && requeues != nullptr && std::atoi(requeues) > 0) {
     logger().info("SLURM requeued this job ({} time(s)): resuming from the last good checkpoint in {}", requeues,
@@ -314,9 +339,8 @@ int64_t Runner::restore() {
   const PretrainedOptions load_from = parse_load_from(config_.child("load_from"), options_.load_from());
   std::optional<CheckpointContents> resumed;
   if (resuming) {
-    if (!resume_chosen_) resume_choice_ = checkpointer_->choose_resume();
-    if (resume_choice_) {
-      resumed = checkpointer_->load(*resume_choice_);
+    if (plan.checkpoint) {
+      resumed = checkpointer_->load(*plan.checkpoint);
     } else {
       logger().warn("resume: no checkpoint in {}; starting from scratch", work_dir_);
     }

@@ -55,6 +55,15 @@ struct RunnerOptions {
   TORCH_ARG(std::shared_ptr<Model>, model);
 };
 
+// What a run decided about resuming, once for every rank, before it seeds
+// anything (Note [One resume decision]): whether it resumes, and from which
+// checkpoint, whose seed it then reuses. Runner::restore acts on it.
+struct ResumePlan {
+  bool resume = false;                     // --resume, `resume: true`, or a restart of the job
+  std::optional<ResumeChoice> checkpoint;  // the checkpoint every rank loads; none: start from scratch
+  std::optional<uint64_t> seed() const { return checkpoint ? checkpoint->seed : std::nullopt; }
+};
+
 class Runner {
  public:
   Runner(Config config, RunnerOptions options = RunnerOptions());
@@ -78,22 +87,27 @@ class Runner {
   const std::string& work_dir() const { return work_dir_; }
   Strategy& strategy() const { return *strategy_; }
   std::shared_ptr<Strategy> strategy_ptr() const { return strategy_; }
-  // Built with the trainer (train() or begin_steps()); an error before.
+  // The run's one checkpointer, built with its environment.
   Checkpointer& checkpointer() const;
   Trainer& trainer() const;
   uint64_t seed() const { return seed_; }
   // Whether train() stopped early for a stop signal, saved, and the process
   // should exit with kExitRequeue (runner/preemption.h).
   bool preempted() const { return trainer_ != nullptr && trainer_->preempted(); }
+  // For a run that failed before it began (the constructor, or StepTrainer's
+  // begin_steps, the C API's create): closes this rank's log file and removes
+  // the work dir this runner created, outermost new directory first, so that
+  // a failed start leaves the working directory as it was. What existed
+  // before is kept.
+  void discard_new_work_dir();
 
  private:
   void setup_environment();
   // Model, strategy, optim wrapper, schedulers, evaluation, checkpointer,
   // trainer and hooks; the training data loader only `with_train_data`.
   void build_for_training(bool with_train_data);
-  // Resumes (or loads load_from) as the config and options say; returns the
-  // iteration to start from.
-  int64_t restore();
+  // Resumes as `plan` says (or loads load_from); returns the iteration to start from.
+  int64_t restore(const ResumePlan& plan);
   std::map<std::string, double> evaluate(const std::string& split);
   std::vector<std::shared_ptr<Hook>> build_hooks(int64_t iters_per_epoch, int64_t max_iters);
   // `activation_checkpointing: {module_types: [...]}`; true when it is on.
@@ -102,6 +116,8 @@ class Runner {
   Config config_;
   RunnerOptions options_;
   std::string work_dir_;
+  std::string created_work_dir_;  // the outermost directory setup_environment made, if any
+  std::string log_file_;          // this rank's, in the work dir
   uint64_t seed_ = 0;
   int64_t max_iters_ = 0;
   std::shared_ptr<Strategy> strategy_;
@@ -112,8 +128,7 @@ class Runner {
   std::shared_ptr<Checkpointer> checkpointer_;
   // The checkpoint a resumed run continues from, once chosen (the seed needs
   // it before the data exists); nullopt: nothing to resume, or not chosen yet.
-  std::optional<ResumeChoice> resume_choice_;
-  bool resume_chosen_ = false;
+  ResumePlan resume_plan_;  // decided in setup_environment, acted on by restore()
   std::unique_ptr<Trainer> trainer_;
   std::map<std::string, double> last_val_metrics_;
   // Catches the preemption signals from train() until the runner goes away.

@@ -28,7 +28,12 @@ StepTrainer::StepTrainer(std::shared_ptr<Model> model, Config config, StepTraine
                                                             .resume(options.resume())
                                                             .load_from(options.load_from())
                                                             .model(std::move(model)));
-  trainer_ = &runner_->begin_steps();
+  try {
+    trainer_ = &runner_->begin_steps();
+  } catch (...) {
+    runner_->discard_new_work_dir();  // a failed start leaves nothing behind
+    throw;
+  }
 }
 
 StepTrainer::~StepTrainer() {

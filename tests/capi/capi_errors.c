@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int failures = 0;
 
@@ -88,6 +89,19 @@ int main(int argc, char** argv) {
   expect("create from a config with an unknown key", lockstep_trainer_create(bad_config, &none), LOCKSTEP_ERR_CONFIG,
          "bad.yaml:");
   if (none != NULL) printf("FAILED a failed create left a handle\n");
+  {
+    /* A create that fails after the work dir was made leaves nothing behind. */
+    char failed_dir[4096], override[4200];
+    snprintf(failed_dir, sizeof failed_dir, "%s_failed_create", work_dir);
+    snprintf(override, sizeof override, "work_dir=%s/nested", failed_dir);
+    const char* overrides[] = {override, "model.type=NoSuchModel"};
+    expect("create with an unknown model", lockstep_trainer_create_with(config, overrides, 2, &none),
+           LOCKSTEP_ERR_CONFIG, "NoSuchModel");
+    if (access(failed_dir, F_OK) == 0) {
+      printf("FAILED a failed create left its work dir %s behind\n", failed_dir);
+      ++failures;
+    }
+  }
 
   lockstep_trainer trainer = make(config, work_dir);
   if (trainer == NULL) return 1;
@@ -128,6 +142,13 @@ int main(int argc, char** argv) {
          "output has shape [4, 9] but the prediction has shape [4, 10]");
   expect("load a missing checkpoint", lockstep_load_checkpoint(trainer, "/nonexistent/model.ckpt", NULL),
          LOCKSTEP_ERR_IO, "/nonexistent/model.ckpt");
+  {
+    /* A path under a file cannot be written: an I/O failure, not an internal one. */
+    char under_a_file[4200];
+    snprintf(under_a_file, sizeof under_a_file, "%s/under_a_file.ckpt", config);
+    expect("save a checkpoint under a file", lockstep_save_checkpoint(trainer, under_a_file), LOCKSTEP_ERR_IO,
+           "under_a_file.ckpt");
+  }
   expect("log a scalar without a name", lockstep_log_scalar(trainer, NULL, 1.0), LOCKSTEP_ERR_ARGUMENT,
          "name is null");
 
@@ -136,6 +157,23 @@ int main(int argc, char** argv) {
   const int64_t logits_shape[2] = {4, 10};
   lockstep_tensor output = {logits, 2, logits_shape, LOCKSTEP_FLOAT32, -1};
   expect("a good prediction", lockstep_predict(trainer, &x, &output), LOCKSTEP_OK, NULL);
+  {
+    /* The same prediction into a float64 array: the float32 values, widened. */
+    double logits64[4 * 10];
+    lockstep_tensor output64 = {logits64, 2, logits_shape, LOCKSTEP_FLOAT64, -1};
+    expect("a prediction into a float64 output", lockstep_predict(trainer, &x, &output64), LOCKSTEP_OK, NULL);
+    for (int i = 0; i < 4 * 10; ++i) {
+      if (logits64[i] != (double)logits[i]) {
+        printf("FAILED the float64 prediction differs at %d: %.9g against %.9g\n", i, logits64[i], (double)logits[i]);
+        ++failures;
+        break;
+      }
+    }
+    int32_t classes[4 * 10];
+    lockstep_tensor integers = {classes, 2, logits_shape, LOCKSTEP_INT32, -1};
+    expect("a floating-point prediction into an integer output", lockstep_predict(trainer, &x, &integers),
+           LOCKSTEP_ERR_ARGUMENT, "output has dtype LOCKSTEP_INT32");
+  }
   int64_t iteration = -1;
   lockstep_trainer_iteration(trainer, &iteration);
   if (iteration != 1) {

@@ -50,13 +50,46 @@ TEST(CApi, AStoppedRunResumedThroughTheCApiEndsBitwiseEqual) {
                                      testing::checkpoint_weights(dir.file("stopped/model_final.ckpt"))));
 }
 
+// capi_job.yaml in one process.
+std::string single_process_job() {
+  const std::string ddp = "strategy: {type: DDPStrategy, launcher: pytorch, backend: gloo}";
+  std::string single = capi_job();
+  single.replace(single.find(ddp), ddp.size(), "strategy: {type: SingleDeviceStrategy, device: cpu}");
+  return single;
+}
+
+// A simulation's double-precision fields (C's double, Fortran's real(8)) are
+// converted to the model's float32 in one copy (Note [The C API meets arrays
+// as they are]); values float32 holds exactly train bitwise as float32 arrays.
+TEST(CApi, Float64ArraysFromCAndFortranTrainBitwiseAsFloat32) {
+  testing::TempDir dir;
+  testing::write_file(dir.file("run.yaml"), single_process_job());
+  testing::write_capi_training_data(dir.file("data.bin"), 20 * 8);
+  auto final_weights = [&](std::vector<std::string> command, const std::string& work) {
+    auto run = testing::run_command(command, {}, 240);
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    return testing::checkpoint_weights(dir.file(work + "/model_final.ckpt"));
+  };
+  const std::string c_program = capi_program("capi_train");
+  const auto c32 = final_weights({c_program, dir.file("run.yaml"), dir.file("data.bin"), dir.file("c32"), "20", "8"}, "c32");
+  const auto c64 = final_weights(
+      {c_program, "--float64", dir.file("run.yaml"), dir.file("data.bin"), dir.file("c64"), "20", "8"}, "c64");
+  EXPECT_TRUE(testing::bitwise_equal(c32, c64)) << "C: float64 against float32";
+
+  const std::string fortran = capi_program("capi_train_fortran");
+  if (!testing::file_exists(fortran)) {
+    ADD_FAILURE() << fortran << " was not built (gfortran is needed)";
+    return;
+  }
+  const auto real4 = final_weights({fortran, dir.file("run.yaml"), dir.file("real4"), "20", "4", "real4"}, "real4");
+  const auto real8 = final_weights({fortran, dir.file("run.yaml"), dir.file("real8"), "20", "4", "real8"}, "real8");
+  EXPECT_TRUE(testing::bitwise_equal(real4, real8)) << "Fortran: real(8) against real(4)";
+  EXPECT_FALSE(testing::bitwise_equal(c32, real4)) << "the two programs train on different data: a check that can fail";
+}
+
 TEST(CApi, BadInputIsAStatusAndAMessageAndTheProgramGoesOn) {
   testing::TempDir dir;
-  std::string single = capi_job();
-  single.replace(single.find("strategy: {type: DDPStrategy, launcher: pytorch, backend: gloo}"),
-                 std::string("strategy: {type: DDPStrategy, launcher: pytorch, backend: gloo}").size(),
-                 "strategy: {type: SingleDeviceStrategy, device: cpu}");
-  testing::write_file(dir.file("run.yaml"), single);
+  testing::write_file(dir.file("run.yaml"), single_process_job());
   testing::write_file(dir.file("bad.yaml"), capi_job() + "trian_cfg: {max_iters: 3}\n");
   auto result = testing::run_command({capi_program("capi_errors"), dir.file("run.yaml"), dir.file("bad.yaml"),
                                       dir.file("work")},

@@ -1,11 +1,13 @@
 /* Trains through lockstep's C API the way a program that owns its loop does:
  * it holds its data in its own arrays and hands lockstep one batch per step.
  *
- *   capi_train [--mpi] CONFIG DATA WORK_DIR ITERS BATCH [STOP_AFTER [RESUME_FROM]]
+ *   capi_train [--mpi] [--float64] CONFIG DATA WORK_DIR ITERS BATCH [STOP_AFTER [RESUME_FROM]]
  *
  * With --mpi (built with MPI) it runs under mpirun and starts lockstep from
  * MPI_COMM_WORLD (lockstep_trainer_create_mpi_with); without, from the
- * launcher's environment (lockstep run, torchrun).
+ * launcher's environment (lockstep run, torchrun). With --float64 it hands
+ * lockstep the images as float64 arrays (the same values), as a simulation
+ * code holding double-precision fields would.
  *
  * DATA: int64 N, N*1*28*28 float32 pixels, N int32 labels (tests write it
  * from Fashion-MNIST). Rank r of W trains, at step s, samples r + W*(s*BATCH
@@ -45,6 +47,12 @@ int main(int argc, char** argv) {
     fprintf(stderr, "capi_train: built without MPI\n");
     return 77;
 #endif
+  }
+  int use_float64 = 0;
+  if (argc > 1 && strcmp(argv[1], "--float64") == 0) {
+    use_float64 = 1;
+    ++argv;
+    --argc;
   }
   if (argc < 6) {
     fprintf(stderr, "usage: capi_train CONFIG DATA WORK_DIR ITERS BATCH [STOP_AFTER [RESUME_FROM]]\n");
@@ -100,6 +108,7 @@ int main(int argc, char** argv) {
   }
 
   float* x = malloc((size_t)(batch * pixels) * sizeof(float));
+  double* x64 = malloc((size_t)(batch * pixels) * sizeof(double));
   int32_t* y = malloc((size_t)batch * sizeof(int32_t));
   const int64_t x_shape[4] = {batch, 1, 28, 28};
   const int64_t y_shape[1] = {batch};
@@ -114,7 +123,14 @@ int main(int argc, char** argv) {
       memcpy(x + j * pixels, images + sample * pixels, (size_t)pixels * sizeof(float));
       y[j] = labels[sample];
     }
+    if (use_float64) {
+      for (int64_t i = 0; i < batch * pixels; ++i) x64[i] = (double)x[i];
+    }
     lockstep_tensor input = {x, 4, x_shape, LOCKSTEP_FLOAT32, -1};
+    if (use_float64) {
+      input.data = x64;
+      input.dtype = LOCKSTEP_FLOAT64;
+    }
     lockstep_tensor target = {y, 1, y_shape, LOCKSTEP_INT32, -1};
     double loss = 0;
     status = lockstep_train_step(trainer, &input, &target, &loss);
@@ -132,6 +148,7 @@ int main(int argc, char** argv) {
   free(images);
   free(labels);
   free(x);
+  free(x64);
   free(y);
 #ifdef LOCKSTEP_CAPI_TEST_MPI
   if (use_mpi) MPI_Finalize();
