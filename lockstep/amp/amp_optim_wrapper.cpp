@@ -76,9 +76,8 @@ torch::Tensor AmpOptimWrapper::scale_for_backward(const torch::Tensor& loss) {
 
 void AmpOptimWrapper::unscale_gradients() {
   // Once per update: the scale divides the sum of all micro-steps' gradients.
-  if (!scaler_ || unscaled_) return;
+  if (!scaler_ || scaler_->unscaled(optimizer())) return;
   scaler_->unscale_(optimizer(), gradient_sync());
-  unscaled_ = true;
 }
 
 bool AmpOptimWrapper::optimizer_step() {
@@ -88,7 +87,6 @@ bool AmpOptimWrapper::optimizer_step() {
   torch::Tensor scale = scaler_->scale_tensor().clone();
   const bool stepped = scaler_->step(optimizer(), gradient_sync());
   scaler_->update();
-  unscaled_ = false;
   last_metrics_["loss_scale"] = scale;
   return stepped;
 }
@@ -106,6 +104,19 @@ void AmpOptimWrapper::load_extra_state(const State& state) {
   }
   scaler_->load_state(state.get("grad_scaler"));
 }
+
+// `amp: {dtype: bf16, ...}` (or `amp: true`) is mixed precision as a switch
+// of the plain wrapper; `amp: false` leaves it plain.
+namespace {
+const bool kAmpSwitchRegistered = [] {
+  register_optim_wrapper_switch("amp", [](const Config& amp) -> std::optional<std::string> {
+    if (amp.is_map() || amp.as<bool>()) return std::string("AmpOptimWrapper");
+    amp.mark_used();
+    return std::nullopt;
+  });
+  return true;
+}();
+}  // namespace
 
 LOCKSTEP_REGISTER(optim_wrapper_registry(), "AmpOptimWrapper",
                   [](const Config& config, std::shared_ptr<torch::optim::Optimizer> optimizer) {

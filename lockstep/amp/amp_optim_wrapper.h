@@ -80,7 +80,6 @@ class AmpOptimWrapper : public OptimWrapper {
   torch::ScalarType dtype_;
   c10::DeviceType device_;
   std::unique_ptr<GradScaler> scaler_;
-  bool unscaled_ = false;  // this update's gradients were unscaled already
 };
 
 }  // namespace lockstep

@@ -261,5 +261,15 @@ TEST(AmpOptimWrapper, CudaFloat16WithDynamicScalingTrains) {
   EXPECT_EQ(optim.last_update_metrics().at("loss_scale"), 65536.0);
 }
 
+// optim/ names no mixed-precision type: `amp` is a switch amp/ registers.
+TEST(OptimWrapperSwitch, AmpTurnsThePlainWrapperIntoItsTypeAndFalseLeavesItPlain) {
+  torch::nn::Linear model(2, 1);
+  auto sgd = std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1));
+  auto mixed = wrap_optimizer(Config::parse("amp: {dtype: bf16}\n", "w.yaml"), sgd);
+  EXPECT_NE(dynamic_cast<AmpOptimWrapper*>(mixed.get()), nullptr);
+  auto plain = wrap_optimizer(Config::parse("amp: false\n", "w.yaml"), sgd);
+  EXPECT_EQ(dynamic_cast<AmpOptimWrapper*>(plain.get()), nullptr);
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -172,6 +172,11 @@ bool GradScaler::found_inf(const torch::optim::Optimizer& optimizer) const {
          found->second.found_inf.item<float>() != 0.0f;
 }
 
+bool GradScaler::unscaled(const torch::optim::Optimizer& optimizer) const {
+  auto found = per_optimizer_.find(&optimizer);
+  return found != per_optimizer_.end() && found->second.stage == Stage::kUnscaled;
+}
+
 State GradScaler::state() const {
   State state;
   state.values["scale"] = get_scale();

@@ -73,6 +73,8 @@ class GradScaler {
   int64_t growth_tracker() const;
   // Whether the last unscale_ of `optimizer` found an inf/NaN (agreed across ranks).
   bool found_inf(const torch::optim::Optimizer& optimizer) const;
+  // Whether `optimizer`'s gradients were unscaled since the last update() and it has not stepped yet.
+  bool unscaled(const torch::optim::Optimizer& optimizer) const;
   bool is_enabled() const { return options_.enabled(); }
   const GradScalerOptions& options() const { return options_; }
 

@@ -107,65 +107,60 @@ int64_t DataLoader::epoch() const { return batches_per_epoch_ > 0 ? position_ / 
 
 int64_t DataLoader::batch_in_epoch() const { return batches_per_epoch_ > 0 ? position_ % batches_per_epoch_ : 0; }
 
-Batch DataLoader::next() {
-  if (!pipeline_) {
-    const int64_t samples = sampler_->num_samples();
-    LOCKSTEP_CHECK(batches_per_epoch_ > 0, "data loader: no batches to give: the sampler gives this rank ", samples,
-                   " samples per epoch",
-                   samples > 0 ? str_cat(", fewer than batch_size ", options_.batch_size(), " with drop_last") : "");
-    std::optional<std::pair<int64_t, std::vector<int64_t>>> replaced;
-    if (rest_) {
-      std::vector<int64_t> entries(static_cast<size_t>(rest_->first_batch * options_.batch_size()), -1);
-      entries.insert(entries.end(), rest_->indices.begin(), rest_->indices.end());
-      replaced.emplace(rest_->epoch, std::move(entries));
-    }
-    auto cache = std::make_shared<EpochCache>(sampler_, std::move(replaced));
-    if (!options_.index_log().empty()) pending_ = std::make_shared<PendingIndices>();
-    auto pending = pending_;
-    detail::BatchPipeline::TaskSource source;
-    const int64_t start = position_, per_epoch = batches_per_epoch_, batch = options_.batch_size();
-    const uint64_t seed = options_.seed();
-    const SeedScope scope = dataset_->seed_scope();
-    if (!sampler_->infinite()) {
-      source = [=](int64_t sequence, detail::BatchTask& task) {
-        const int64_t global = start + sequence;
-        task.epoch = global / per_epoch;
-        task.batch_in_epoch = global % per_epoch;
-        task.seed = seed_for(scope, seed, task.epoch, task.batch_in_epoch);
-        const std::vector<int64_t>& indices = cache->get(task.epoch);
-        const int64_t begin = task.batch_in_epoch * batch;
-        const int64_t end = std::min<int64_t>(begin + batch, static_cast<int64_t>(indices.size()));
-        task.indices.assign(indices.begin() + begin, indices.begin() + end);
-        if (pending) {
-          std::lock_guard<std::mutex> lock(pending->mutex);
-          pending->by_position[global] = task.indices;
-        }
-        return true;
-      };
-    } else {
-      // Batch g holds entries [g * batch, (g + 1) * batch) of the sampler's
-      // epochs laid end to end.
-      source = [=](int64_t sequence, detail::BatchTask& task) {
-        const int64_t global = start + sequence;
-        task.epoch = global / per_epoch;
-        task.batch_in_epoch = global % per_epoch;
-        task.seed = seed_for(scope, seed, task.epoch, task.batch_in_epoch);
-        task.indices.resize(batch);
-        for (int64_t i = 0; i < batch; ++i) {
-          const int64_t entry = global * batch + i;
-          task.indices[i] = cache->get(entry / samples)[entry % samples];
-        }
-        if (pending) {
-          std::lock_guard<std::mutex> lock(pending->mutex);
-          pending->by_position[global] = task.indices;
-        }
-        return true;
-      };
-    }
-    pipeline_ = std::make_unique<detail::BatchPipeline>(
-        dataset_, std::move(source), options_.num_workers(),
-        options_.prefetch() * std::max(1, options_.num_workers()), options_.pin_memory(), options_.timeout());
+void DataLoader::start_pipeline() {
+  const int64_t samples = sampler_->num_samples();
+  LOCKSTEP_CHECK(batches_per_epoch_ > 0, "data loader: no batches to give: the sampler gives this rank ", samples,
+                 " samples per epoch",
+                 samples > 0 ? str_cat(", fewer than batch_size ", options_.batch_size(), " with drop_last") : "");
+  std::optional<std::pair<int64_t, std::vector<int64_t>>> replaced;
+  if (rest_) {
+    std::vector<int64_t> entries(static_cast<size_t>(rest_->first_batch * options_.batch_size()), -1);
+    entries.insert(entries.end(), rest_->indices.begin(), rest_->indices.end());
+    replaced.emplace(rest_->epoch, std::move(entries));
   }
+  auto cache = std::make_shared<EpochCache>(sampler_, std::move(replaced));
+  if (!options_.index_log().empty()) pending_ = std::make_shared<PendingIndices>();
+  auto pending = pending_;
+  const int64_t start = position_, per_epoch = batches_per_epoch_, batch = options_.batch_size();
+  const uint64_t seed = options_.seed();
+  const SeedScope scope = dataset_->seed_scope();
+  const bool infinite = sampler_->infinite();
+  // The indices of batch `global`: a finite sampler's slice of its epoch; an
+  // infinite sampler's entries [global * batch, (global + 1) * batch) of its
+  // epochs laid end to end.
+  auto indices_of = [=](int64_t global, const detail::BatchTask& task, std::vector<int64_t>& out) {
+    if (!infinite) {
+      const std::vector<int64_t>& indices = cache->get(task.epoch);
+      const int64_t begin = task.batch_in_epoch * batch;
+      const int64_t end = std::min<int64_t>(begin + batch, static_cast<int64_t>(indices.size()));
+      out.assign(indices.begin() + begin, indices.begin() + end);
+      return;
+    }
+    out.resize(static_cast<size_t>(batch));
+    for (int64_t i = 0; i < batch; ++i) {
+      const int64_t entry = global * batch + i;
+      out[static_cast<size_t>(i)] = cache->get(entry / samples)[static_cast<size_t>(entry % samples)];
+    }
+  };
+  detail::BatchPipeline::TaskSource source = [=](int64_t sequence, detail::BatchTask& task) {
+    const int64_t global = start + sequence;
+    task.epoch = global / per_epoch;
+    task.batch_in_epoch = global % per_epoch;
+    task.seed = seed_for(scope, seed, task.epoch, task.batch_in_epoch);
+    indices_of(global, task, task.indices);
+    if (pending) {
+      std::lock_guard<std::mutex> lock(pending->mutex);
+      pending->by_position[global] = task.indices;
+    }
+    return true;
+  };
+  pipeline_ = std::make_unique<detail::BatchPipeline>(dataset_, std::move(source), options_.num_workers(),
+                                                      options_.prefetch() * std::max(1, options_.num_workers()),
+                                                      options_.pin_memory(), options_.timeout());
+}
+
+Batch DataLoader::next() {
+  if (!pipeline_) start_pipeline();
   const int64_t epoch = this->epoch(), batch_in_epoch = this->batch_in_epoch();
   const int64_t position = position_++;  // also past a batch that fails or times out: the stream goes on after it
   std::optional<Batch> batch = pipeline_->next();

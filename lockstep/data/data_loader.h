@@ -159,6 +159,8 @@ class DataLoader {
   const DataLoaderOptions& options() const { return options_; }
 
  private:
+  // The pipeline that gives batches from position_ on (next() starts it on first use).
+  void start_pipeline();
   std::shared_ptr<const Dataset> dataset_;
   std::shared_ptr<const Sampler> sampler_;
   DataLoaderOptions options_;

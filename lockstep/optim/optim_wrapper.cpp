@@ -44,17 +44,24 @@ void OptimWrapper::abandon_step(const std::exception_ptr& error) {
   report_failure(error, sync_for_current_step(), current_iteration());
 }
 
+void check_optim_wrapper_options(const OptimWrapperOptions& options,
+                                 const std::function<std::string(const std::string& key)>& where) {
+  LOCKSTEP_CHECK(options.accumulative_counts() >= 1, where("accumulative_counts"),
+                 ": accumulative_counts must be at least 1, got ", options.accumulative_counts());
+  const auto& clip = options.clip_grad();
+  if (clip.kind == ClipGradOptions::Kind::kNorm) {
+    LOCKSTEP_CHECK(clip.max_norm > 0, where("clip_grad.max_norm"), ": max_norm must be positive, got ", clip.max_norm);
+    LOCKSTEP_CHECK(clip.norm_type > 0, where("clip_grad.norm_type"), ": norm_type must be positive");
+  } else if (clip.kind == ClipGradOptions::Kind::kValue) {
+    LOCKSTEP_CHECK(clip.clip_value > 0, where("clip_grad.clip_value"), ": clip_value must be positive, got ",
+                   clip.clip_value);
+  }
+}
+
 OptimWrapper::OptimWrapper(std::shared_ptr<torch::optim::Optimizer> optimizer, OptimWrapperOptions options)
     : optimizer_(std::move(optimizer)), options_(options) {
   LOCKSTEP_CHECK(optimizer_ != nullptr, "OptimWrapper needs an optimizer");
-  LOCKSTEP_CHECK(options_.accumulative_counts() >= 1, "accumulative_counts must be at least 1, got ",
-                 options_.accumulative_counts());
-  const auto& clip = options_.clip_grad();
-  if (clip.kind == ClipGradOptions::Kind::kNorm) {
-    LOCKSTEP_CHECK(clip.max_norm > 0, "clip_grad.max_norm must be positive, got ", clip.max_norm);
-  } else if (clip.kind == ClipGradOptions::Kind::kValue) {
-    LOCKSTEP_CHECK(clip.clip_value > 0, "clip_grad.clip_value must be positive, got ", clip.clip_value);
-  }
+  check_optim_wrapper_options(options_, [](const std::string& key) { return "OptimWrapperOptions " + key; });
 }
 
 OptimWrapper::~OptimWrapper() = default;

@@ -16,7 +16,7 @@
 //   }
 //
 // Parallel strategies attach a GradientSync (DDP, FSDP); mixed precision
-// subclasses it (AmpOptimWrapper). OptimWrapperDict holds several named
+// subclasses it (amp/amp_optim_wrapper.h). OptimWrapperDict holds several named
 // wrappers for models with several optimizers (GANs).
 #pragma once
 
@@ -56,6 +56,12 @@ struct OptimWrapperOptions {
   TORCH_ARG(int64_t, accumulative_counts) = 1;
   TORCH_ARG(ClipGradOptions, clip_grad) = {};
 };
+
+// The one check of OptimWrapperOptions, for the constructor and the config
+// parser alike: throws naming `where(key)` for the first option out of range
+// (key "accumulative_counts", "clip_grad.max_norm" or "clip_grad.clip_value").
+void check_optim_wrapper_options(const OptimWrapperOptions& options,
+                                 const std::function<std::string(const std::string& key)>& where);
 
 // What a trainer's step tells the optim wrapper while the step runs.
 struct StepContext {
@@ -176,7 +182,7 @@ class OptimWrapper : public OptimWrapperBase {
   void abandon_step(const std::exception_ptr& error) override;
 
  protected:
-  // Mixed-precision seams (AmpOptimWrapper overrides them).
+  // Mixed-precision seams (amp/amp_optim_wrapper.h overrides them).
   virtual std::function<void()> enter_forward_context() { return nullptr; }
   virtual torch::Tensor scale_for_backward(const torch::Tensor& loss) { return loss; }
   virtual void unscale_gradients() {}

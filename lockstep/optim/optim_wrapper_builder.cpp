@@ -1,6 +1,7 @@
 #include "lockstep/optim/optim_wrapper_builder.h"
 
 #include <cmath>
+#include <map>
 
 #include "lockstep/core/error.h"
 #include "lockstep/optim/optimizer_builder.h"
@@ -15,9 +16,11 @@ Registry<OptimWrapper, std::shared_ptr<torch::optim::Optimizer>>& optim_wrapper_
 OptimWrapperOptions parse_optim_wrapper_options(const Config& config) {
   OptimWrapperOptions options;
   options.accumulative_counts(config.get<int64_t>("accumulative_counts", 1));
-  LOCKSTEP_CHECK(options.accumulative_counts() >= 1, config.where("accumulative_counts"),
-                 ": accumulative_counts must be at least 1, got ", options.accumulative_counts());
   options.clip_grad(parse_clip_grad(config.child("clip_grad")));
+  check_optim_wrapper_options(options, [&](const std::string& key) {
+    const std::string clip = "clip_grad.";
+    return key.rfind(clip, 0) == 0 ? config.child("clip_grad").where(key.substr(clip.size())) : config.where(key);
+  });
   return options;
 }
 
@@ -33,33 +36,37 @@ ClipGradOptions parse_clip_grad(const Config& config) {
   if (kind == "norm") {
     clip.kind = ClipGradOptions::Kind::kNorm;
     clip.max_norm = config.get<double>("max_norm");
-    LOCKSTEP_CHECK(clip.max_norm > 0, config.where("max_norm"), ": max_norm must be positive, got ", clip.max_norm);
     const std::string norm_type = config.child("norm_type").is_null() ? "2" : config.at("norm_type").text();
     clip.norm_type = (norm_type == "inf" || norm_type == ".inf") ? INFINITY : config.get<double>("norm_type", 2.0);
-    LOCKSTEP_CHECK(clip.norm_type > 0, config.where("norm_type"), ": norm_type must be positive");
   } else if (kind == "value") {
     clip.kind = ClipGradOptions::Kind::kValue;
     clip.clip_value = config.get<double>("clip_value");
-    LOCKSTEP_CHECK(clip.clip_value > 0, config.where("clip_value"), ": clip_value must be positive, got ",
-                   clip.clip_value);
   } else {
     LOCKSTEP_FAIL(config.where("type"), ": clip_grad type must be 'norm' or 'value', got '", kind, "'");
   }
   return clip;
 }
 
+namespace {
+std::map<std::string, OptimWrapperSwitch>& optim_wrapper_switches() {
+  static std::map<std::string, OptimWrapperSwitch> switches;
+  return switches;
+}
+}  // namespace
+
+void register_optim_wrapper_switch(const std::string& key, OptimWrapperSwitch choose) {
+  LOCKSTEP_CHECK(optim_wrapper_switches().emplace(key, std::move(choose)).second,
+                 "optim wrapper switch '", key, "' registered twice");
+}
+
 std::shared_ptr<OptimWrapper> wrap_optimizer(const Config& config, std::shared_ptr<torch::optim::Optimizer> optimizer) {
   std::string type = config.get<std::string>("type", "OptimWrapper");
-  // `amp: {dtype: bf16, ...}` (or `amp: true`) is mixed precision as a switch
-  // of the plain wrapper, so a config can add it to a base that names
-  // `type: OptimWrapper`; `amp: false` turns it off.
-  if (config.has("amp")) {
-    Config amp = config.at("amp");
-    if (amp.is_map() || amp.as<bool>()) {
-      if (type == "OptimWrapper") type = "AmpOptimWrapper";
-    } else {
-      amp.mark_used();
-    }
+  // A switch (`amp: {dtype: bf16}`) turns the plain wrapper into its type, so
+  // that a config can add it to a base that names `type: OptimWrapper`.
+  for (const auto& [key, choose] : optim_wrapper_switches()) {
+    if (!config.has(key)) continue;
+    const std::optional<std::string> chosen = choose(config.at(key));
+    if (chosen && type == "OptimWrapper") type = *chosen;
   }
   return optim_wrapper_registry().build_as(type, config, std::move(optimizer));
 }

@@ -3,10 +3,13 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "lockstep/config/config.h"
 #include "lockstep/core/error.h"
+#include "lockstep/optim/optim_wrapper_builder.h"
 #include "lockstep/model/model.h"
 #include "tests/support/log_capture.h"
 #include "tests/support/logits_classifier.h"
+#include "tests/support/test_support.h"
 
 namespace lockstep {
 namespace {
@@ -230,6 +233,25 @@ TEST(OptimWrapperDictTest, HoldsNamedWrappersAndReportsEachLr) {
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("OptimWrapperDict&"), std::string::npos) << error.what();
   }
+}
+
+// accumulative_counts and clip_grad are checked in one place
+// (check_optim_wrapper_options): from a config the error names its line,
+// from C++ the option.
+TEST(OptimWrapperOptionsCheck, OneCheckNamesTheConfigLineOrTheOption) {
+  torch::nn::Linear model(2, 1);
+  auto sgd = std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1));
+  const std::string counts = testing::error_of([&] { wrap_optimizer(Config::parse("accumulative_counts: 0\n", "w.yaml"), sgd); });
+  EXPECT_NE(counts.find("w.yaml:1"), std::string::npos) << counts;
+  EXPECT_NE(counts.find("accumulative_counts must be at least 1, got 0"), std::string::npos) << counts;
+  const std::string clip =
+      testing::error_of([&] { wrap_optimizer(Config::parse("clip_grad:\n  max_norm: -1\n", "w.yaml"), sgd); });
+  EXPECT_NE(clip.find("w.yaml:2"), std::string::npos) << clip;
+  EXPECT_NE(clip.find("max_norm must be positive, got -1"), std::string::npos) << clip;
+  const std::string direct = testing::error_of([&] { OptimWrapper(sgd, OptimWrapperOptions().accumulative_counts(0)); });
+  EXPECT_NE(direct.find("OptimWrapperOptions accumulative_counts: accumulative_counts must be at least 1"),
+            std::string::npos)
+      << direct;
 }
 
 }  // namespace
