@@ -181,6 +181,9 @@ exec unshare --mount --propagation private bash -c '
   root=$1; here=$2; skip=$3; shift 3
   mount --bind /proc "$root/proc"
   mount --bind /dev "$root/dev"
+  # Pseudo-terminals too (a bind of /dev leaves its devpts behind): the
+  # progress bar is tested in one.
+  mount --bind /dev/pts "$root/dev/pts"
   mount --bind "$here" "$root/src"
   exec chroot "$root" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
     ${skip:+LOCKSTEP_SKIP_INSTALL=1} TERM=dumb bash -c "cd /src && \"\$@\"" bash "$@"

@@ -25,6 +25,15 @@ std::string quoted(const std::string& word) {
   return out + "'";
 }
 
+// Why no pseudo-terminal can be made here (empty when one can).
+std::string no_terminal() {
+  static const std::string problem = [] {
+    auto probe = run_command({"script", "--quiet", "--return", "--command", "true", "/dev/null"}, {"TERM=xterm"}, 60);
+    return probe.exit_code == 0 ? std::string() : "util-linux's script cannot make a pseudo-terminal here: " + probe.output;
+  }();
+  return problem;
+}
+
 // `argv` run with its stdout and stderr on a pseudo-terminal; what the terminal received.
 testing::CommandResult in_terminal(const std::vector<std::string>& argv) {
   std::string command;
@@ -77,6 +86,7 @@ void expect_log_lines_whole(const std::string& terminal, const std::string& stat
 }
 
 TEST(ProgressBar, RedrawsInPlaceOnATerminalWithLogLinesWholeAbove) {
+  if (auto problem = no_terminal(); !problem.empty()) GTEST_SKIP() << problem;
   testing::TempDir dir;
   auto result = in_terminal(small_train(dir, "work"));
   ASSERT_EQ(result.exit_code, 0) << result.output;
@@ -94,6 +104,7 @@ TEST(ProgressBar, RedrawsInPlaceOnATerminalWithLogLinesWholeAbove) {
 }
 
 TEST(ProgressBar, TheLauncherDrawsRankZerosBarAboveWhichItsRanksPrint) {
+  if (auto problem = no_terminal(); !problem.empty()) GTEST_SKIP() << problem;
   testing::TempDir dir;
   auto result = in_terminal(testing::launched(2, {}, small_train(dir, "work", {testing::ddp_strategy_line()})));
   ASSERT_EQ(result.exit_code, 0) << result.output;
@@ -139,6 +150,7 @@ TEST(ProgressBar, APipeGetsTheSameLinesAsWithoutABar) {
 }
 
 TEST(ProgressBar, FalseOrNullTurnsItOffOnATerminal) {
+  if (auto problem = no_terminal(); !problem.empty()) GTEST_SKIP() << problem;
   testing::TempDir dir;
   // From the command line (a null there removes the key: the default), and in the YAML.
   auto off = in_terminal(testing::train_argv(testing::write_small_job(dir), dir.file("off"),
