@@ -153,34 +153,23 @@ TEST(PlotCommand, ErrorsNameTheWorkDirTheKeyAndTheLine) {
                       "{\"iteration\": 0, \"loss\": 1.0}\n{\"iteration\": 1, \"loss\": \"NaN\"}\n"
                       "{\"iteration\": 2, \"loss\": 0.5}\n");
 
-  // A missing work dir.
-  auto missing = lockstep_plot({dir.file("run"), dir.file("no_such_run"), "-o", dir.file("out.svg")});
-  EXPECT_EQ(missing.exit_code, 1) << missing.output;
-  EXPECT_NE(missing.output.find("lockstep: error: " + dir.file("no_such_run") + ": no such work dir"),
-            std::string::npos)
-      << missing.output;
-
-  // A key no run has.
-  auto unknown = lockstep_plot({dir.file("run"), "--keys", "los", "-o", dir.file("out.svg")});
-  EXPECT_EQ(unknown.exit_code, 1) << unknown.output;
-  EXPECT_NE(unknown.output.find("no run has the key \"los\" (did you mean 'loss'?)"), std::string::npos)
-      << unknown.output;
-
-  // --smooth below 1.
-  auto smooth = lockstep_plot({dir.file("run"), "--smooth", "0", "-o", dir.file("out.svg")});
-  EXPECT_EQ(smooth.exit_code, 1) << smooth.output;
-  EXPECT_NE(smooth.output.find("lockstep: error: --smooth must be at least 1"), std::string::npos) << smooth.output;
-  EXPECT_FALSE(testing::file_exists(dir.file("out.svg")));
-
-  // A malformed third line.
+  // Each bad input: exit 1, a message that names it, no SVG written.
   std::filesystem::create_directories(dir.file("bad"));
   testing::write_file(dir.file("bad/metrics.jsonl"),
                       "{\"iteration\": 0, \"loss\": 1.0}\n{\"iteration\": 1, \"loss\": 0.9}\n{\"iteration\": 2, \"lo\n");
-  auto malformed = lockstep_plot({dir.file("run"), dir.file("bad"), "-o", dir.file("out.svg")});
-  EXPECT_EQ(malformed.exit_code, 1) << malformed.output;
-  EXPECT_NE(malformed.output.find("lockstep: error: " + dir.file("bad/metrics.jsonl") + ":3: not JSON"),
-            std::string::npos)
-      << malformed.output;
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad_inputs{
+      {{dir.file("run"), dir.file("no_such_run")}, "lockstep: error: " + dir.file("no_such_run") + ": no such work dir"},
+      {{dir.file("run"), "--keys", "los"}, "no run has the key \"los\" (did you mean 'loss'?)"},
+      {{dir.file("run"), "--smooth", "0"}, "lockstep: error: --smooth must be at least 1"},
+      {{dir.file("run"), dir.file("bad")}, "lockstep: error: " + dir.file("bad/metrics.jsonl") + ":3: not JSON"},
+  };
+  for (auto [args, message] : bad_inputs) {
+    args.insert(args.end(), {"-o", dir.file("out.svg")});
+    auto result = lockstep_plot(args);
+    EXPECT_EQ(result.exit_code, 1) << result.output;
+    EXPECT_NE(result.output.find(message), std::string::npos) << result.output;
+    EXPECT_FALSE(testing::file_exists(dir.file("out.svg"))) << message;
+  }
 
   // The file itself works as well as its work dir; the NaN is not drawn.
   auto direct = lockstep_plot({dir.file("run/metrics.jsonl"), "-o", dir.file("direct.svg")});
