@@ -37,7 +37,8 @@ demo: configure-demo
 	$(BUILD_DIR)/bin/lockstep train examples/fashion_mnist/cnn_ddp.yaml --nproc $(DEMO_NPROC) --work-dir work_dirs/demo
 	@$(BUILD_DIR)/bin/lockstep plot work_dirs/demo --keys loss,lr,accuracy/top1 -o work_dirs/demo/curves.svg
 
-# Unit tests run in parallel; multi-process tests are RUN_SERIAL (they use every core).
+# Tests run $(JOBS) at a time, multi-process ones included (Note [Multi-process
+# tests side by side], tests/CMakeLists.txt); multinode scenarios run alone.
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure --no-tests=error --timeout 900 -j $(JOBS) $(CTEST_FLAGS)
 
