@@ -8,6 +8,7 @@
 #include "lockstep/core/logging.h"
 #include "lockstep/core/rng.h"
 #include "lockstep/data/batch_pipeline.h"
+#include "lockstep/data/dataset_subset.h"
 
 namespace lockstep {
 namespace {
@@ -353,7 +354,12 @@ std::unique_ptr<DataLoader> build_data_loader(const Config& cfg, const SamplerCo
   // Mixing in the rank keeps ranks from applying the same random draws to
   // their (different) examples.
   options.seed(batch_seed(ctx.seed, ctx.rank, -1));
-  std::shared_ptr<Dataset> dataset = dataset_registry().build(cfg.at("dataset"));
+  const Config dataset_cfg = cfg.at("dataset");
+  // `indices` is read after the dataset is built (it needs its size), so it is
+  // marked read now, before the dataset's builder rejects keys it did not read.
+  const Config indices = dataset_cfg.is_map() ? dataset_cfg.child("indices") : Config();
+  if (!indices.is_null()) indices.mark_used();
+  std::shared_ptr<Dataset> dataset = subset_from_config(dataset_registry().build(dataset_cfg), indices);
   std::shared_ptr<Sampler> sampler = sampler_registry().build(cfg.at("sampler"), dataset->size(), ctx);
   cfg.check_all_used("data loader");
   return std::make_unique<DataLoader>(std::move(dataset), std::move(sampler), options);
