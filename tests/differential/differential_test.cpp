@@ -21,8 +21,11 @@
 //
 // Cost: 40 runs of `lockstep train` (or of the C API's test program) (about 4 s each on 2 cores) plus one
 // Python process for the references when the cache in the build tree is cold.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <torch/cuda.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <functional>
@@ -379,9 +382,35 @@ Reference cached_reference(const json& c) {
   return Reference{dir + "/init.safetensors", dir + "/pytorch.safetensors"};
 }
 
+// Note [One reference writer]: ctest runs two differential cases at a time
+// (Note [Multi-process tests side by side]), and on a cold cache both miss
+// their reference at once. Two batch processes writing the same init and
+// final files race (one replaces a file the other has just moved, or trains
+// from an init being rewritten: CI saw the reference script fail so). An
+// exclusive flock on the cache folder makes the first miss compute every
+// reference while the other waits, then finds its file and computes nothing.
+class CacheLock {
+ public:
+  explicit CacheLock(const std::string& dir) {
+    testing::run_command({"mkdir", "-p", dir});
+    fd_ = ::open((dir + "/.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0 || ::flock(fd_, LOCK_EX) != 0) ADD_FAILURE() << "cannot lock " << dir << "/.lock";
+  }
+  ~CacheLock() {
+    if (fd_ >= 0) ::close(fd_);  // closing releases the lock
+  }
+  CacheLock(const CacheLock&) = delete;
+  CacheLock& operator=(const CacheLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 Reference reference_for(const json& c) {
   Reference ref = cached_reference(c);
   if (testing::file_exists(ref.final_weights)) return ref;
+  CacheLock lock(testing::binary_dir() + "/differential_cache");
+  if (testing::file_exists(ref.final_weights)) return ref;  // written while this case waited
   json jobs = json::array();
   std::set<std::string> queued;  // cases that differ only in lockstep's strategy share a reference
   for (const auto& other : all_cases()) {
