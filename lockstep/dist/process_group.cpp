@@ -112,6 +112,58 @@ ProcessGroup::ProcessGroup(Parts parts) : parts_(std::move(parts)) {
   LOCKSTEP_CHECK(parts_.gloo, "ProcessGroup '", parts_.name, "': no Gloo backend");
   LOCKSTEP_CHECK(parts_.rank >= 0 && parts_.rank < size(), "ProcessGroup '", parts_.name, "': rank ", parts_.rank,
                  " is outside [0, ", size(), ")");
+  if (!parts_.tag_spaces) parts_.tag_spaces = std::make_shared<std::atomic<int>>(parts_.tag_space + 1);
+}
+
+const std::string& ProcessGroup::connections_of() const {
+  return parts_.connections_of.empty() ? parts_.name : parts_.connections_of;
+}
+
+void ProcessGroup::require_ordered(bool on_gloo, const char* op) const {
+  LOCKSTEP_CHECK(!parts_.out_of_order || !on_gloo || size() == 1, op, " on group '", name(),
+                 "': this group is a side channel of group '", connections_of(),
+                 "' (Note [One mesh per process]): on Gloo it runs only all_gather, all_gather_into_tensor and "
+                 "reduce_scatter_tensor, which move over send/recv with tags of their own; a c10d ", op,
+                 " would take a place in group '", connections_of(), "''s order from another thread. Use a view() "
+                 "from the thread that issues that group's collectives, or a group of its own (new_group)");
+}
+
+ProcessGroup::Parts ProcessGroup::shared_parts(std::string group_name) {
+  {
+    static std::mutex naming;  // as in new_group: views may be made from several threads
+    std::lock_guard<std::mutex> lock(naming);
+    LOCKSTEP_CHECK(!group_name.empty(), "a view or side channel of group '", name(), "' needs a name; the name is empty");
+    LOCKSTEP_CHECK(child_names_[group_name]++ == 0, "a group named '", group_name, "' was already created from group '",
+                   name(), "'");
+  }
+  Parts parts = parts_;
+  parts.name = group_name;
+  parts.store = compat::make_prefix_store(str_cat("group/", name(), "/", group_name, "/"), parts_.root_store);
+  parts.connections_of = connections_of();
+  parts.out_of_order = false;
+  parts.tag_space = (*parts_.tag_spaces)++;
+  LOCKSTEP_CHECK(parts.tag_space < detail::kRingTagSpaces, "group '", group_name, "': more than ",
+                 detail::kRingTagSpaces, " groups share the connections of group '", connections_of(), "'");
+  return parts;
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::view(std::string group_name) {
+  return std::make_shared<ProcessGroup>(shared_parts(std::move(group_name)));
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::side_channel(std::string group_name) {
+  Parts parts = shared_parts(std::move(group_name));
+  parts.out_of_order = true;
+  if (parts_.nccl && size() > 1) {
+    try {
+      auto exchange = make_polling_store(compat::make_prefix_store("nccl/", parts.store), parts.timeout,
+                                         str_cat("group '", parts.name, "'"));
+      parts.nccl = compat::make_nccl(exchange, parts.rank, size(), parts.timeout);
+    } catch (const std::exception&) {
+      rethrow_with_context(str_cat("rank ", global_rank(rank()), ": creating group '", parts.name, "'"));
+    }
+  }
+  return std::make_shared<ProcessGroup>(std::move(parts));
 }
 
 ProcessGroup::~ProcessGroup() = default;
@@ -216,6 +268,7 @@ std::shared_ptr<Work> ProcessGroup::all_reduce(torch::Tensor& tensor, ReduceOp o
     };
     return finish_issue(work, async);
   }
+  require_ordered(true, "all_reduce");
   at::ScalarType reduce_type = gloo_reduce_dtype(tensor.scalar_type());
   Staged staged = reduce_type == tensor.scalar_type() ? contiguous(tensor)
                                                       : Staged{tensor.to(reduce_type).contiguous(), true};
@@ -246,6 +299,7 @@ std::shared_ptr<Work> ProcessGroup::all_reduce(torch::Tensor& tensor, ReduceOp o
 std::shared_ptr<Work> ProcessGroup::reduce(torch::Tensor& tensor, int root, ReduceOp op, bool async) {
   check_reduce_op(op, tensor, "reduce");
   check_rank(root, "reduce");
+  require_ordered(!uses_nccl(tensor), "reduce");
   auto work = make_work(collective_info("reduce"));
   const bool average = op == ReduceOp::kAvg;
   const int world = size();
@@ -271,6 +325,7 @@ std::shared_ptr<Work> ProcessGroup::reduce(torch::Tensor& tensor, int root, Redu
 std::shared_ptr<Work> ProcessGroup::broadcast(torch::Tensor& tensor, int root, bool async) {
   LOCKSTEP_CHECK(tensor.defined(), "broadcast: the tensor is undefined");
   check_rank(root, "broadcast");
+  require_ordered(!uses_nccl(tensor), "broadcast");
   auto info = collective_info("broadcast");
   info.peers = rank() == root ? info.peers : std::vector<int>{root};
   auto work = make_work(std::move(info));
@@ -310,6 +365,7 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(torch::Tensor& out, c
   }
   LOCKSTEP_CHECK(all_gather_algorithm_ != CollectiveAlgorithm::kAllReduce,
                  "all_gather_into_tensor: CollectiveAlgorithm::kAllReduce applies to reduce_scatter only");
+  if (algorithm == "native") require_ordered(!uses_nccl(in), "all_gather_into_tensor (native)");
   if (size() == 1 || algorithm == "native") {
     auto work = make_work(std::move(info));
     if (size() == 1) {
@@ -327,7 +383,7 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(torch::Tensor& out, c
   std::vector<at::Tensor> chunks;
   for (int r = 0; r < size(); ++r) chunks.push_back(flat_out.narrow(0, r * n, n));
   auto group = raw(in);
-  int my_rank = rank(), world = size(), tag = detail::ring_tag(info.seq);
+  int my_rank = rank(), world = size(), tag = detail::ring_tag(info.seq, parts_.tag_space);
   auto deadline = std::chrono::steady_clock::now() + parts_.timeout;
   auto body = [group, my_rank, world, chunks, flat_in, tag, deadline]() mutable {
     chunks[static_cast<size_t>(my_rank)].copy_(flat_in);
@@ -372,6 +428,7 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(torch::Tensor& out, co
     work->finish_ = finish;
     return finish_issue(work, async);
   }
+  if (algorithm != "ring") require_ordered(!uses_nccl(in), "reduce_scatter_tensor (native or all_reduce)");
   if (algorithm == "native") {
     auto work = make_work(std::move(info));
     c10d::ReduceScatterOptions options;
@@ -398,7 +455,7 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(torch::Tensor& out, co
     return finish_issue(work, async);
   }
   auto group = raw(in);
-  int my_rank = rank(), tag = detail::ring_tag(info.seq);
+  int my_rank = rank(), tag = detail::ring_tag(info.seq, parts_.tag_space);
   auto reduce = to_ring(op);
   auto deadline = std::chrono::steady_clock::now() + parts_.timeout;
   auto body = [group, my_rank, world, flat_in, flat_out, reduce, tag, deadline]() mutable {
@@ -462,7 +519,7 @@ std::shared_ptr<Work> ProcessGroup::all_gather(std::vector<torch::Tensor>& outs,
     }
   };
   auto group = raw(in);
-  int my_rank = rank(), world = size(), tag = detail::ring_tag(info.seq);
+  int my_rank = rank(), world = size(), tag = detail::ring_tag(info.seq, parts_.tag_space);
   at::Tensor flat_in = in.contiguous().view(-1);
   auto deadline = std::chrono::steady_clock::now() + parts_.timeout;
   auto body = [group, my_rank, world, chunks, flat_in, tag, deadline]() mutable {
@@ -473,6 +530,7 @@ std::shared_ptr<Work> ProcessGroup::all_gather(std::vector<torch::Tensor>& outs,
 }
 
 std::shared_ptr<Work> ProcessGroup::barrier(bool async) {
+  require_ordered(true, "barrier");
   auto work = make_work(collective_info("barrier"));
   if (size() > 1) work->raw_.push_back(parts_.gloo->barrier());
   return finish_issue(work, async);
@@ -482,6 +540,7 @@ std::shared_ptr<Work> ProcessGroup::send(const torch::Tensor& tensor, int dst, i
   LOCKSTEP_CHECK(tensor.defined(), "send: the tensor is undefined");
   check_rank(dst, "send");
   LOCKSTEP_CHECK(dst != rank(), "send: rank ", global_rank(rank()), " cannot send to itself");
+  require_ordered(!uses_nccl(tensor), "send");
   LOCKSTEP_CHECK(tag >= 0 && tag < detail::kFirstReservedTag, "send: tag ", tag, " is outside [0, 2^30)");
   auto work = make_work(p2p_info(str_cat("send to rank ", global_rank(dst), " (tag ", tag, ")"), dst));
   auto group = raw(tensor);
@@ -494,6 +553,7 @@ std::shared_ptr<Work> ProcessGroup::recv(torch::Tensor& tensor, int src, int tag
   LOCKSTEP_CHECK(tensor.defined(), "recv: the tensor is undefined");
   check_rank(src, "recv");
   LOCKSTEP_CHECK(src != rank(), "recv: rank ", global_rank(rank()), " cannot receive from itself");
+  require_ordered(!uses_nccl(tensor), "recv");
   LOCKSTEP_CHECK(tag >= 0 && tag < detail::kFirstReservedTag, "recv: tag ", tag, " is outside [0, 2^30)");
   auto work = make_work(p2p_info(str_cat("recv from rank ", global_rank(src), " (tag ", tag, ")"), src));
   auto group = raw(tensor);
@@ -517,8 +577,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks, st
   if (me == ranks.end()) return nullptr;
   std::string store_name;
   {
-    // Groups may be built from several threads at once (LazyGroup: the
-    // metrics writer's thread and the main thread). Only the name is taken
+    // Groups may be built from several threads at once (a user's, as
+    // tests/dist/collectives_test.cpp does). Only the name is taken
     // under the lock: holding it through the rendezvous below would deadlock
     // when two ranks build two groups in different orders (rank 0's main
     // thread waits in "side" for rank 1, whose metrics thread holds the lock
@@ -565,6 +625,7 @@ bool ProcessGroup::enable_hierarchical_all_reduce(const std::vector<int>& node_o
   LOCKSTEP_CHECK(static_cast<int>(node_of_rank.size()) == size(), "enable_hierarchical_all_reduce on group '", name(),
                  "': ", node_of_rank.size(), " node ids for ", size(), " ranks");
   LOCKSTEP_CHECK(!hierarchy_, "group '", name(), "' already reduces hierarchically");
+  require_ordered(true, "enable_hierarchical_all_reduce");
   hierarchy_ = detail::NodeHierarchy::create(*this, node_of_rank);
   return hierarchy_ != nullptr;
 }

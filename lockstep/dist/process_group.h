@@ -25,9 +25,12 @@
 //   auto work = world->all_reduce(t, lockstep::ReduceOp::kSum, /*async=*/true);
 //   work->wait();
 //   auto pair = world->new_group({0, 1});                       // nullptr on ranks 2, 3
+//   auto ddp = world->view("world.ddp0");          // world's connections, world's order
+//   auto metrics = world->side_channel("metrics");  // world's connections, any thread
 //   world->enable_hierarchical_all_reduce({0, 0, 1, 1});       // ranks 0,1 on one node, 2,3 on another
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -66,6 +69,12 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
     c10::intrusive_ptr<compat::C10dGroup> gloo;
     c10::intrusive_ptr<compat::C10dGroup> nccl;     // may be null
     compat::GlooDeviceSpec gloo_device;             // where Gloo binds, for subgroups too
+    // Groups over one set of connections (view(), side_channel()); see
+    // Note [One mesh per process].
+    std::string connections_of;                     // the group that built them; empty: this one
+    int tag_space = 0;                              // its share of the ring tags
+    std::shared_ptr<std::atomic<int>> tag_spaces;   // the next free share, held by all of them
+    bool out_of_order = false;                      // a side channel: Gloo rings only
   };
   explicit ProcessGroup(Parts parts);
   ~ProcessGroup();
@@ -106,6 +115,45 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // skip it and get nullptr when they call. `name` defaults to one derived
   // from the ranks; it must be unique among this job's groups.
   std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks, std::string name = "");
+
+  // Note [One mesh per process]
+  // A full Gloo mesh costs each rank a connection per peer (and on Gloo 1.13
+  // a port per pair of a host's ranks while it connects), and each mesh is
+  // N - 1 store round trips per rank to build. A DDP run used to build four:
+  // world, DDP's, the metrics writer's and evaluation's -- 30 connections
+  // per rank at 8 ranks, where one mesh needs 7 (tests/dist/
+  // connections_test.cpp), and a host of 128 ranks ran out of ports. Now a
+  // process holds one mesh per set of ranks; the groups that need the same
+  // ranks use it:
+  //   - view(): the same ranks over the same connections, in the same order.
+  //     c10d numbers a group's collectives in the order they are issued (its
+  //     tag), so a view's collectives take their place in this group's
+  //     order: issue them from the thread that issues this group's, in the
+  //     same order on every rank -- DDP's bucket all-reduces (issued from
+  //     backward) and evaluation's gathers (the main thread) do. It keeps its
+  //     own sequence numbers (for messages and the arrival board, so errors
+  //     still name it) and its own ring tags, so a ring of it running on its
+  //     executor never pairs with one of this group's.
+  //   - side_channel(): the same ranks over the same connections, outside
+  //     this group's order: another thread may use it, or its operations may
+  //     be in flight between this group's (the metrics writer's gathers, FSDP's
+  //     step check). On Gloo it runs only the collectives that lockstep runs
+  //     as rings over send/recv with tags of its own (all_gather,
+  //     all_gather_into_tensor, reduce_scatter_tensor); any other fails with
+  //     a message that says so, rather than silently pairing with a
+  //     collective of another thread. CUDA tensors get an NCCL communicator
+  //     of their own: NCCL's setup is O(N), and a shared communicator would
+  //     order them with this group's.
+  // Neither connects nor touches the store, so neither is collective; every
+  // rank must create a group's views and side channels in the same order (as
+  // with new_group), which gives each the same share of the ring tags
+  // everywhere. Groups of other ranks (new_group) still build meshes of their
+  // own: a node's ranks, HYBRID_SHARD's shard and replica groups.
+  std::shared_ptr<ProcessGroup> view(std::string name);
+  std::shared_ptr<ProcessGroup> side_channel(std::string name);
+  // The group whose connections this one uses: its own name unless it is a
+  // view or side channel.
+  const std::string& connections_of() const;
 
   // --- hierarchical all_reduce ---------------------------------------------
   // From now on all_reduce of a CPU tensor reduces to each node's first rank
@@ -152,6 +200,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::shared_ptr<Work> run_algorithm(detail::OpInfo info, bool async, std::function<void()> body,
                                       std::function<void()> finish);
   bool uses_nccl(const torch::Tensor& tensor) const;
+  // Fails on a side channel for an op that Gloo would number in the shared
+  // order (Note [One mesh per process]); `on_gloo` says whether it runs there.
+  void require_ordered(bool on_gloo, const char* op) const;
+  Parts shared_parts(std::string name);
   void check_rank(int rank, const char* what) const;
   std::vector<int64_t> gather_shapes(const torch::Tensor& in);
 

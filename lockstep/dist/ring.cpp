@@ -60,7 +60,10 @@ at::Tensor p2p_tensor(const compat::C10dGroup& group, const at::Tensor& tensor, 
   return tensor.to(at::kCPU).contiguous();
 }
 
-int ring_tag(long long seq) { return kFirstReservedTag + static_cast<int>(seq % (1 << 29)); }
+int ring_tag(long long seq, int space) {
+  constexpr int kTagsPerSpace = kFirstReservedTag / kRingTagSpaces;
+  return kFirstReservedTag + space * kTagsPerSpace + static_cast<int>(seq % kTagsPerSpace);
+}
 
 void ring_all_gather(compat::C10dGroup& group, int rank, int size, std::vector<at::Tensor>& chunks, int tag,
                      Deadline deadline) {

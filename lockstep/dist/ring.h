@@ -38,10 +38,13 @@ void ring_all_gather(compat::C10dGroup& group, int rank, int size, std::vector<a
 void ring_reduce_scatter(compat::C10dGroup& group, int rank, int size, const at::Tensor& input, at::Tensor& out,
                          RingReduce reduce, int tag, Deadline deadline);
 
-// The tag a ring collective with sequence number `seq` uses. User tags stay
-// below kFirstReservedTag.
+// The tag a ring collective with sequence number `seq` uses, in share
+// `space` of [2^30, 2^31): each group over one set of connections has its
+// own share (Note [One mesh per process]), 2^22 tags long, reused in turn.
+// User tags stay below kFirstReservedTag.
 constexpr int kFirstReservedTag = 1 << 30;
-int ring_tag(long long seq);
+constexpr int kRingTagSpaces = 256;
+int ring_tag(long long seq, int space);
 
 // The tensor to hand `group`'s send (or, `for_receiving`, recv): `tensor`
 // itself, except a CUDA tensor on a backend other than NCCL, which moves

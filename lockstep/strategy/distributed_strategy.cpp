@@ -75,8 +75,8 @@ DistributedStrategy::DistributedStrategy(const DistributedOptions& options) {
     }
   }
   world_ = world();
-  metrics_group_ = std::make_shared<LazyGroup>(world_, "metrics");
-  side_group_ = std::make_shared<LazyGroup>(world_, "side");
+  metrics_group_ = world_->side_channel("metrics");
+  side_group_ = world_->view("side");
   logger().info("rank {} of {}: device {}, backend {}", world_->rank(), world_->size(), device_.str(), backend);
 }
 
@@ -85,10 +85,10 @@ int DistributedStrategy::world_size() const { return world_->size(); }
 void DistributedStrategy::barrier() { world_->barrier(); }
 
 MetricsGatherer DistributedStrategy::metrics_gatherer() {
-  std::shared_ptr<LazyGroup> group = metrics_group_;
+  std::shared_ptr<ProcessGroup> group = metrics_group_;
   return [group](const LogVars& local) {
     std::vector<LogVars> all;
-    for (const auto& encoded : all_gather_object(encode_metrics(local), group->get())) {
+    for (const auto& encoded : all_gather_object(encode_metrics(local), group)) {
       all.push_back(decode_metrics(encoded));
     }
     return all;
@@ -134,7 +134,7 @@ std::vector<nlohmann::json> DistributedStrategy::collect_results(const std::vect
   // Rank r evaluated samples r, r + world, r + 2 world, ... (DefaultSampler):
   // interleaving the ranks' lists restores dataset order, and cutting at the
   // dataset size drops the samples repeated to even out the shards.
-  std::vector<nlohmann::json> parts = all_gather_object(nlohmann::json(local), side_group_->get());
+  std::vector<nlohmann::json> parts = all_gather_object(nlohmann::json(local), side_group_);
   std::vector<nlohmann::json> ordered;
   size_t longest = 0;
   for (const auto& part : parts) longest = std::max(longest, part.size());

@@ -20,7 +20,7 @@
 #include <memory>
 #include <string>
 
-#include "lockstep/dist/lazy_group.h"
+#include "lockstep/dist/process_group.h"
 #include "lockstep/strategy/strategy.h"
 
 namespace lockstep {
@@ -62,17 +62,11 @@ class DistributedStrategy : public Strategy {
   // Note [A group per thread of collectives]: collectives of one group must be
   // issued in the same order on every rank, which only one thread per rank can
   // promise. The trainer's asynchronous metrics writer gathers from its own
-  // thread while the main thread evaluates, so metrics have a group of their
-  // own; evaluation records go over the side group, from the main thread.
-  // Note [Groups built when first used]: both are built on first use, not
-  // with the strategy. A full mesh costs every rank a socket per peer and a
-  // host a port per pair of its ranks: a run without evaluation never builds
-  // the side group, and the first step waits for two meshes (world, DDP)
-  // instead of four. With 64 ranks on one host, the time from the last
-  // worker's start to the first step fell from 21-39 s to 10-19 s
-  // (bench/scaling, seven runs of each, BENCHMARKS.md).
-  std::shared_ptr<LazyGroup> metrics_group_;  // step metrics, from the metrics writer's thread
-  std::shared_ptr<LazyGroup> side_group_;     // evaluation records, from the main thread
+  // thread while the main thread evaluates, so metrics go over a side channel
+  // of the world group; evaluation records over a view of it, from the main
+  // thread. Neither builds connections (Note [One mesh per process]).
+  std::shared_ptr<ProcessGroup> metrics_group_;  // step metrics, from the metrics writer's thread
+  std::shared_ptr<ProcessGroup> side_group_;     // evaluation records, from the main thread
 };
 
 }  // namespace lockstep

@@ -57,9 +57,10 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   if (!group) group = world();
   LOCKSTEP_CHECK(group != nullptr, "DistributedDataParallel needs an initialised process group "
                  "(call lockstep::init_from_env() or init_process_group() first)");
-  std::vector<int> members(static_cast<size_t>(group->size()));
-  for (int r = 0; r < group->size(); ++r) members[static_cast<size_t>(r)] = r;
-  group_ = group->new_group(members, group->name() + "." + next_group_name("ddp"));
+  // Its gradients go over the group's own connections, in the group's order
+  // (Note [One mesh per process]): backward issues them on the thread that
+  // issues the group's other collectives.
+  group_ = group->view(group->name() + "." + next_group_name("ddp"));
 
   for (auto& [name, param] : unique_trainable_parameters(*module_)) {
     names_.push_back(name);

@@ -139,10 +139,11 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
   LOCKSTEP_CHECK(group != nullptr, "FullyShardedDataParallel needs an initialised process group "
                  "(call lockstep::init_from_env() or init_process_group() first)");
   const std::string name = group->name() + "." + next_group_name("fsdp");
-  std::vector<int> members(static_cast<size_t>(group->size()));
-  for (int r = 0; r < group->size(); ++r) members[static_cast<size_t>(r)] = r;
-  group_ = group->new_group(members, name);
-  step_check_ = std::make_unique<fsdp::StepCheck>(group_->size() > 1 ? group_->new_group(members, name + ".check")
+  // The units' collectives go over the group's own connections, in its
+  // order; the step check's exchange is in flight between them, so it is a
+  // side channel (Note [One mesh per process], Note [FSDP's step check]).
+  group_ = group->view(name);
+  step_check_ = std::make_unique<fsdp::StepCheck>(group_->size() > 1 ? group_->side_channel(name + ".check")
                                                                        : nullptr);
 
   const int world_size = group_->size();

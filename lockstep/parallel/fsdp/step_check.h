@@ -7,7 +7,8 @@
 // (units of equal size even gather into each other), and training goes on
 // with gradients of different steps summed together. So each rank keeps a
 // running hash of the collectives its units issue (unit index and kind, in
-// order) and all-gathers [iteration, count, hash] on a group of its own,
+// order) and all-gathers [iteration, count, hash] on a side channel of its
+// own (Note [One mesh per process]: its own tags, or NCCL communicator),
 // asynchronously, twice per backward:
 //   - launched when backward begins (covering the forward), checked before
 //     backward issues its first collective -- while the last layers' backward
@@ -24,7 +25,7 @@
 // the iteration instead, with every synchronised backward
 // (Note [The iteration check] in parallel/ddp/reducer.cpp).
 //
-//   fsdp::StepCheck check(group->new_group(members, "fsdp0.check"));
+//   fsdp::StepCheck check(group->side_channel("fsdp0.check"));
 //   check.record(unit, fsdp::StepCheck::Kind::kGather);   // FlatParamUnit does this
 //   check.launch(iteration);                              // FSDP's begin/end of backward
 //   check.verify();                                       // throws if ranks disagree

@@ -1,0 +1,147 @@
+// How many TCP connections and listening ports a rank of a whole DDP job
+// holds (Note [One mesh per process] in lockstep/dist/process_group.h).
+//
+// A full Gloo mesh costs each rank one connection per peer, and on Gloo 1.13
+// one listening port per peer too. The test trains a DDP job through
+// `lockstep train --nproc N`, with logging (the metrics writer gathers from
+// its own thread) and evaluation (the evaluation records' gather), and while
+// it trains it reads each worker's sockets from /proc: the socket inodes of
+// /proc/PID/fd, looked up in /proc/PID/net/tcp and tcp6 (state 0A listens,
+// 01 is connected). The most each rank held at any sample must stay within
+// N + 8: one mesh and a few more (the store, the launcher). Two meshes
+// would need 2 (N - 1).
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "tests/support/test_support.h"
+
+namespace lockstep {
+namespace {
+
+struct SocketCounts {
+  int listening = 0;
+  int connected = 0;
+};
+
+std::string read_proc_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+// The inodes of the sockets `pid` has open.
+std::set<std::string> socket_inodes(const std::string& pid) {
+  std::set<std::string> inodes;
+  const std::string fd_dir = "/proc/" + pid + "/fd";
+  DIR* dir = opendir(fd_dir.c_str());
+  if (!dir) return inodes;
+  while (dirent* entry = readdir(dir)) {
+    char target[256];
+    const ssize_t n = readlink((fd_dir + "/" + entry->d_name).c_str(), target, sizeof(target) - 1);
+    if (n <= 0) continue;
+    const std::string link(target, static_cast<size_t>(n));
+    if (link.rfind("socket:[", 0) == 0) inodes.insert(link.substr(8, link.size() - 9));
+  }
+  closedir(dir);
+  return inodes;
+}
+
+SocketCounts count_sockets(const std::string& pid) {
+  const std::set<std::string> mine = socket_inodes(pid);
+  SocketCounts counts;
+  for (const char* table : {"/net/tcp", "/net/tcp6"}) {
+    std::istringstream lines(read_proc_file("/proc/" + pid + table));
+    std::string line;
+    std::getline(lines, line);  // header
+    while (std::getline(lines, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+      fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >> inode;
+      if (!mine.count(inode)) continue;
+      if (state == "0A") ++counts.listening;
+      if (state == "01") ++counts.connected;
+    }
+  }
+  return counts;
+}
+
+// RANK of a worker of the job whose command line mentions `marker`; -1 for
+// any other process.
+int worker_rank(const std::string& pid, const std::string& marker) {
+  std::string cmdline = read_proc_file("/proc/" + pid + "/cmdline");
+  if (cmdline.find(marker) == std::string::npos) return -1;
+  std::string environ = read_proc_file("/proc/" + pid + "/environ");
+  std::istringstream entries(environ);
+  std::string entry;
+  int rank = -1;
+  bool worker = false;
+  while (std::getline(entries, entry, '\0')) {
+    if (entry.rfind("RANK=", 0) == 0) rank = std::stoi(entry.substr(5));
+    if (entry.rfind("LOCAL_RANK=", 0) == 0) worker = true;
+  }
+  return worker ? rank : -1;
+}
+
+// Samples every worker of the job every 50 ms until `done`, keeping the most
+// each rank held.
+std::map<int, SocketCounts> watch_workers(const std::string& marker, const std::atomic<bool>& done) {
+  std::map<int, SocketCounts> most;
+  while (!done) {
+    DIR* proc = opendir("/proc");
+    while (dirent* entry = proc ? readdir(proc) : nullptr) {
+      const std::string pid = entry->d_name;
+      if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+      const int rank = worker_rank(pid, marker);
+      if (rank < 0) continue;
+      const SocketCounts now = count_sockets(pid);
+      SocketCounts& kept = most[rank];
+      kept.listening = std::max(kept.listening, now.listening);
+      kept.connected = std::max(kept.connected, now.connected);
+    }
+    if (proc) closedir(proc);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return most;
+}
+
+void expect_one_mesh(int nproc) {
+  testing::TempDir dir;
+  std::string config = testing::read_file(testing::source_dir() + "/tests/e2e/distributed_run.yaml");
+  const std::string config_path = dir.file("connections.yaml");
+  testing::write_file(config_path, config);
+  std::atomic<bool> done{false};
+  std::map<int, SocketCounts> most;
+  std::thread watcher([&] { most = watch_workers(config_path, done); });
+  // Every group is built by iteration 6 (the first log line, the first
+  // evaluation); the rest of the run keeps them open while they are counted.
+  auto run = testing::run_command({testing::lockstep_binary(), "train", config_path, "--work-dir", dir.file("work"),
+                                   "--nproc", std::to_string(nproc), "--set", "train_cfg.max_iters=120",
+                                   "--set", "default_hooks.checkpoint.interval=60"},
+                                  {"OMP_NUM_THREADS=1"}, 300);
+  done = true;
+  watcher.join();
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  ASSERT_NE(run.output.find("Evaluation on val"), std::string::npos) << run.output;
+  ASSERT_EQ(static_cast<int>(most.size()), nproc) << "workers seen: " << most.size();
+  for (const auto& [rank, counts] : most) {
+    std::cout << "rank " << rank << ": at most " << counts.listening << " listening ports, " << counts.connected
+              << " connections\n";
+    EXPECT_GE(counts.connected, nproc - 1) << "rank " << rank << ": a mesh has a connection per peer";
+    EXPECT_LE(counts.listening, nproc + 8) << "rank " << rank;
+    EXPECT_LE(counts.connected, nproc + 8) << "rank " << rank;
+  }
+}
+
+TEST(Connections, EightDdpRanksHoldOneMeshEach) { expect_one_mesh(8); }
+
+}  // namespace
+}  // namespace lockstep
