@@ -88,6 +88,12 @@ Staged contiguous(const at::Tensor& tensor) {
   return {tensor.contiguous(), true};
 }
 
+// Guards every group's child_names_ (new_group, view, side_channel).
+std::mutex& child_naming() {
+  static std::mutex mutex;
+  return mutex;
+}
+
 // "[0,2,5]": a group's ranks in its store key.
 std::string ranks_key(const std::vector<int>& ranks) {
   std::ostringstream out;
@@ -130,8 +136,7 @@ void ProcessGroup::require_ordered(bool on_gloo, const char* op) const {
 
 ProcessGroup::Parts ProcessGroup::shared_parts(std::string group_name) {
   {
-    static std::mutex naming;  // as in new_group: views may be made from several threads
-    std::lock_guard<std::mutex> lock(naming);
+    std::lock_guard<std::mutex> lock(child_naming());  // views may be made from several threads too
     LOCKSTEP_CHECK(!group_name.empty(), "a view or side channel of group '", name(), "' needs a name; the name is empty");
     LOCKSTEP_CHECK(child_names_[group_name]++ == 0, "a group named '", group_name, "' was already created from group '",
                    name(), "'");
@@ -584,8 +589,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks, st
     // thread waits in "side" for rank 1, whose metrics thread holds the lock
     // waiting in "metrics" for rank 0, whose metrics thread waits for the lock).
     // The store connection has the same trap; see the exchange below.
-    static std::mutex naming;
-    std::lock_guard<std::mutex> lock(naming);
+    std::lock_guard<std::mutex> lock(child_naming());
     if (group_name.empty()) {
       std::string base = str_cat(name() == "world" ? "" : name() + "/", "ranks", ranks_key(ranks));
       int count = ++child_names_[base];

@@ -121,7 +121,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // a port per pair of a host's ranks while it connects), and each mesh is
   // N - 1 store round trips per rank to build. A DDP run used to build four:
   // world, DDP's, the metrics writer's and evaluation's -- 30 connections
-  // per rank at 8 ranks, where one mesh needs 7 (tests/dist/
+  // per rank at 8 ranks, where one mesh needs 7 (tests/scale/
   // connections_test.cpp), and a host of 128 ranks ran out of ports. Now a
   // process holds one mesh per set of ranks; the groups that need the same
   // ranks use it:

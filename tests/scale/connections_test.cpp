@@ -21,6 +21,7 @@
 #include <sstream>
 #include <thread>
 
+#include "lockstep/core/error.h"
 #include "tests/support/test_support.h"
 
 namespace lockstep {
@@ -113,7 +114,8 @@ std::map<int, SocketCounts> watch_workers(const std::string& marker, const std::
   return most;
 }
 
-void expect_one_mesh(int nproc) {
+// `iterations`: enough for the watcher to see every rank after iteration 6.
+void expect_one_mesh(int nproc, int iterations) {
   testing::TempDir dir;
   std::string config = testing::read_file(testing::source_dir() + "/tests/e2e/distributed_run.yaml");
   const std::string config_path = dir.file("connections.yaml");
@@ -124,8 +126,8 @@ void expect_one_mesh(int nproc) {
   // Every group is built by iteration 6 (the first log line, the first
   // evaluation); the rest of the run keeps them open while they are counted.
   auto run = testing::run_command({testing::lockstep_binary(), "train", config_path, "--work-dir", dir.file("work"),
-                                   "--nproc", std::to_string(nproc), "--set", "train_cfg.max_iters=120",
-                                   "--set", "default_hooks.checkpoint.interval=60"},
+                                   "--nproc", std::to_string(nproc), "--set", str_cat("train_cfg.max_iters=", iterations),
+                                   "--set", "default_hooks.checkpoint.interval=1000"},
                                   {"OMP_NUM_THREADS=1"}, 300);
   done = true;
   watcher.join();
@@ -141,7 +143,9 @@ void expect_one_mesh(int nproc) {
   }
 }
 
-TEST(Connections, EightDdpRanksHoldOneMeshEach) { expect_one_mesh(8); }
+TEST(Connections, EightDdpRanksHoldOneMeshEach) { expect_one_mesh(8, 120); }
+
+TEST(Connections, SixtyFourDdpRanksHoldOneMeshEach) { expect_one_mesh(64, 18); }
 
 }  // namespace
 }  // namespace lockstep
