@@ -156,6 +156,13 @@ std::shared_ptr<ProcessGroup> ProcessGroup::view(std::string group_name) {
   return std::make_shared<ProcessGroup>(shared_parts(std::move(group_name)));
 }
 
+// A side channel's Gloo rings call c10d's send and recv on the shared group
+// from another thread while this one issues collectives. That is safe:
+// c10d hands them straight to Gloo's pairs, which lock, and tags them with
+// the channel's own share of the tags; c10d's collective counter (the tag
+// of its collectives) is touched only by collectives. libtorch 2.x also
+// counts every op in an unsynchronised `seq_`, used only to number works for
+// debugging: a count there may be off, nothing else.
 std::shared_ptr<ProcessGroup> ProcessGroup::side_channel(std::string group_name) {
   Parts parts = shared_parts(std::move(group_name));
   parts.out_of_order = true;
