@@ -145,7 +145,7 @@ ProcessGroup::Parts ProcessGroup::shared_parts(std::string group_name) {
   parts.name = group_name;
   parts.store = compat::make_prefix_store(str_cat("group/", name(), "/", group_name, "/"), parts_.root_store);
   parts.connections_of = connections_of();
-  parts.out_of_order = false;
+  // A view of a side channel is out of the order too (parts_ says so).
   parts.tag_space = (*parts_.tag_spaces)++;
   LOCKSTEP_CHECK(parts.tag_space < detail::kRingTagSpaces, "group '", group_name, "': more than ",
                  detail::kRingTagSpaces, " groups share the connections of group '", connections_of(), "'");

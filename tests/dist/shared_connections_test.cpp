@@ -124,6 +124,10 @@ LOCKSTEP_WORKER_TEST(SharedConnectionsWorker, ASideChannelRefusesWhatWouldJoinTh
     EXPECT_NE(message.find("group 'metrics': this group is a side channel of group 'world'"), std::string::npos)
         << message;
   }
+  // A view of a side channel is outside the order too.
+  auto channel_view = channel->view("metrics.view");
+  EXPECT_NE(testing::error_of([&] { channel_view->all_reduce(t); }).find("is a side channel of group 'world'"),
+            std::string::npos);
   EXPECT_NE(testing::error_of([&] { world->view("metrics"); }).find("already created"), std::string::npos);
   EXPECT_NE(testing::error_of([&] { world->side_channel(""); }).find("name is empty"), std::string::npos);
   // Nothing was issued: the group goes on.
