@@ -8,6 +8,7 @@
 #include "lockstep/compat/amp_ops.h"
 #include "lockstep/config/config.h"
 #include "lockstep/core/error.h"
+#include "lockstep/optim/device_side_step.h"
 #include "lockstep/optim/gradient_sync.h"
 
 namespace lockstep {
@@ -138,6 +139,13 @@ bool GradScaler::step(torch::optim::Optimizer& optimizer, GradientSync* sync) {
                  "GradScaler::step() was already called on this optimizer since the last update()");
   if (per_optimizer_[&optimizer].stage == Stage::kReady) unscale_(optimizer, sync);
   PerOptimizer& entry = per_optimizer_[&optimizer];
+  if (DeviceSideStep* device = device_side_step(optimizer); device != nullptr && device->capturable()) {
+    // No host read: the optimizer skips on the device (Note [What a captured optimizer step reads]).
+    device->stage_host_values();
+    device->step_on_device(entry.found_inf);
+    entry.stage = Stage::kStepped;
+    return true;
+  }
   // The one host sync of a step, as torch.amp's GradScaler.step has.
   const bool stepping = entry.found_inf.item<float>() == 0.0f;
   if (stepping) optimizer.step();

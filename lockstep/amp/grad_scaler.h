@@ -60,7 +60,10 @@ class GradScaler {
   // and records whether any was inf/NaN (on any rank, with `sync`). Once per
   // optimizer between update()s; step() calls it if it was not called.
   void unscale_(torch::optim::Optimizer& optimizer, GradientSync* sync = nullptr);
-  // Steps `optimizer` unless its gradients held an inf/NaN; returns whether it stepped.
+  // Steps `optimizer` unless its gradients held an inf/NaN; returns whether it
+  // stepped. A capturable optimizer (optim/device_side_step.h) is given the
+  // found-inf flag and skips on the device, with no host read; step() then
+  // returns true (found_inf() reads whether it skipped).
   bool step(torch::optim::Optimizer& optimizer, GradientSync* sync = nullptr);
   // Adjusts the scale from this iteration's steps (dynamic only) and readies
   // the scaler for the next iteration.

@@ -9,81 +9,164 @@
 namespace lockstep {
 namespace {
 
+// The state of `param`, made as Python's Adam makes it on the first step.
+template <typename ParamState>
+ParamState& adam_state(torch::optim::Optimizer& optimizer, const torch::Tensor& param, bool amsgrad) {
+  auto& states = optimizer.state();
+  const auto key = compat::param_state_key(states, param);
+  auto found = states.find(key);
+  if (found == states.end()) {
+    auto fresh = std::make_unique<ParamState>();
+    fresh->step(0);
+    fresh->exp_avg(torch::zeros_like(param, torch::MemoryFormat::Preserve));
+    fresh->exp_avg_sq(torch::zeros_like(param, torch::MemoryFormat::Preserve));
+    if (amsgrad) fresh->max_exp_avg_sq(torch::zeros_like(param, torch::MemoryFormat::Preserve));
+    found = states.emplace(key, std::move(fresh)).first;
+  }
+  auto& state = static_cast<ParamState&>(*found->second);
+  // amsgrad turned on after this state was created (Python would fail on the missing key).
+  if (amsgrad && !state.max_exp_avg_sq().defined()) {
+    state.max_exp_avg_sq(torch::zeros_like(param, torch::MemoryFormat::Preserve));
+  }
+  return state;
+}
+
+// Calls visit(group index, the group's options, param, its gradient, its
+// state) for every parameter that has a gradient, without autograd, making
+// the state where there is none yet.
+template <typename Options, typename ParamState, typename Visit>
+void for_each_adam_param(torch::optim::Optimizer& optimizer, const Visit& visit) {
+  torch::NoGradGuard no_grad;
+  auto& groups = optimizer.param_groups();
+  for (size_t index = 0; index < groups.size(); ++index) {
+    const auto& options = static_cast<const Options&>(groups[index].options());
+    for (auto& param : groups[index].params()) {
+      if (!param.grad().defined()) continue;
+      LOCKSTEP_CHECK(!param.grad().is_sparse(), "Adam does not support sparse gradients");
+      visit(index, options, param, param.grad(), adam_state<ParamState>(optimizer, param, options.amsgrad()));
+    }
+  }
+}
+
 // One step of Python's _single_tensor_adam (decoupled_decay false) or
 // _single_tensor_adamw (true) over every parameter that has a gradient.
 template <typename Options, typename ParamState>
-torch::Tensor python_adam_step(torch::optim::Optimizer& optimizer, const torch::optim::Optimizer::LossClosure& closure,
-                               bool decoupled_decay) {
-  torch::NoGradGuard no_grad;
-  torch::Tensor loss;
-  if (closure) {
-    at::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
-  auto& states = optimizer.state();
-  for (auto& group : optimizer.param_groups()) {
-    const auto& options = static_cast<const Options&>(group.options());
+void python_adam_step(torch::optim::Optimizer& optimizer, bool decoupled_decay) {
+  for_each_adam_param<Options, ParamState>(optimizer, [&](size_t, const Options& options, torch::Tensor& param,
+                                                          torch::Tensor grad, ParamState& state) {
     const double lr = options.lr();
     const double beta1 = std::get<0>(options.betas());
     const double beta2 = std::get<1>(options.betas());
-    const double weight_decay = options.weight_decay();
-    for (auto& param : group.params()) {
-      if (!param.grad().defined()) continue;
-      torch::Tensor grad = param.grad();
-      LOCKSTEP_CHECK(!grad.is_sparse(), "Adam does not support sparse gradients");
-      const auto key = compat::param_state_key(states, param);
-      auto found = states.find(key);
-      if (found == states.end()) {
-        auto fresh = std::make_unique<ParamState>();
-        fresh->step(0);
-        fresh->exp_avg(torch::zeros_like(param, torch::MemoryFormat::Preserve));
-        fresh->exp_avg_sq(torch::zeros_like(param, torch::MemoryFormat::Preserve));
-        if (options.amsgrad()) fresh->max_exp_avg_sq(torch::zeros_like(param, torch::MemoryFormat::Preserve));
-        found = states.emplace(key, std::move(fresh)).first;
-      }
-      auto& state = static_cast<ParamState&>(*found->second);
-      state.step(state.step() + 1);
+    state.step(state.step() + 1);
+    if (decoupled_decay) {
+      if (options.weight_decay() != 0) param.mul_(1 - lr * options.weight_decay());
+    } else if (options.weight_decay() != 0) {
+      grad = grad.add(param, options.weight_decay());
+    }
+    torch::Tensor& exp_avg = state.exp_avg();
+    torch::Tensor& exp_avg_sq = state.exp_avg_sq();
+    compat::adam_first_moment_(exp_avg, grad, beta1);
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
+
+    const double step = static_cast<double>(state.step());
+    const double bias_correction1 = 1 - std::pow(beta1, step);
+    const double bias_correction2 = 1 - std::pow(beta2, step);
+    const double step_size = lr / bias_correction1;
+    const double bias_correction2_sqrt = compat::adam_bias_correction2_sqrt(bias_correction2);
+    torch::Tensor denom;
+    if (options.amsgrad()) {
+      torch::Tensor& max_exp_avg_sq = state.max_exp_avg_sq();
+      torch::maximum_out(max_exp_avg_sq, max_exp_avg_sq, exp_avg_sq);
+      denom = (max_exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(options.eps());
+    } else {
+      denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(options.eps());
+    }
+    param.addcdiv_(exp_avg, denom, -step_size);
+  });
+}
+
+// Python's capturable single-tensor path, operation for operation (Python's
+// `scalar / tensor` is tensor.reciprocal() * scalar and `1 - tensor` is
+// rsub), with the learning rate a float64 tensor where Python has a float
+// (Note [What a captured optimizer step reads]). Issues device work only once
+// every state exists.
+template <typename Options, typename ParamState>
+void capturable_adam_step(torch::optim::Optimizer& optimizer, detail::DeviceValues& values,
+                          const torch::Tensor& found_inf, bool decoupled_decay) {
+  for_each_adam_param<Options, ParamState>(optimizer, [&](size_t index, const Options& options,
+                                                          torch::Tensor& param, torch::Tensor grad,
+                                                          ParamState& state) {
+    const torch::Tensor& lr = values.lr(index);
+    const double beta1 = std::get<0>(options.betas());
+    const double beta2 = std::get<1>(options.betas());
+    torch::Tensor& step = values.step(param, state.step(), state.exp_avg());
+    torch::Tensor& exp_avg = state.exp_avg();
+    torch::Tensor& exp_avg_sq = state.exp_avg_sq();
+    std::vector<torch::Tensor> guarded{param, exp_avg, exp_avg_sq, step};
+    if (options.amsgrad()) guarded.push_back(state.max_exp_avg_sq());
+    detail::step_unless_found_inf(guarded, found_inf, [&] {
+      step.add_(1);
       if (decoupled_decay) {
-        if (weight_decay != 0) param.mul_(1 - lr * weight_decay);
-      } else if (weight_decay != 0) {
-        grad = grad.add(param, weight_decay);
+        if (options.weight_decay() != 0) param.mul_(torch::rsub(lr * options.weight_decay(), 1));
+      } else if (options.weight_decay() != 0) {
+        grad = grad.add(param, options.weight_decay());
       }
-      torch::Tensor& exp_avg = state.exp_avg();
-      torch::Tensor& exp_avg_sq = state.exp_avg_sq();
       compat::adam_first_moment_(exp_avg, grad, beta1);
       exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
+      const torch::Tensor bias_correction1 = torch::rsub(torch::pow(beta1, step), 1);
+      const torch::Tensor bias_correction2 = torch::rsub(torch::pow(beta2, step), 1);
+      const torch::Tensor step_size_neg = (bias_correction1.reciprocal() * lr).neg();
+      const torch::Tensor bias_correction2_sqrt = bias_correction2.sqrt();
+      const torch::Tensor second = options.amsgrad()
+                                       ? torch::maximum_out(state.max_exp_avg_sq(), state.max_exp_avg_sq(), exp_avg_sq)
+                                       : exp_avg_sq;
+      torch::Tensor denom =
+          (second.sqrt() / (bias_correction2_sqrt * step_size_neg)).add_(step_size_neg.reciprocal() * options.eps());
+      param.addcdiv_(exp_avg, denom);
+    });
+  });
+}
 
-      const double step = static_cast<double>(state.step());
-      const double bias_correction1 = 1 - std::pow(beta1, step);
-      const double bias_correction2 = 1 - std::pow(beta2, step);
-      const double step_size = lr / bias_correction1;
-      const double bias_correction2_sqrt = compat::adam_bias_correction2_sqrt(bias_correction2);
-      torch::Tensor denom;
-      if (options.amsgrad()) {
-        torch::Tensor& max_exp_avg_sq = state.max_exp_avg_sq();
-        // amsgrad turned on after this state was created (Python would fail on the missing key).
-        if (!max_exp_avg_sq.defined()) max_exp_avg_sq = torch::zeros_like(param, torch::MemoryFormat::Preserve);
-        torch::maximum_out(max_exp_avg_sq, max_exp_avg_sq, exp_avg_sq);
-        denom = (max_exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(options.eps());
-      } else {
-        denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(options.eps());
-      }
-      param.addcdiv_(exp_avg, denom, -step_size);
+// Writes each parameter's device step count into its host state.
+template <typename ParamState>
+void sync_step_counts(const torch::optim::Optimizer& optimizer, detail::DeviceValues& values) {
+  auto& states = const_cast<torch::optim::Optimizer&>(optimizer).state();
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& param : group.params()) {
+      auto found = states.find(compat::param_state_key(states, param));
+      if (found == states.end()) continue;
+      auto& state = static_cast<ParamState&>(*found->second);
+      state.step(values.step(param, state.step(), state.exp_avg()).template item<int64_t>());
     }
   }
-  return loss;
 }
 
 }  // namespace
 
 torch::Tensor Adam::step(LossClosure closure) {
-  return python_adam_step<torch::optim::AdamOptions, torch::optim::AdamParamState>(*this, closure,
-                                                                                  /*decoupled_decay=*/false);
+  return run_step(closure, [this] {
+    python_adam_step<torch::optim::AdamOptions, torch::optim::AdamParamState>(*this, /*decoupled_decay=*/false);
+  });
 }
 
-torch::Tensor AdamW::step(LossClosure closure) {
-  return python_adam_step<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(*this, closure,
-                                                                                    /*decoupled_decay=*/true);
+void Adam::step_on_device(const torch::Tensor& found_inf) {
+  capturable_adam_step<torch::optim::AdamOptions, torch::optim::AdamParamState>(*this, device_values_, found_inf,
+                                                                               /*decoupled_decay=*/false);
 }
+
+void Adam::sync_host_state() const { sync_step_counts<torch::optim::AdamParamState>(*this, device_values_); }
+
+torch::Tensor AdamW::step(LossClosure closure) {
+  return run_step(closure, [this] {
+    python_adam_step<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(*this, /*decoupled_decay=*/true);
+  });
+}
+
+void AdamW::step_on_device(const torch::Tensor& found_inf) {
+  capturable_adam_step<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(*this, device_values_, found_inf,
+                                                                                 /*decoupled_decay=*/true);
+}
+
+void AdamW::sync_host_state() const { sync_step_counts<torch::optim::AdamWParamState>(*this, device_values_); }
 
 }  // namespace lockstep

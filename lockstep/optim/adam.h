@@ -21,23 +21,34 @@
 // Python keeps the step count in a float32 tensor, which stops counting at
 // 2^24 = 16,777,216 steps; these keep an int64 and go on. The two agree up to
 // that step.
+//
+// With set_capturable(true) (YAML `capturable: true`, PyTorch's key) step()
+// is Python's capturable single-tensor path instead: the step count and the
+// learning rate live on the parameters' device and nothing is read from the
+// host, so a CUDA graph can hold the step (optim/device_side_step.h).
 #pragma once
 
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 
+#include "lockstep/optim/device_side_step.h"
+
 namespace lockstep {
 
-class Adam : public torch::optim::Adam {
+class Adam : public CapturableOptimizer<torch::optim::Adam> {
  public:
-  using torch::optim::Adam::Adam;
+  using CapturableOptimizer<torch::optim::Adam>::CapturableOptimizer;
   torch::Tensor step(LossClosure closure = nullptr) override;
+  void step_on_device(const torch::Tensor& found_inf) override;
+  void sync_host_state() const override;
 };
 
-class AdamW : public torch::optim::AdamW {
+class AdamW : public CapturableOptimizer<torch::optim::AdamW> {
  public:
-  using torch::optim::AdamW::AdamW;
+  using CapturableOptimizer<torch::optim::AdamW>::CapturableOptimizer;
   torch::Tensor step(LossClosure closure = nullptr) override;
+  void step_on_device(const torch::Tensor& found_inf) override;
+  void sync_host_state() const override;
 };
 
 }  // namespace lockstep

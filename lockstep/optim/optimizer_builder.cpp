@@ -17,6 +17,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/optim/adam.h"
+#include "lockstep/optim/sgd.h"
 
 namespace lockstep {
 namespace {
@@ -65,6 +66,17 @@ std::tuple<double, double> read_betas(const Config& cfg) {
   return {betas[0], betas[1]};
 }
 
+// `capturable` (PyTorch's key): the step keeps its numbers on the device
+// (optim/device_side_step.h).
+void set_capturable(DeviceSideStep& optimizer, const Config& cfg) {
+  if (!cfg.get<bool>("capturable", false)) return;
+  try {
+    optimizer.set_capturable(true);
+  } catch (const Error& error) {
+    LOCKSTEP_FAIL(cfg.where("capturable"), ": ", error.what());
+  }
+}
+
 std::shared_ptr<optim::Optimizer> make_sgd(const Config& cfg, Groups groups) {
   optim::SGDOptions options(read(cfg, "lr", std::nullopt, kPositive));
   options.momentum(read(cfg, "momentum", 0.0, kUnitOpen))
@@ -74,7 +86,9 @@ std::shared_ptr<optim::Optimizer> make_sgd(const Config& cfg, Groups groups) {
   LOCKSTEP_CHECK(!options.nesterov() || (options.momentum() > 0 && options.dampening() == 0),
                  cfg.where("nesterov"), ": nesterov needs momentum > 0 and dampening 0, got momentum ",
                  options.momentum(), " and dampening ", options.dampening());
-  return std::make_shared<optim::SGD>(std::move(groups), options);
+  auto sgd = std::make_shared<lockstep::SGD>(std::move(groups), options);
+  set_capturable(*sgd, cfg);
+  return sgd;
 }
 
 // Adam and AdamW read the same keys; only AdamW's default weight decay differs.
@@ -86,7 +100,9 @@ std::shared_ptr<optim::Optimizer> make_adam_like(const Config& cfg, Groups group
       .eps(read(cfg, "eps", 1e-8, kPositive))
       .weight_decay(read(cfg, "weight_decay", default_weight_decay, kNonNegative))
       .amsgrad(cfg.get<bool>("amsgrad", false));
-  return std::make_shared<OptimizerT>(std::move(groups), options);
+  auto optimizer = std::make_shared<OptimizerT>(std::move(groups), options);
+  set_capturable(*optimizer, cfg);
+  return optimizer;
 }
 
 std::shared_ptr<optim::Optimizer> make_rmsprop(const Config& cfg, Groups groups) {

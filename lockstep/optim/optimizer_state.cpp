@@ -20,6 +20,7 @@
 #include "lockstep/compat/optim.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/shape_text.h"
+#include "lockstep/optim/device_side_step.h"
 #include "lockstep/optim/optimizer_state_generic.h"
 
 namespace lockstep {
@@ -341,6 +342,10 @@ State save_state(const optim::Optimizer& optimizer, const std::string& type, con
 }  // namespace detail
 
 State save_optimizer_state(const torch::optim::Optimizer& optimizer) {
+  // A capturable step counts on the device (Note [What a captured optimizer step reads]).
+  if (const DeviceSideStep* device = device_side_step(optimizer); device != nullptr && device->capturable()) {
+    device->sync_host_state();
+  }
   State state;
   const bool typed = with_codec(optimizer, [&](auto codec, const char* type) {
     state = save_typed<decltype(codec)>(optimizer, type);

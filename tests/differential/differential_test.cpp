@@ -129,7 +129,8 @@ std::string lockstep_config(const json& c, const std::string& strategy, const st
        << "train_cfg: {max_iters: " << c["iters"] << "}\n";
   const json& opt = c["optimizer"];
   yaml << "optim_wrapper:\n  optimizer: {type: " << opt["type"].get<std::string>() << ", lr: " << opt["lr"];
-  for (const char* key : {"momentum", "weight_decay", "nesterov", "eps", "lr_decay", "initial_accumulator_value"}) {
+  for (const char* key :
+       {"momentum", "weight_decay", "nesterov", "eps", "lr_decay", "initial_accumulator_value", "capturable"}) {
     if (opt.contains(key)) yaml << ", " << key << ": " << opt[key];
   }
   if (opt.contains("betas")) yaml << ", betas: " << yaml_list(opt["betas"]);
@@ -247,6 +248,8 @@ const std::vector<DiffCase>& all_cases() {
     const json bf16_adamw_clip = with(with(with(with(base_case(1), "device", "cuda"), "amp", "bf16"), "optimizer",
                                            adamw["optimizer"]),
                                       "clip", clipping["clip"]);
+    json capturable_adamw = adamw["optimizer"];
+    capturable_adamw["capturable"] = true;
     // PowerSGD from iteration 3 on (after the buckets were rebuilt), at rank 1
     // (Gram-Schmidt) and rank 4 (QR), as PyTorch's powerSGD_hook.
     const json powersgd = with(base_case(2), "comm_hook",
@@ -354,6 +357,17 @@ const std::vector<DiffCase>& all_cases() {
         {"DDP_Bf16_AdamW_Clip_OneGpu", bf16_adamw_clip, nccl_gpu, 1e-5,
          "GPU 0, deterministic algorithms on both sides: bf16 autocast, AdamW and clipping by the same kernels; "
          "cuDNN's algorithm choice as above"},
+        // The device-side ("capturable") AdamW that cuda_graph captures,
+        // against PyTorch's capturable single-tensor AdamW: bf16 with
+        // clipping, and fp16 with the scaler's skipped steps (skipped on the
+        // device by lockstep, by a host read in PyTorch).
+        {"DDP_Bf16_CapturableAdamW_Clip_OneGpu", with(bf16_adamw_clip, "optimizer", capturable_adamw), nccl_gpu, 1e-5,
+         "GPU 0, deterministic algorithms on both sides: PyTorch's capturable arithmetic, the learning rate from a "
+         "float64 device tensor where Python has a float; cuDNN's algorithm choice as above"},
+        {"DDP_Fp16_GradScaler_CapturableAdamW_OneGpu", with(fp16_scaled, "optimizer", capturable_adamw), nccl_gpu,
+         1e-5,
+         "GPU 0, deterministic algorithms on both sides, skipped steps included: a skip puts every tensor back "
+         "bitwise; cuDNN's algorithm choice as above"},
         {"FSDP_FullShard_OneGpu", with(base_case(1), "device", "cuda"),
          "strategy:\n  type: FSDPStrategy\n  launcher: pytorch\n  backend: nccl\n  device: cuda\n  model_wrapper:\n"
          "    auto_wrap_policy: {type: size_based, min_num_params: 1000}\n    sharding_strategy: FULL_SHARD\n",

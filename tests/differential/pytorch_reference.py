@@ -20,7 +20,7 @@ CASE is JSON:
             | {"type": "DCGAN", "latent_dim": 16, "generator_channels": 8, "discriminator_channels": 8}
               (examples/gan: two networks, one optimizer each, separate DDP),
    "world": 2, "batch": 16, "iters": 20, "accumulate": 1, "seed": 0,
-   "optimizer": {"type": "SGD"|"Adam"|"AdamW"|"Adagrad", "lr": ..., ...},
+   "optimizer": {"type": "SGD"|"Adam"|"AdamW"|"Adagrad", "lr": ..., ...},  (Adam, AdamW: "capturable")
    "clip": {"max_norm": 1.0, "norm_type": 2.0} | null,
    "schedulers": [{"type": "LinearLR", "start_factor": 0.1, "total_iters": 5},
                   {"type": "CosineAnnealingLR", "T_max": 20, "eta_min": 0.001}],
@@ -268,11 +268,12 @@ def build_optimizer(spec, params):
                                foreach=False)
     if kind == "Adam":
         return torch.optim.Adam(params, lr=spec["lr"], betas=tuple(spec.get("betas", (0.9, 0.999))),
-                                eps=spec.get("eps", 1e-8), weight_decay=spec.get("weight_decay", 0.0), foreach=False)
+                                eps=spec.get("eps", 1e-8), weight_decay=spec.get("weight_decay", 0.0), foreach=False,
+                                capturable=spec.get("capturable", False))
     if kind == "AdamW":
         return torch.optim.AdamW(params, lr=spec["lr"], betas=tuple(spec.get("betas", (0.9, 0.999))),
                                  eps=spec.get("eps", 1e-8), weight_decay=spec.get("weight_decay", 0.01),
-                                 foreach=False)
+                                 foreach=False, capturable=spec.get("capturable", False))
     if kind == "Adagrad":
         return torch.optim.Adagrad(params, lr=spec["lr"], lr_decay=spec.get("lr_decay", 0.0),
                                    weight_decay=spec.get("weight_decay", 0.0),

@@ -1,0 +1,147 @@
+// DeviceSideStep: an optimizer step that reads nothing from the host, as
+// PyTorch's `capturable=True` optimizers take, so that a CUDA graph can hold
+// it and replay it (engine/cuda_graph_step.h) and an eager step costs no host
+// synchronisation.
+//
+// What a plain step reads from the host, this one keeps on the parameters'
+// device (Note [What a captured optimizer step reads]):
+//   - each parameter's step count: a float32 tensor, as PyTorch's capturable
+//     Adam keeps it;
+//   - each group's learning rate: a 0-dim float64 tensor, written from the
+//     group's options by stage_host_values() before every step or replay
+//     (the schedulers keep changing the options on the host);
+//   - whether to skip the step: GradScaler's found-inf flag, passed to
+//     step_on_device(), leaves every parameter and every state tensor
+//     bitwise as it was, where a plain step is skipped by a host read.
+//
+// lockstep's Adam, AdamW (optim/adam.h) and SGD (optim/sgd.h) have it; the
+// YAML key `capturable: true` turns it on, and `cuda_graph` does for the
+// optimizer it captures. Anyone asks through the capability:
+//
+//   if (lockstep::DeviceSideStep* device = lockstep::device_side_step(optimizer)) {
+//     device->set_capturable(true);
+//     device->stage_host_values();           // outside any capture: lr into its tensors
+//     device->step_on_device(found_inf);     // or torch::Tensor() for no skip
+//     device->sync_host_state();             // before a checkpoint reads the state
+//   }
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include <ATen/core/grad_mode.h>
+#include <torch/optim/optimizer.h>
+#include <torch/types.h>
+
+namespace lockstep {
+
+class DeviceSideStep {
+ public:
+  virtual ~DeviceSideStep() = default;
+
+  // Whether step() takes the device-side form (`capturable`).
+  virtual bool capturable() const = 0;
+  virtual void set_capturable(bool capturable) = 0;
+
+  // Writes what the step reads from the param groups' options (lr) into the
+  // device tensors the step reads, before each step or replay. Inside a
+  // capture it writes nothing (the write would be recorded with the value of
+  // the moment): whoever replays stages before each replay.
+  virtual void stage_host_values() = 0;
+
+  // One step of every parameter that has a gradient, issuing device work
+  // only: no host read, no host-dependent branch once every state exists.
+  // `found_inf`, when defined, is a one-element float tensor on the
+  // parameters' device; where it is nonzero the step leaves every parameter
+  // and state tensor bitwise as it was (a GradScaler's skipped step).
+  virtual void step_on_device(const torch::Tensor& found_inf) = 0;
+
+  // Copies what lives only on the device (step counts, which momentum
+  // buffers exist) into the optimizer's host state, which checkpoints save.
+  // Costs one host read; const because it only refreshes that copy.
+  virtual void sync_host_state() const = 0;
+};
+
+// The optimizer's device-side step, or null if it has none.
+DeviceSideStep* device_side_step(torch::optim::Optimizer& optimizer);
+const DeviceSideStep* device_side_step(const torch::optim::Optimizer& optimizer);
+
+namespace detail {
+
+// The device-side values one optimizer keeps for DeviceSideStep: each
+// group's lr tensor and each parameter's step-count tensor. A step-count
+// tensor is made from the host state's count and belongs to that state
+// (`owner`, one of its tensors); when the host state is replaced (loaded
+// from a checkpoint) the count is taken from the host again, so loading
+// needs no hook.
+class DeviceValues {
+ public:
+  // Writes every group's lr into its tensor (made on the group's first
+  // parameter's device on first use).
+  void stage(const torch::optim::Optimizer& optimizer);
+  // Group `index`'s lr tensor; stage() must have run.
+  const torch::Tensor& lr(size_t index) const;
+  // The step count of `param`, whose host state `owner` holds `host_count`.
+  torch::Tensor& step(const torch::Tensor& param, int64_t host_count, const torch::Tensor& owner);
+
+ private:
+  struct StepCount {
+    torch::Tensor value;
+    const void* owner = nullptr;
+  };
+  std::vector<torch::Tensor> lrs_;
+  std::vector<std::pair<const void*, StepCount>> steps_;  // by parameter, in first-step order
+};
+
+}  // namespace detail
+
+// A libtorch optimizer class with the DeviceSideStep bookkeeping every
+// capturable optimizer shares; the subclass writes step_on_device() and, in
+// step(), calls run_step() with its plain step.
+//
+//   class Adam : public CapturableOptimizer<torch::optim::Adam> {
+//     torch::Tensor step(LossClosure closure) override { return run_step(closure, [&] { plain_step(); }); }
+//     void step_on_device(const torch::Tensor& found_inf) override;
+//   };
+template <typename TorchOptimizer>
+class CapturableOptimizer : public TorchOptimizer, public DeviceSideStep {
+ public:
+  using TorchOptimizer::TorchOptimizer;
+  bool capturable() const override { return capturable_; }
+  void set_capturable(bool capturable) override { capturable_ = capturable; }
+  void stage_host_values() override { device_values_.stage(*this); }
+
+ protected:
+  // The closure's loss (if any) after the device-side step when capturable,
+  // else after `plain_step`.
+  torch::Tensor run_step(const typename TorchOptimizer::LossClosure& closure, const std::function<void()>& plain_step) {
+    torch::Tensor loss;
+    if (closure) {
+      at::AutoGradMode enable_grad(true);
+      loss = closure();
+    }
+    if (capturable_) {
+      stage_host_values();
+      step_on_device(torch::Tensor());
+    } else {
+      plain_step();
+    }
+    return loss;
+  }
+
+  bool capturable_ = false;
+  // mutable: sync_host_state() is const and makes a count it has not seen.
+  mutable detail::DeviceValues device_values_;
+};
+
+namespace detail {
+
+// Runs `step`, then puts back every tensor of `guarded` where `found_inf`
+// (undefined: no skip) is nonzero, bitwise (torch::where of copies taken
+// before). The tensors must be updated in place by `step`.
+void step_unless_found_inf(const std::vector<torch::Tensor>& guarded, const torch::Tensor& found_inf,
+                           const std::function<void()>& step);
+
+}  // namespace detail
+}  // namespace lockstep

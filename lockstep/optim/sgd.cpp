@@ -1,0 +1,112 @@
+#include "lockstep/optim/sgd.h"
+
+#include <memory>
+
+#include "lockstep/compat/optim.h"
+#include "lockstep/core/error.h"
+
+namespace lockstep {
+
+// Note [SGD's momentum buffer on the device]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Python's SGD makes a parameter's momentum buffer on its first step as a
+// copy of the gradient, and from then on decays it. Whether the buffer exists
+// is a host fact a graph cannot follow: the first step may be one the loss
+// scaler skips, and then the buffer must still not exist at the next. So the
+// capturable step makes the buffer (zeros) ahead of time and keeps "made" as
+// the step count's device tensor (0 or 1): each step computes both the first
+// step's buffer (the gradient) and the decayed one, and torch::where picks
+// by the flag. Either value is the plain step's, bit for bit.
+//
+// A checkpoint saved before any step was taken holds the zero buffer, and a
+// run resumed from it decays that buffer: 0 * momentum + gradient, the
+// gradient again but for the sign of a zero. That holds only with dampening
+// 0, so capturable SGD takes no other (the first step's buffer would be
+// (1 - dampening) * gradient instead of the gradient).
+
+torch::Tensor SGD::step(LossClosure closure) {
+  return run_step(closure, [this] { torch::optim::SGD::step(); });
+}
+
+void SGD::set_capturable(bool capturable) {
+  if (capturable) {
+    for (const auto& group : param_groups()) {
+      const auto& options = static_cast<const torch::optim::SGDOptions&>(group.options());
+      LOCKSTEP_CHECK(options.dampening() == 0 || options.momentum() == 0,
+                     "capturable SGD takes dampening 0 only (got ", options.dampening(),
+                     "): its momentum buffers exist from the start, which a nonzero dampening would tell apart "
+                     "(Note [SGD's momentum buffer on the device])");
+    }
+  }
+  capturable_ = capturable;
+}
+
+void SGD::step_on_device(const torch::Tensor& found_inf) {
+  torch::NoGradGuard no_grad;
+  auto& states = state();
+  auto& groups = param_groups();
+  for (size_t index = 0; index < groups.size(); ++index) {
+    auto& group = groups[index];
+    const auto& options = static_cast<const torch::optim::SGDOptions&>(group.options());
+    const torch::Tensor neg_lr = device_values_.lr(index).neg();
+    const double momentum = options.momentum();
+    for (auto& param : group.params()) {
+      if (!param.grad().defined()) continue;
+      torch::Tensor d_p = param.grad();
+      LOCKSTEP_CHECK(!d_p.is_sparse(), "capturable SGD does not take sparse gradients");
+      std::vector<torch::Tensor> guarded{param};
+      torch::Tensor buffer;
+      torch::Tensor made;
+      if (momentum != 0) {
+        const auto key = compat::param_state_key(states, param);
+        auto found = states.find(key);
+        const bool in_host_state = found != states.end();
+        if (!in_host_state) {
+          auto fresh = std::make_unique<torch::optim::SGDParamState>();
+          fresh->momentum_buffer(torch::zeros_like(param, torch::MemoryFormat::Preserve));
+          found = states.emplace(key, std::move(fresh)).first;
+        }
+        buffer = static_cast<torch::optim::SGDParamState&>(*found->second).momentum_buffer();
+        // 1 once the buffer holds a first step: the host state's buffer does
+        // unless this step made it (Note [SGD's momentum buffer on the device]).
+        made = made_flag(param, buffer, in_host_state);
+        guarded.push_back(buffer);
+        guarded.push_back(made);
+      }
+      detail::step_unless_found_inf(guarded, found_inf, [&] {
+        if (options.weight_decay() != 0) d_p = d_p.add(param, options.weight_decay());
+        if (momentum != 0) {
+          torch::Tensor decayed = buffer.mul(momentum).add_(d_p, 1 - options.dampening());
+          buffer.copy_(torch::where(made != 0, decayed, d_p));
+          made.fill_(1);
+          d_p = options.nesterov() ? d_p.add(buffer, momentum) : buffer;
+        }
+        param.addcmul_(d_p, neg_lr);
+      });
+    }
+  }
+}
+
+torch::Tensor& SGD::made_flag(const torch::Tensor& param, const torch::Tensor& buffer, bool made_on_host) {
+  const void* key = param.unsafeGetTensorImpl();
+  const void* owner = buffer.unsafeGetTensorImpl();
+  for (auto& entry : made_) {
+    if (entry.first != key) continue;
+    if (entry.second.buffer != owner) {  // the host state was loaded
+      entry.second.buffer = owner;
+      entry.second.made.fill_(made_on_host ? 1.0 : 0.0);
+    }
+    return entry.second.made;
+  }
+  MadeFlag flag;
+  flag.buffer = owner;
+  flag.made = torch::full({}, made_on_host ? 1.0 : 0.0, param.options().dtype(torch::kFloat));
+  made_.emplace_back(key, std::move(flag));
+  return made_.back().second.made;
+}
+
+// The host state already holds every buffer (Note [SGD's momentum buffer on
+// the device]); nothing lives only on the device.
+void SGD::sync_host_state() const {}
+
+}  // namespace lockstep
