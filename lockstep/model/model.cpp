@@ -6,7 +6,7 @@
 
 namespace lockstep {
 
-ParsedLosses parse_losses(const LossDict& losses) {
+ParsedLosses parse_losses(const LossDict& losses, LogValuesOnDevice* on_device) {
   ParsedLosses parsed;
   std::vector<torch::Tensor> terms;
   for (const auto& item : losses) {
@@ -14,12 +14,20 @@ ParsedLosses parse_losses(const LossDict& losses) {
     LOCKSTEP_CHECK(value.defined(), "loss entry '", item.key(), "' is an undefined tensor");
     torch::Tensor mean = value.numel() == 1 ? value.reshape({}) : value.mean();
     if (item.key().find("loss") != std::string::npos) terms.push_back(mean);
-    parsed.log_vars[item.key()] = mean.detach().item<double>();
+    if (on_device != nullptr) {
+      on_device->put(item.key(), mean);
+    } else {
+      parsed.log_vars[item.key()] = mean.detach().item<double>();
+    }
   }
   LOCKSTEP_CHECK(!terms.empty(), "the model's loss() returned no entry whose name contains 'loss' (got ",
                  losses.size(), " entries); parse_losses sums exactly those");
   parsed.loss = terms.size() == 1 ? terms.front() : torch::stack(terms).sum();
-  parsed.log_vars["loss"] = parsed.loss.detach().item<double>();
+  if (on_device != nullptr) {
+    on_device->put("loss", parsed.loss);
+  } else {
+    parsed.log_vars["loss"] = parsed.loss.detach().item<double>();
+  }
   return parsed;
 }
 
@@ -32,7 +40,9 @@ LogVars Model::train_step(const Batch& batch, OptimWrapper& optim_wrapper) {
     RECORD_USER_SCOPE("lockstep::forward");
     auto context = optim_wrapper.optim_context();
     Batch data = data_preprocessor()(batch, /*training=*/true);
-    parsed = parse_losses(loss(data));
+    // The trainer reads the values later when it keeps them on the device
+    // (Note [Logged values read after the step]).
+    parsed = parse_losses(loss(data), LogValuesOnDevice::current());
   }
   optim_wrapper.update_params(parsed.loss);
   return parsed.log_vars;

@@ -34,6 +34,7 @@
 #include "lockstep/config/registry.h"
 #include "lockstep/model/batch.h"
 #include "lockstep/model/data_preprocessor.h"
+#include "lockstep/model/log_values_on_device.h"
 #include "lockstep/optim/optim_wrapper.h"
 
 namespace lockstep {
@@ -47,8 +48,11 @@ struct ParsedLosses {
 };
 
 // mmengine's parse_losses: entries whose key contains "loss" are summed into
-// the total; every entry is logged by its mean value.
-ParsedLosses parse_losses(const LossDict& losses);
+// the total; every entry is logged by its mean value. With `on_device`, the
+// logged values go there as tensors instead of being read into log_vars
+// (model/log_values_on_device.h); the default train_step passes the one the
+// trainer opened.
+ParsedLosses parse_losses(const LossDict& losses, LogValuesOnDevice* on_device = nullptr);
 
 class Model : public torch::nn::Module {
  public:

@@ -19,6 +19,28 @@ TEST(ParseLossesTest, SumsLossKeysAndLogsEverything) {
   EXPECT_EQ(parsed.log_vars, (LogVars{{"loss_cls", 1.5}, {"loss_box", 2.0}, {"accuracy", 0.25}, {"loss", 3.5}}));
 }
 
+TEST(ParseLossesTest, OnTheDeviceTheValuesWaitForOneReadThatGivesWhatItemGives) {
+  LossDict losses;
+  losses.insert("loss_cls", torch::tensor(0.1f, torch::requires_grad()));
+  losses.insert("loss_box", torch::tensor({1.0f, 3.3f}, torch::requires_grad()));
+  losses.insert("accuracy", torch::tensor(0.7f));
+  const ParsedLosses eager = parse_losses(losses);
+  LogValuesOnDevice on_device;
+  EXPECT_EQ(LogValuesOnDevice::current(), &on_device);
+  const ParsedLosses deferred = parse_losses(losses, &on_device);
+  EXPECT_TRUE(deferred.log_vars.empty()) << "nothing read inside the step";
+  EXPECT_TRUE(torch::equal(deferred.loss, eager.loss));
+  EXPECT_EQ(on_device.tensors().size(), 4u);
+  LogVars read;
+  on_device.read_into(read);
+  EXPECT_EQ(read, eager.log_vars) << "the same doubles as .item<double>() of each float32 value";
+  {
+    LogValuesOnDevice inner;
+    EXPECT_EQ(LogValuesOnDevice::current(), &inner);
+  }
+  EXPECT_EQ(LogValuesOnDevice::current(), &on_device);
+}
+
 TEST(ParseLossesTest, NoLossEntryIsAnError) {
   LossDict losses;
   losses.insert("accuracy", torch::tensor(0.25));
