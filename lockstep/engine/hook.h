@@ -59,7 +59,9 @@ class Hook {
   // Runs even when training failed; trainer().iter() == max_iter tells success.
   virtual void after_train() {}
   virtual void before_step() {}
-  // After the backward pass, before the optimizer step.
+  // After the backward pass, before the optimizer step. Under cuda_graph it
+  // runs inside the captured step, once per kind of step: what it queues on
+  // the GPU is replayed with the step, what it does on the host is not.
   virtual void after_backward() {}
   virtual void after_step() {}
 

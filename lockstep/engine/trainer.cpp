@@ -13,7 +13,9 @@
 #include "lockstep/core/logging.h"
 #include "lockstep/core/ordered_worker.h"
 #include "lockstep/core/rng.h"
+#include "lockstep/core/scalars_to_host.h"
 #include "lockstep/data/data_loader.h"
+#include "lockstep/model/log_values_on_device.h"
 #include "lockstep/model/model.h"
 
 namespace lockstep {
@@ -176,6 +178,7 @@ void Trainer::begin(int64_t start_iter, int64_t max_iter) {
   stopped_early_ = false;
   storage_.set_iter(start_iter);
   optim_wrapper_->initialize_count_status(start_iter, max_iter);
+  if (options_.cuda_graph() && !cuda_graph_step_) cuda_graph_step_ = std::make_unique<CudaGraphStep>(*options_.cuda_graph());
   votes_on_stops_ = stop_agreement_ && std::any_of(hooks_.begin(), hooks_.end(), [](const std::shared_ptr<Hook>& hook) {
                       return hook->may_request_stop();
                     });
@@ -281,7 +284,9 @@ void Trainer::run_step() {
     RECORD_USER_SCOPE("lockstep::data");
     batch = data_loader().next();
   }
-  run_batch(batch, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  // The logged values stay on the device except on the iterations whose metrics are recorded.
+  train_on(batch, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+           records_metrics(iter_));
 }
 
 // Note [One training step, top to bottom]
@@ -303,17 +308,34 @@ void Trainer::run_step() {
 // StepContext callback for the same reason: the hooks run after every
 // backward pass a train_step makes, not once per step.
 LogVars Trainer::run_batch(const Batch& batch, double data_time) {
+  return train_on(batch, data_time, /*read_logged=*/true);
+}
+
+LogVars Trainer::train_on(const Batch& batch, double data_time, bool read_logged) {
   LOCKSTEP_CHECK(model_->is_training(), "the model is in eval mode at iteration ", iter_,
                  ": a hook switched it with eval() and did not switch it back with train()");
   if (options_.zero_grad_before_forward()) optim_wrapper_->zero_grad();
   // iter_ is the iteration DDP and FSDP check every rank reduces gradients
   // of (Note [The iteration check], Note [FSDP's step check]).
   StepContext step{iter_, [this] { after_backward(); }};
-  LogVars log_vars = model_->run_train_step(batch, *optim_wrapper_, step);
-  // The optimizer's metrics live on the device: read them only on the
-  // iterations whose metrics are recorded.
-  if (records_metrics(iter_)) {
-    for (const auto& metric : optim_wrapper_->last_update_metrics()) log_vars[metric.first] = metric.second;
+  CudaGraphStep::Outputs outputs;
+  if (cuda_graph_step_) {
+    outputs = cuda_graph_step_->run(*model_, *optim_wrapper_, batch, step);
+  } else {
+    LogValuesOnDevice logged;
+    outputs.returned = model_->run_train_step(batch, *optim_wrapper_, step);
+    outputs.logged = logged.tensors();
+  }
+  // The logged losses and the optimizer's metrics live on the device: read
+  // them together, in one copy, only when asked (Note [Logged values read
+  // after the step]).
+  LogVars log_vars = std::move(outputs.returned);
+  if (read_logged) {
+    std::map<std::string, torch::Tensor> on_device = std::move(outputs.logged);
+    if (records_metrics(iter_)) {
+      for (auto& [name, tensor] : optim_wrapper_->last_update_metric_tensors()) on_device[name] = tensor;
+    }
+    for (const auto& [name, value] : scalars_to_host(on_device)) log_vars[name] = value;
   }
   write_metrics(log_vars, data_time, iter_);
   return log_vars;

@@ -21,11 +21,13 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "lockstep/core/state.h"
+#include "lockstep/engine/cuda_graph_step.h"
 #include "lockstep/engine/event_storage.h"
 #include "lockstep/engine/hook.h"
 #include "lockstep/optim/optim_wrapper.h"
@@ -44,6 +46,8 @@ struct TrainerOptions {
   TORCH_ARG(int64_t, gather_metric_period) = 1;
   // Record metrics on one ordered background thread, off the step's path.
   TORCH_ARG(bool, async_write_metrics) = false;
+  // The whole step as one CUDA graph (engine/cuda_graph_step.h); unset: eager.
+  TORCH_ARG(std::optional<CudaGraphOptions>, cuda_graph) = std::nullopt;
 };
 
 class Trainer {
@@ -84,7 +88,8 @@ class Trainer {
   LogVars step(const Batch& batch, double data_time = 0);
   void end();
   bool running() const { return phase_ != Phase::kIdle; }
-  // One iteration's work on `batch`: the model's train_step, then its metrics.
+  // One iteration's work on `batch`: the model's train_step, then its
+  // metrics. Returns every logged value (it reads them all to the host).
   LogVars run_batch(const Batch& batch, double data_time);
 
   // Ends the run after the current iteration (before the first, when asked
@@ -148,6 +153,8 @@ class Trainer {
 
   // Records one step's metrics (see class comment). Public for custom run_step overrides.
   void write_metrics(const LogVars& log_vars, double data_time, int64_t iteration);
+  // The CUDA graph the steps run through (TrainerOptions::cuda_graph), or null.
+  const CudaGraphStep* cuda_graph_step() const { return cuda_graph_step_.get(); }
   // Whether `iteration`'s metrics are gathered and written (every gather_metric_period).
   bool records_metrics(int64_t iteration) const { return (iteration + 1) % options_.gather_metric_period() == 0; }
   // Waits for metrics queued by async_write_metrics and rethrows their error, if any.
@@ -166,6 +173,9 @@ class Trainer {
   void log_hook_order() const;
 
  private:
+  // run_batch, reading the logged values to the host only when `read_logged`
+  // (Note [Logged values read after the step]).
+  LogVars train_on(const Batch& batch, double data_time, bool read_logged);
   void record_metrics(const LogVars& log_vars, double data_time, int64_t iteration);
 
   std::shared_ptr<Model> model_;
@@ -176,6 +186,7 @@ class Trainer {
   EventStorage storage_;
   MetricsGatherer gather_metrics_;
   std::unique_ptr<OrderedWorker> metrics_worker_;  // with async_write_metrics (lockstep/core/ordered_worker.h)
+  std::unique_ptr<CudaGraphStep> cuda_graph_step_;  // with cuda_graph
   int64_t iter_ = 0;
   int64_t start_iter_ = 0;
   int64_t max_iter_ = 0;

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/scalars_to_host.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/optim/optimizer_state.h"
 #include "lockstep/optim/param_groups.h"
@@ -110,19 +111,21 @@ void OptimWrapper::initialize_count_status(int64_t start_iter, int64_t max_iters
   }
 }
 
-torch::Tensor OptimWrapper::scale_loss(const torch::Tensor& loss) const {
+int64_t OptimWrapper::loss_divisor() const {
   const int64_t accumulation = options_.accumulative_counts();
-  int64_t factor = 1;
-  if (accumulation == 1) {
-    factor = 1;
-  } else if (max_counts_ < 0) {
-    factor = accumulation;
-  } else if (inner_count_ < divisible_counts_) {
-    factor = accumulation;
-  } else {
-    factor = remainder_counts_;  // the last, shorter window
-  }
+  if (accumulation == 1) return 1;
+  if (max_counts_ < 0 || inner_count_ < divisible_counts_) return accumulation;
+  return remainder_counts_;  // the last, shorter window
+}
+
+torch::Tensor OptimWrapper::scale_loss(const torch::Tensor& loss) const {
+  const int64_t factor = loss_divisor();
   return factor == 1 ? loss : loss / static_cast<double>(factor);
+}
+
+void OptimWrapper::count_replayed_backward() {
+  if (should_sync()) reduced_in_step_ = true;
+  inner_count_ += 1;
 }
 
 bool OptimWrapper::should_update() const {
@@ -269,6 +272,7 @@ State OptimWrapper::state() const {
 void OptimWrapper::load_state(const State& state) {
   LOCKSTEP_CHECK(state.contains("optimizer"), "the checkpoint holds no optimizer state");
   load_optimizer_state(*optimizer_, state.get("optimizer"));
+  ++state_generation_;
   load_extra_state(state);
   // Absent from checkpoints written without a parallel wrapper (or before it existed): the sync starts afresh.
   if (gradient_sync_ && state.contains("gradient_sync")) gradient_sync_->load_state(state.get("gradient_sync"));
@@ -313,16 +317,14 @@ std::map<std::string, double> OptimWrapperDict::learning_rates() const {
   return result;
 }
 
-LogVars OptimWrapper::last_update_metrics() const {
-  LogVars values;
-  for (const auto& [name, tensor] : last_metrics_) values[name] = tensor.item<double>();
-  return values;
-}
+LogVars OptimWrapperBase::last_update_metrics() const { return scalars_to_host(last_update_metric_tensors()); }
 
-LogVars OptimWrapperDict::last_update_metrics() const {
-  LogVars result;
+std::map<std::string, torch::Tensor> OptimWrapperDict::last_update_metric_tensors() const {
+  std::map<std::string, torch::Tensor> result;
   for (const auto& entry : wrappers_) {
-    for (const auto& metric : entry.second->last_update_metrics()) result[entry.first + "/" + metric.first] = metric.second;
+    for (const auto& metric : entry.second->last_update_metric_tensors()) {
+      result[entry.first + "/" + metric.first] = metric.second;
+    }
   }
   return result;
 }

@@ -105,8 +105,11 @@ class OptimWrapperBase {
   virtual void initialize_count_status(int64_t start_iter, int64_t max_iters) = 0;
   // "lr" of the main param group, by wrapper name ("" for a single wrapper).
   virtual std::map<std::string, double> learning_rates() const = 0;
-  // Metrics of the last update (grad_norm, loss_scale), prefixed by name for dicts.
-  virtual LogVars last_update_metrics() const = 0;
+  // Metrics of the last update (grad_norm, loss_scale), prefixed by name for
+  // dicts, as device tensors: reading them is left to whoever logs them.
+  virtual std::map<std::string, torch::Tensor> last_update_metric_tensors() const = 0;
+  // The same read to the host, with one copy.
+  LogVars last_update_metrics() const;
   virtual State state() const = 0;
   virtual void load_state(const State& state) = 0;
   // The wrappers inside, by name ("" for a single wrapper).
@@ -158,6 +161,19 @@ class OptimWrapper : public OptimWrapperBase {
 
   bool should_update() const;
   bool should_sync() const;
+  // What scale_loss divides this micro-step's loss by: accumulative_counts,
+  // the last shorter window's length, or 1.
+  int64_t loss_divisor() const;
+  // A replayed CUDA graph ran a backward pass (and maybe the step) that this
+  // wrapper's host code did not see run (engine/cuda_graph_step.h): counts
+  // it as backward() counts one.
+  void count_replayed_backward();
+  // A replayed CUDA graph rewrites the metric tensors its capture made
+  // (last_update_metric_tensors), so its owner puts them back after each replay.
+  void set_last_metric_tensors(std::map<std::string, torch::Tensor> tensors) { last_metrics_ = std::move(tensors); }
+  // Changes each time load_state() replaces the optimizer's state (whose
+  // tensors a captured step must not outlive).
+  int64_t state_generation() const { return state_generation_; }
   int64_t inner_count() const { return inner_count_; }
   void initialize_count_status(int64_t start_iter, int64_t max_iters) override;
 
@@ -173,9 +189,9 @@ class OptimWrapper : public OptimWrapperBase {
   GradientSync* gradient_sync() const { return gradient_sync_.get(); }
 
   std::map<std::string, double> learning_rates() const override;
-  // Read from device tensors here, not at the update: asking for them is the
-  // only host sync they cost (the trainer asks when it records metrics).
-  LogVars last_update_metrics() const override;
+  // The tensors the update left, not read: the trainer reads them with the
+  // logged losses, in one copy, when it records metrics.
+  std::map<std::string, torch::Tensor> last_update_metric_tensors() const override { return last_metrics_; }
   State state() const override;
   void load_state(const State& state) override;
   std::vector<std::pair<std::string, OptimWrapper*>> wrappers() override { return {{"", this}}; }
@@ -208,6 +224,7 @@ class OptimWrapper : public OptimWrapperBase {
   std::shared_ptr<GradientSync> gradient_sync_;
   const StepContext* step_ = nullptr;  // while a trainer's step runs
   int64_t inner_count_ = 0;
+  int64_t state_generation_ = 0;
   int64_t max_counts_ = -1;
   int64_t divisible_counts_ = 0;
   int64_t remainder_counts_ = 0;
@@ -233,7 +250,7 @@ class OptimWrapperDict : public OptimWrapperBase {
   void zero_grad() override;
   void initialize_count_status(int64_t start_iter, int64_t max_iters) override;
   std::map<std::string, double> learning_rates() const override;
-  LogVars last_update_metrics() const override;
+  std::map<std::string, torch::Tensor> last_update_metric_tensors() const override;
   State state() const override;
   void load_state(const State& state) override;
   std::vector<std::pair<std::string, OptimWrapper*>> wrappers() override;

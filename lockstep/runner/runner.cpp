@@ -88,7 +88,8 @@ const std::vector<std::string>& runner_config_keys() {
       "work_dir",        "randomness",      "env",           "strategy",        "model",
       "train_dataloader", "val_dataloader", "test_dataloader", "val_evaluator", "test_evaluator",
       "train_cfg",       "optim_wrapper",   "param_scheduler", "trainer",       "default_hooks",
-      "custom_hooks",    "load_from",       "resume",        "activation_checkpointing", "preemption"};
+      "custom_hooks",    "load_from",       "resume",        "activation_checkpointing", "preemption",
+      "cuda_graph"};
   return keys;
 }
 }  // namespace
@@ -257,8 +258,10 @@ void Runner::build_for_training(bool with_train_data) {
     evaluators_["val"] = build_evaluator(config_.at("val_evaluator"));
   }
 
-  trainer_ = std::make_unique<Trainer>(strategy_->model(), train_loader_, strategy_->optim_wrapper(),
-                                       parse_trainer_options(config_.child("trainer")), strategy_->metrics_gatherer());
+  TrainerOptions trainer_options = parse_trainer_options(config_.child("trainer"));
+  if (config_.has("cuda_graph")) trainer_options.cuda_graph(prepare_cuda_graph());
+  trainer_ = std::make_unique<Trainer>(strategy_->model(), train_loader_, strategy_->optim_wrapper(), trainer_options,
+                                       strategy_->metrics_gatherer());
   if (strategy_->world_size() > 1) {
     std::weak_ptr<Strategy> strategy = strategy_;
     trainer_->set_stop_agreement([strategy](bool local) { return strategy.lock()->any_rank(local); });
@@ -275,6 +278,22 @@ void Runner::build_for_training(bool with_train_data) {
   if (eval_loaders_.count("val")) context.evaluate = [this] { return evaluate("val"); };
   trainer_->register_hooks(build_default_hooks(config_.child("default_hooks"), config_.child("custom_hooks"), context));
   if (checkpointing) trainer_->register_hooks({std::make_shared<CheckpointingConsulted>(model, config_.where("activation_checkpointing"))});
+}
+
+CudaGraphOptions Runner::prepare_cuda_graph() {
+  const Config section = config_.at("cuda_graph");
+  const CudaGraphOptions options = parse_cuda_graph_options(section);
+  std::string obstacle = strategy_->cuda_graph_obstacle();
+  if (obstacle.empty()) {
+    const Config optimizer = config_.at("optim_wrapper").child("optimizer");
+    const std::string type = optimizer.is_map() ? optimizer.get<std::string>("type", "") : "";
+    obstacle = prepare_optimizer_for_cuda_graph(*strategy_->optim_wrapper(), type);
+  }
+  LOCKSTEP_CHECK(obstacle.empty(), section.where(), ": cuda_graph cannot capture this run's training step: ", obstacle);
+  logger().info("cuda_graph: {} eager warm-up step(s), then each kind of step is captured once and replayed "
+                "(the optimizer's step is capturable for the whole run)",
+                options.warmup_iters());
+  return options;
 }
 
 bool Runner::apply_activation_checkpointing_config(Model& model) {

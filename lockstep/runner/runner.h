@@ -16,7 +16,8 @@
 // param_scheduler, trainer {zero_grad_before_forward, gather_metric_period,
 // async_write_metrics}, default_hooks, custom_hooks, load_from, resume,
 // preemption (runner/preemption.h),
-// activation_checkpointing {module_types}.
+// activation_checkpointing {module_types}, cuda_graph {warmup_iters}
+// (the whole step as one CUDA graph: engine/cuda_graph_step.h).
 // Any other top-level key is an error naming its file and line (and the
 // nearest known key); a program that reads top-level keys of its own names
 // them in RunnerOptions::extra_config_keys.
@@ -112,6 +113,10 @@ class Runner {
   std::vector<std::shared_ptr<Hook>> build_hooks(int64_t iters_per_epoch, int64_t max_iters);
   // `activation_checkpointing: {module_types: [...]}`; true when it is on.
   bool apply_activation_checkpointing_config(Model& model);
+  // The `cuda_graph` section's options, once the strategy and the optimizer
+  // are known able to capture (an error naming the section and the reason
+  // otherwise); turns the optimizer's device-side step on.
+  CudaGraphOptions prepare_cuda_graph();
 
   Config config_;
   RunnerOptions options_;

@@ -153,5 +153,17 @@ TEST(StepTrainer, EpochsAndTrainingDataAreRefusedWithTheKey) {
             std::string::npos);
 }
 
+TEST(StepTrainer, CudaGraphOnTheCpuIsRefusedBeforeTheFirstStepNamingTheKey) {
+  testing::TempDir dir;
+  const std::string error = testing::error_of([&] {
+    StepTrainer trainer(Config::parse(config_text("cuda_graph: {warmup_iters: 2}\n"), "steps.yaml"),
+                        StepTrainerOptions().work_dir(dir.path()));
+  });
+  EXPECT_NE(error.find("(key cuda_graph)"), std::string::npos) << error;
+  EXPECT_NE(error.find("cannot capture this run's training step: SingleDeviceStrategy trains on cpu"),
+            std::string::npos)
+      << error;
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -74,4 +74,15 @@ void DDPStrategy::attach_optim_wrapper(OptimWrapperBase& optim_wrapper) {
 LOCKSTEP_REGISTER(strategy_registry(), "DDPStrategy",
                   [](const Config& config) { return std::make_shared<DDPStrategy>(parse_ddp_strategy_options(config)); });
 
+std::string DDPStrategy::cuda_graph_obstacle() const {
+  std::string obstacle = Strategy::cuda_graph_obstacle();
+  if (!obstacle.empty()) return obstacle;
+  if (options_.ddp.find_unused_parameters()) {
+    return "find_unused_parameters: which parameters took part is found on the host after each forward, and a "
+           "replayed step would reuse the first step's answer";
+  }
+  return "DDPStrategy's step is not captured yet: its gradient buckets are reduced and the ranks' iterations "
+         "checked by host code a replay would skip (train with SingleDeviceStrategy, or without cuda_graph)";
+}
+
 }  // namespace lockstep

@@ -45,6 +45,7 @@ class DDPStrategy : public DistributedStrategy {
  public:
   explicit DDPStrategy(DDPStrategyOptions options);
   std::string name() const override { return "DDPStrategy"; }
+  std::string cuda_graph_obstacle() const override;
 
   // The DDP of the whole model (null with separate DDP).
   std::shared_ptr<DistributedDataParallel> ddp() const { return ddp_; }

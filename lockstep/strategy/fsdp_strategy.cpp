@@ -253,4 +253,14 @@ LOCKSTEP_REGISTER(strategy_registry(), "FSDPStrategy", [](const Config& config) 
   return std::make_shared<FSDPStrategy>(parse_fsdp_strategy_options(config));
 });
 
+std::string FSDPStrategy::cuda_graph_obstacle() const {
+  std::string obstacle = Strategy::cuda_graph_obstacle();
+  if (!obstacle.empty()) return obstacle;
+  if (options_.fsdp.offload_params()) {
+    return "FSDP with cpu_offload: the optimizer steps on the shards in host memory, which a CUDA graph cannot hold";
+  }
+  return "FSDPStrategy's step is not captured yet: its units gather and free their parameters by host code a "
+         "replay would skip (train with SingleDeviceStrategy, or without cuda_graph)";
+}
+
 }  // namespace lockstep

@@ -73,6 +73,7 @@ class FSDPStrategy : public DistributedStrategy, public std::enable_shared_from_
   // Inside a ShardWhileBuilding scope: units built through shard_when_built()
   // are sharded as they are made, so the whole model never exists on a rank.
   std::shared_ptr<Model> build_model(const Config& config) override;
+  std::string cuda_graph_obstacle() const override;
 
   // Rank 0 gets the full state; the other ranks an empty map (collective).
   std::map<std::string, torch::Tensor> model_state_dict() override;

@@ -208,4 +208,11 @@ LOCKSTEP_REGISTER(strategy_registry(), "SingleDeviceStrategy", [](const Config& 
       place_on_device(config.get<std::string>("device", "auto"), LocalPlace(), config.where("device")));
 });
 
+std::string Strategy::cuda_graph_obstacle() const {
+  if (device().is_cuda()) return "";
+  return str_cat(name(), " trains on ", device().str(),
+                 ", and only a GPU's work can be captured as a CUDA graph (strategy.device: cuda, or auto on a "
+                 "machine with a GPU per local rank)");
+}
+
 }  // namespace lockstep

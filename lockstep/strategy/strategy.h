@@ -70,6 +70,10 @@ class Strategy {
   bool is_main_process() const { return rank() == 0; }
   virtual torch::Device device() const { return device_; }
   virtual std::string name() const = 0;
+  // Why this strategy's training step cannot be captured as one CUDA graph
+  // (`cuda_graph`, engine/cuda_graph_step.h), or "" if it can. Asked before
+  // training; the base says the CPU cannot.
+  virtual std::string cuda_graph_obstacle() const;
   // Waits for every rank (no-op on one process).
   virtual void barrier() {}
   // How the trainer gathers step metrics across ranks.
