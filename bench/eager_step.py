@@ -85,33 +85,52 @@ def gpt_step(device, batch):
     return step
 
 
-def main():
+def time_windows(step, iters, warmup, log_every):
+    """Runs step(i) for i < iters; after `warmup` steps, the seconds per step of
+    each window of `log_every` steps, ended by a logger's read of the loss
+    step(i) returned (which also waits for the window's work)."""
+    windows, start = [], None
+    for i in range(iters):
+        if i == warmup:
+            start = time.perf_counter()
+        loss = step(i)
+        if start is not None and (i - warmup + 1) % log_every == 0:
+            loss.item()
+            now = time.perf_counter()
+            windows.append((now - start) / log_every)
+            start = now
+    return windows
+
+
+def parse_arguments(with_device):
+    """The options eager_step.py and graph_step.py share."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("--device", default="cuda")
+    if with_device:
+        parser.add_argument("--device", default="cuda")
     parser.add_argument("--model", choices=["convnet", "gpt"], default="convnet")
     parser.add_argument("--iters", type=int, default=600)
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--log-every", type=int, default=10)
     parser.add_argument("--batch", type=int, default=None, help="64 images, or 32 sequences")
     args = parser.parse_args()
+    args.batch = args.batch or (64 if args.model == "convnet" else 32)
+    return args
+
+
+def report(kind, args, device, windows):
+    """The lines gpu-check reads: what ran, then the median window."""
+    print("%s: %s, %d steps of batch %d on %s, PyTorch %s" % (kind, args.model, args.iters, args.batch, device,
+                                                              torch.__version__))
+    print("RESULT %s seconds per step (median of %d windows of %d) = %.6f"
+          % (kind, len(windows), args.log_every, statistics.median(windows)))
+
+
+def main():
+    args = parse_arguments(with_device=True)
     device = torch.device(args.device)
     torch.manual_seed(0)
-    batch = args.batch or (64 if args.model == "convnet" else 32)
-    step = (convnet_step if args.model == "convnet" else gpt_step)(device, batch)
-    windows, start = [], None
-    for i in range(args.iters):
-        if i == args.warmup:
-            start = time.perf_counter()
-        loss = step(i)
-        if start is not None and (i - args.warmup + 1) % args.log_every == 0:
-            loss.item()  # a logger's read, which also waits for the window's work
-            now = time.perf_counter()
-            windows.append((now - start) / args.log_every)
-            start = now
-    print("eager: %s, %d steps of batch %d on %s, PyTorch %s" % (args.model, args.iters, batch, device,
-                                                                 torch.__version__))
-    print("RESULT eager seconds per step (median of %d windows of %d) = %.6f"
-          % (len(windows), args.log_every, statistics.median(windows)))
+    step = (convnet_step if args.model == "convnet" else gpt_step)(device, args.batch)
+    report("eager", args, device, time_windows(step, args.iters, args.warmup, args.log_every))
 
 
 if __name__ == "__main__":

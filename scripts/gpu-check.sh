@@ -5,7 +5,8 @@
 # through `lockstep train` on every CUDA path (cuda-paths: one GPU, NCCL, fp16
 # and bf16 autocast, two ranks sharing a GPU over Gloo and refused over NCCL,
 # FSDP with CPU offload and activation checkpointing, MemoryStatsHook), trains
-# the Fashion-MNIST demo on the GPUs and runs the benches. Each step fits in
+# the Fashion-MNIST demo on the GPUs, runs the benches, and times and checks
+# the whole step as one CUDA graph (cuda-graph). Each step fits in
 # 10 minutes on one H100 (the build: about 2 with 16 jobs). It ends with a table
 # (step, result, seconds), also written to <logs>/summary.md, and exits 1 if
 # any step failed; a failed step does not stop the others.
@@ -21,7 +22,7 @@
 #                Fashion-MNIST is used where the host has none.
 #   --logs DIR   where every step's log and summary.md go (<build>/gpu-check)
 #   STEP...      run only these: build gpus unit multiprocess differential cuda-paths demo-1 demo-all
-#                bench-ddp bench-fsdp bench-amp bench-overhead bench-eager. The build (which only redoes what is
+#                bench-ddp bench-fsdp bench-amp bench-overhead bench-eager cuda-graph. The build (which only redoes what is
 #                out of date) and the GPU count always run first.
 #
 # libtorch: TORCH_DIR when set; else the one inside python3's PyTorch
@@ -50,7 +51,7 @@ WORK_DIR=${WORK_DIR:-work_dirs/gpu-check}
 LOG_DIR=$BUILD_DIR/gpu-check
 KIT=""
 DEMO_CONFIG=examples/fashion_mnist/cnn_ddp.yaml
-ALL_STEPS=(build gpus unit multiprocess differential cuda-paths demo-1 demo-all bench-ddp bench-fsdp bench-amp bench-overhead bench-eager)
+ALL_STEPS=(build gpus unit multiprocess differential cuda-paths demo-1 demo-all bench-ddp bench-fsdp bench-amp bench-overhead bench-eager cuda-graph)
 read -ra extra_cmake_flags <<<"${CMAKE_FLAGS:-}"
 wanted=()
 while (($#)); do
@@ -341,6 +342,8 @@ cuda_runs=(
   "bf16|1|Final test accuracy/top1|examples/fashion_mnist/cnn_bf16.yaml ${one_epoch[*]} --set strategy={type: SingleDeviceStrategy, device: cuda}"
   "ddp-gloo-2-ranks-1-gpu|2|Final test accuracy/top1|examples/fashion_mnist/cnn_ddp.yaml ${one_epoch[*]} --set strategy.device=cuda:0 --set strategy.backend=gloo"
   "ddp-nccl-2-ranks-1-gpu|2|error:share|examples/fashion_mnist/cnn_ddp.yaml ${one_epoch[*]} --set strategy.device=cuda:0 --set strategy.backend=nccl"
+  "cuda-graph|1|Final test accuracy/top1|examples/fashion_mnist/cnn.yaml ${one_epoch[*]} --set strategy={type: SingleDeviceStrategy, device: cuda} --set cuda_graph={warmup_iters: 3}"
+  "cuda-graph-ddp-refused|1|error:cannot capture this run|examples/fashion_mnist/cnn_ddp.yaml ${one_epoch[*]} ${on_gpu[*]} --set cuda_graph={warmup_iters: 3}"
   "gpt-fsdp-offload-ckpt-bf16|1|metric:memory/cuda_peak_allocated_mib|gpt: examples/gpt/gpt_fsdp.yaml ${on_gpu[*]} --set strategy.model_wrapper.cpu_offload=true --set strategy.model_wrapper.mixed_precision={param_dtype: bf16, reduce_dtype: fp32} --set activation_checkpointing={module_types: [Block]} ${memory_hook[*]}"
 )
 cuda_paths() {
@@ -484,6 +487,13 @@ eager_common=(
   --set "train_cfg={_delete_: true, max_iters: $eager_iters}" --set default_hooks.logger.interval=10
   --set val_dataloader=null --set val_evaluator=null --set default_hooks.checkpoint=null --set param_scheduler=null
 )
+# The median of a run's logged windows' "time" (metrics.jsonl), past the
+# first 5 (warm-up).
+median_logged_time() {
+  python3 -c 'import json, statistics, sys
+times = [json.loads(line)["time"] for line in open(sys.argv[1]) if "\"time\"" in line][5:]
+print("%.6f" % statistics.median(times))' "$1"
+}
 # The lockstep side of `model`, into the array `command`.
 eager_command() {
   case $1 in
@@ -510,10 +520,7 @@ bench_eager() {
       rm -rf "$WORK_DIR/eager"
       "${command[@]}" --work-dir "$WORK_DIR/eager" >>"$log" 2>&1 \
         || { result="$model: lockstep failed; see $log"; return 1; }
-      # The median of the logged windows' "time", past the first 5 (warm-up).
-      value=$(python3 -c 'import json, statistics, sys
-times = [json.loads(line)["time"] for line in open(sys.argv[1]) if "\"time\"" in line][5:]
-print("%.6f" % statistics.median(times))' "$WORK_DIR/eager/metrics.jsonl") \
+      value=$(median_logged_time "$WORK_DIR/eager/metrics.jsonl") \
         || { result="$model: no metrics.jsonl times; see $log"; return 1; }
       ours+=("$value")
       python3 bench/eager_step.py --device cuda --model "$model" --iters "$eager_iters" >>"$log" 2>&1 \
@@ -533,6 +540,77 @@ print("%s: lockstep %.3f ms/step, PyTorch eager %.3f ms/step, ratio %.3f" % (sys
   done
   result="$(IFS=';'; echo "${parts[*]}" | sed 's/;/; /g') (target <= 0.9)"
   return 0
+}
+
+# cuda-graph: the whole step as one CUDA graph (cuda_graph: {warmup_iters: 3}).
+# Speed: bench-eager's two lockstep runs with cuda_graph on, against PyTorch
+# eager (bench/eager_step.py) and PyTorch with the whole step captured
+# (bench/graph_step.py), in alternating rounds (targets: at most 0.25 and
+# 1.15). Exactness: 200 steps with cuda_graph against the same job run eagerly
+# with `capturable: true`, deterministic algorithms on both, compared with
+# `lockstep ckpt diff` (bitwise): the ConvNet with SGD, and with fp16 loss
+# scaling from a scale of 2^40, whose first steps the scaler skips.
+graph_set=(--set 'cuda_graph={warmup_iters: 3}')
+bench_graph() {
+  ((built)) || { result="not run: no build"; return 2; }
+  ((gpus > 0)) || { result="not run: no GPU"; return 2; }
+  local model round rounds=${BENCH_ROUNDS:-3} log=$LOG_DIR/cuda-graph.log value summary command=() parts=() failed=0
+  : >"$log"
+  for model in "${eager_models[@]}"; do
+    local ours=() eager=() graphed=()
+    eager_command "$model"
+    for ((round = 0; round < rounds; ++round)); do
+      rm -rf "$WORK_DIR/graph"
+      "${command[@]}" "${graph_set[@]}" --work-dir "$WORK_DIR/graph" >>"$log" 2>&1 \
+        || { result="$model: lockstep with cuda_graph failed; see $log"; return 1; }
+      value=$(median_logged_time "$WORK_DIR/graph/metrics.jsonl") \
+        || { result="$model: no metrics.jsonl times; see $log"; return 1; }
+      ours+=("$value")
+      python3 bench/eager_step.py --device cuda --model "$model" --iters "$eager_iters" >>"$log" 2>&1 \
+        || { result="$model: bench/eager_step.py failed; see $log"; return 1; }
+      eager+=("$(grep -oE 'RESULT eager seconds per step .* = [0-9.]+' "$log" | tail -n1 | awk '{print $NF}')")
+      python3 bench/graph_step.py --model "$model" --iters "$eager_iters" >>"$log" 2>&1 \
+        || { result="$model: bench/graph_step.py failed; see $log"; return 1; }
+      graphed+=("$(grep -oE 'RESULT graph seconds per step .* = [0-9.]+' "$log" | tail -n1 | awk '{print $NF}')")
+      echo "$model round $round: lockstep graph ${ours[-1]}, PyTorch eager ${eager[-1]}, PyTorch graph ${graphed[-1]} s/step" \
+        | tee -a "$log"
+    done
+    summary=$(python3 -c 'import statistics, sys
+n = len(sys.argv[2:]) // 3
+ours, eager, graphed = ([float(v) for v in sys.argv[2 + k * n:2 + (k + 1) * n]] for k in range(3))
+a, b, c = statistics.median(ours), statistics.median(eager), statistics.median(graphed)
+print("%s: lockstep graph %.3f ms/step, PyTorch eager %.3f (ratio %.3f), PyTorch graph %.3f (ratio %.3f)"
+      % (sys.argv[1], a * 1e3, b * 1e3, a / b, c * 1e3, a / c))' "$model" "${ours[@]}" "${eager[@]}" "${graphed[@]}")
+    echo "$summary" | tee -a "$log"
+    parts+=("$summary")
+  done
+  # Bitwise: the graph against the eager run of the same capturable job.
+  local exact=(examples/fashion_mnist/cnn.yaml --set 'strategy={type: SingleDeviceStrategy, device: cuda}'
+    --set 'train_dataloader.dataset={_delete_: true, type: SyntheticImages, size: 4096}'
+    --set 'train_cfg={_delete_: true, max_iters: 200}' --set val_dataloader=null --set val_evaluator=null
+    --set test_dataloader=null --set test_evaluator=null --set 'randomness={seed: 5, deterministic: true}'
+    --set optim_wrapper.optimizer.capturable=true)
+  local variant extra name
+  for variant in "sgd|" "sgd-fp16-skips|--set optim_wrapper.amp={dtype: fp16, loss_scale: {init_scale: 1099511627776}}"; do
+    IFS='|' read -r name extra <<<"$variant"
+    local -a more=()
+    [[ -n "$extra" ]] && more=(--set "${extra#--set }")
+    rm -rf "$WORK_DIR/exact-eager" "$WORK_DIR/exact-graph"
+    if ! { CUBLAS_WORKSPACE_CONFIG=:4096:8 "$BUILD_DIR/bin/lockstep" train "${exact[@]}" "${more[@]}" \
+             --work-dir "$WORK_DIR/exact-eager" >>"$log" 2>&1 &&
+           CUBLAS_WORKSPACE_CONFIG=:4096:8 "$BUILD_DIR/bin/lockstep" train "${exact[@]}" "${more[@]}" "${graph_set[@]}" \
+             --work-dir "$WORK_DIR/exact-graph" >>"$log" 2>&1; }; then
+      parts+=("$name: a run failed, see $log"); failed=1; continue
+    fi
+    if "$BUILD_DIR/bin/lockstep" ckpt diff "$WORK_DIR/exact-eager/model_final.ckpt" "$WORK_DIR/exact-graph/model_final.ckpt" \
+      >>"$log" 2>&1; then
+      parts+=("$name 200 steps: graph bitwise equal to eager")
+    else
+      parts+=("$name 200 steps: graph DIFFERS from eager (see $log)"); failed=1
+    fi
+  done
+  result="$(IFS=';'; echo "${parts[*]}" | sed 's/;/; /g') (targets: <= 0.25 eager, <= 1.15 PyTorch graph)"
+  return "$failed"
 }
 
 # bench/amp adds its "cuda fp32/bf16/fp16" modes by itself when libtorch sees
@@ -580,10 +658,11 @@ declare -A step_title=(
   [demo-1]="demo, 1 GPU, NCCL" [demo-all]="demo, every GPU, NCCL" [cuda-paths]="CUDA paths (lockstep train)" [bench-ddp]="bench/ddp (BENCH_DEVICE=cuda)"
   [bench-fsdp]="bench/fsdp (BENCH_DEVICE=cuda)" [bench-amp]="bench/amp" [bench-overhead]="bench/trainer_overhead (BENCH_DEVICE=cuda)"
   [bench-eager]="ConvNet and GPT (bf16) steps: lockstep / PyTorch eager"
+  [cuda-graph]="the whole step as one CUDA graph: speed and bitwise"
 )
 declare -A step_function=(
   [build]=build [gpus]=check_gpus [unit]=unit_tests [multiprocess]=multiprocess_tests [differential]=differential_tests [demo-1]=demo_one [demo-all]=demo_all [cuda-paths]=cuda_paths
-  [bench-ddp]=bench_ddp [bench-fsdp]=bench_fsdp [bench-amp]=bench_amp [bench-overhead]=bench_overhead [bench-eager]=bench_eager
+  [bench-ddp]=bench_ddp [bench-fsdp]=bench_fsdp [bench-amp]=bench_amp [bench-overhead]=bench_overhead [bench-eager]=bench_eager [cuda-graph]=bench_graph
 )
 # The build and the GPU count come first whatever was asked: later steps need both.
 [[ " ${wanted[*]} " == *" build "* ]] || wanted=(build "${wanted[@]}")
