@@ -34,10 +34,14 @@ Batch ImgDataPreprocessor::transform(const Batch& batch, bool training) const {
                    mean_.size(), " channels");
     std::vector<int64_t> shape(image.dim(), 1);
     shape[1] = static_cast<int64_t>(mean_.size());
-    auto options = torch::TensorOptions().dtype(torch::kFloat).device(image.device());
-    torch::Tensor mean = torch::tensor(std::vector<float>(mean_.begin(), mean_.end()), options).view(shape);
-    torch::Tensor std = torch::tensor(std::vector<float>(std_.begin(), std_.end()), options).view(shape);
-    image = (image - mean) / std;
+    // Made once per device: a host-to-device copy each step would cost a
+    // synchronisation, and is one thing a captured step (cuda_graph) must not do.
+    if (!mean_on_device_.defined() || mean_on_device_.device() != image.device()) {
+      auto options = torch::TensorOptions().dtype(torch::kFloat).device(image.device());
+      mean_on_device_ = torch::tensor(std::vector<float>(mean_.begin(), mean_.end()), options);
+      std_on_device_ = torch::tensor(std::vector<float>(std_.begin(), std_.end()), options);
+    }
+    image = (image - mean_on_device_.view(shape)) / std_on_device_.view(shape);
   }
   moved.set(key_, image);
   return moved;

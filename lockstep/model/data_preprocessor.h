@@ -54,6 +54,9 @@ class ImgDataPreprocessor : public DataPreprocessor {
   std::string key_;
   std::vector<double> mean_;
   std::vector<double> std_;
+  // mean_ and std_ on the device the last batch was on (float32).
+  mutable torch::Tensor mean_on_device_;
+  mutable torch::Tensor std_on_device_;
 };
 
 Registry<DataPreprocessor>& data_preprocessor_registry();
