@@ -3,6 +3,8 @@
 #include <ATen/record_function.h>
 
 #include <exception>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "lockstep/core/error.h"
@@ -67,6 +69,20 @@ CudaGraph::~CudaGraph() = default;
 
 namespace {
 
+// The one side stream of the current device that warm-ups and captures
+// share (made on first use), so that what the warm-up makes lazily for a
+// stream (cuBLAS's workspace) exists before the capture, as PyTorch's
+// documentation warms up on the stream it captures on.
+c10::cuda::CUDAStream side_stream() {
+  static std::mutex mutex;
+  static std::map<c10::DeviceIndex, c10::cuda::CUDAStream> streams;
+  const c10::DeviceIndex device = c10::cuda::current_device();
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = streams.find(device);
+  if (found == streams.end()) found = streams.emplace(device, c10::cuda::getStreamFromPool(false, device)).first;
+  return found->second;
+}
+
 // `waiter` waits for the work queued on `first` so far.
 void wait_for(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStream& first) {
   at::cuda::CUDAEvent ready;
@@ -88,7 +104,7 @@ void wait_for(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStream& 
 void CudaGraph::capture(const std::function<void()>& body) {
   LOCKSTEP_CHECK(!captured_, "CudaGraph::capture: this graph holds a capture already");
   const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream();
-  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+  const c10::cuda::CUDAStream side = side_stream();
   wait_for(side, current);
   LastOperation last;
   {
@@ -100,7 +116,10 @@ void CudaGraph::capture(const std::function<void()>& body) {
     const bool cache_was_enabled = at::autocast::is_autocast_cache_enabled();
     at::autocast::set_autocast_cache_enabled(false);
     try {
-      impl_->graph.capture_begin();
+      // Thread-local mode: the data loader's threads may pin memory while
+      // this one captures (global mode would fail them); the autograd
+      // engine's threads still record onto the capture stream.
+      impl_->graph.capture_begin(/*pool=*/{0, 0}, cudaStreamCaptureModeThreadLocal);
       body();
     } catch (...) {
       failure = std::current_exception();
@@ -138,7 +157,7 @@ bool current_stream_capturing() {
 
 void run_on_side_stream(const std::function<void()>& body) {
   const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream();
-  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+  const c10::cuda::CUDAStream side = side_stream();
   wait_for(side, current);
   {
     c10::cuda::CUDAStreamGuard on_side(side);

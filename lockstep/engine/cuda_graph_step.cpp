@@ -34,8 +34,17 @@ namespace lockstep {
 //     another graph, captured the first time that kind comes.
 // Gradients are set to none after each update, inside the capture as in
 // eager, so the captured backward allocates them in the graph's own pool and
-// every replay writes them there; the optimizer's states are made during the
-// eager warm-up, outside any pool, and keep their addresses. Host work in the
+// every replay writes them there. The host's .grad must then name, after
+// each replay, the tensors that graph's capture left (an accumulating
+// micro-step's gradients, which the next micro-step's graph adds to; none
+// after an update), else the next step's kind is chosen on stale gradients:
+// each graph keeps them and puts them back. The optimizer's states are made
+// during the eager warm-up, outside any pool, and keep their addresses; one
+// made during a capture would be remade by every replay, so that is an
+// error. The options the step's kernels hold as numbers (momentum, betas,
+// weight decay) are compared before each replay: only the learning rate is
+// read from the device. Metrics (grad_norm, loss_scale) are an updating
+// graph's; an accumulating micro-step leaves the last update's. Host work in the
 // step runs once, at capture: the after_backward hooks' host effects are not
 // replayed (hook.h says so). What cannot be captured at all (a strategy's
 // collectives over Gloo, CPU offload, several optimizers) is refused before
@@ -85,7 +94,12 @@ struct CudaGraphStep::Captured {
   Batch inputs;                                  // on the model's device; each replay's batch is copied in
   std::map<std::string, torch::Tensor> logged;   // the step's logged values, rewritten by each replay
   LogVars returned;                              // what train_step returned at capture (numbers it read itself)
+  bool updates = false;                          // the step ends with an optimizer step
   std::map<std::string, torch::Tensor> metrics;  // the optim wrapper's update metrics this graph rewrites
+  // Each parameter's gradient as the capture left it (undefined after an
+  // update): a replay writes these, and the next step's graph reads them.
+  std::vector<torch::Tensor> gradients;
+  std::vector<double> baked_options;             // the optimizer's options the kernels hold (all but lr)
   int64_t replays = 0;
 };
 
@@ -138,13 +152,17 @@ CudaGraphStep::Captured& CudaGraphStep::capture(Model& model, OptimWrapper& opti
     input.copy_(tensor);
     captured->inputs.set(name, input);
   }
-  if (DeviceSideStep* device_step = device_side_step(optim_wrapper.optimizer())) device_step->stage_host_values();
+  DeviceSideStep& device_step = *device_side_step(optim_wrapper.optimizer());
+  device_step.stage_host_values();
+  captured->baked_options = device_step.baked_options();
+  captured->updates = optim_wrapper.should_sync();  // this backward closes its window: the step follows
   {
     LogValuesOnDevice logged;
     captured->graph.capture([&] { captured->returned = model.run_train_step(captured->inputs, optim_wrapper, step); });
     captured->logged = logged.tensors();
   }
   captured->metrics = optim_wrapper.last_update_metric_tensors();
+  for (const auto& param : optim_wrapper.parameters()) captured->gradients.push_back(param.grad());
   logger().info("cuda_graph: captured the training step ({} graph(s) now) for steps of kind [{}]", graphs_.size() + 1,
                 kind);
   return *(graphs_[kind] = std::move(captured));
@@ -181,10 +199,12 @@ CudaGraphStep::Outputs CudaGraphStep::run(Model& model, OptimWrapperBase& optim_
   // old tensors. Capture again from the next window's start.
   std::vector<const void*> now = fingerprint(wrapper);
   if (!graphs_.empty() && (now != captured_for_ || wrapper.state_generation() != captured_generation_)) {
+    // Warm up again: the optimizer state the graphs must find made is new.
     logger().info("cuda_graph: the parameters or the optimizer state were replaced since the capture; "
-                  "capturing the step again");
+                  "warming up and capturing the step again");
     graphs_.clear();
-    if (any_gradient(optim_wrapper)) return run_eagerly(model, optim_wrapper, batch, step);
+    eager_steps_ = 1;
+    return run_eagerly(model, optim_wrapper, batch, step);
   }
   captured_for_ = std::move(now);
   captured_generation_ = wrapper.state_generation();
@@ -197,14 +217,27 @@ CudaGraphStep::Outputs CudaGraphStep::run(Model& model, OptimWrapperBase& optim_
     graph = &capture(model, wrapper, batch, step, kind);
   } else {
     graph = found->second.get();
+    DeviceSideStep& device_step = *device_side_step(wrapper.optimizer());
+    LOCKSTEP_CHECK(device_step.baked_options() == graph->baked_options,
+                   "cuda_graph: the optimizer's options other than the learning rate (momentum, betas, weight "
+                   "decay, ...) changed since the step was captured, and a replay would keep the old values; only "
+                   "the learning rate may follow a schedule under cuda_graph (a momentum or weight-decay "
+                   "scheduler cannot)");
     for (const auto& [name, tensor] : batch) graph->inputs.at(name).copy_(tensor, /*non_blocking=*/true);
-    device_side_step(wrapper.optimizer())->stage_host_values();
+    device_step.stage_host_values();
     auto scope = optim_wrapper.begin_step(step);
     wrapper.count_replayed_backward();
   }
   graph->graph.replay();
   ++graph->replays;
-  wrapper.set_last_metric_tensors(graph->metrics);
+  // What the replay wrote, the host must point at: the gradients the next
+  // kind of step adds to (or none after an update), and an update's metrics.
+  const std::vector<torch::Tensor> params = wrapper.parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    torch::Tensor param = params[i];
+    param.mutable_grad() = graph->gradients[i];
+  }
+  if (graph->updates) wrapper.set_last_metric_tensors(graph->metrics);
   return Outputs{graph->returned, graph->logged};
 }
 

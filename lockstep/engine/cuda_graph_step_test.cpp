@@ -185,10 +185,10 @@ GpuRun gpu_run(const std::string& optimizer, Precision precision, int64_t accumu
   OptimWrapperOptions options;
   options.accumulative_counts(accumulation).clip_grad(ClipGradOptions{ClipGradOptions::Kind::kNorm, 1.0, 2.0, 0});
   if (precision == Precision::kFp16Scaled) {
-    // From 2^40 the first steps overflow in fp16 and the scaler skips them.
+    // From 2^22 the first steps overflow in fp16 and the scaler skips them
+    // (the tiny model's gradients fit below about 2^18), then it steps.
     run.wrapper = std::make_shared<AmpOptimWrapper>(
-        built, options,
-        AmpOptions().dtype(torch::kHalf).loss_scale(GradScalerOptions().init_scale(1099511627776.0)));
+        built, options, AmpOptions().dtype(torch::kHalf).loss_scale(GradScalerOptions().init_scale(4194304.0)));
   } else {
     run.wrapper = std::make_shared<OptimWrapper>(built, options);
   }
@@ -237,12 +237,18 @@ TEST_P(CudaGraphOnGpu, ReplayedStepsAreBitwiseTheEagerCapturableOnes) {
     CudaGraphStep::Outputs outputs = graph.run(*graphed.model, *graphed.wrapper, batch, step);
     read_logged_values(outputs.logged, graphed_losses);
     EXPECT_EQ(graphed_losses.at("loss"), eager_losses.at("loss")) << "iteration " << i;
+    // grad_norm and loss_scale as logged after each step, accumulating micro-steps included.
+    EXPECT_EQ(scalars_to_host(graphed.wrapper->last_update_metric_tensors()),
+              scalars_to_host(eager.wrapper->last_update_metric_tensors()))
+        << "iteration " << i;
   }
   expect_same_weights(*eager.model, *graphed.model);
   // The full batch's kinds of step, and the partial batch's one more.
   EXPECT_EQ(graph.graphs(), static_cast<size_t>(accumulation) + 1);
-  EXPECT_EQ(scalars_to_host(graphed.wrapper->last_update_metric_tensors()),
-            scalars_to_host(eager.wrapper->last_update_metric_tensors()));
+  if (precision == Precision::kFp16Scaled) {
+    EXPECT_LT(scalars_to_host(graphed.wrapper->last_update_metric_tensors()).at("loss_scale"), 4194304.0)
+        << "the scaler skipped steps";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -16,6 +16,7 @@ ParamState& adam_state(torch::optim::Optimizer& optimizer, const torch::Tensor& 
   const auto key = compat::param_state_key(states, param);
   auto found = states.find(key);
   if (found == states.end()) {
+    detail::check_not_capturing("Adam's state of a parameter");
     auto fresh = std::make_unique<ParamState>();
     fresh->step(0);
     fresh->exp_avg(torch::zeros_like(param, torch::MemoryFormat::Preserve));
@@ -115,7 +116,7 @@ void capturable_adam_step(torch::optim::Optimizer& optimizer, detail::DeviceValu
       exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
       const torch::Tensor bias_correction1 = torch::rsub(torch::pow(beta1, step), 1);
       const torch::Tensor bias_correction2 = torch::rsub(torch::pow(beta2, step), 1);
-      const torch::Tensor step_size_neg = (bias_correction1.reciprocal() * lr).neg();
+      const torch::Tensor step_size_neg = (bias_correction1.reciprocal() * values.lr_float(index)).neg();
       const torch::Tensor bias_correction2_sqrt = bias_correction2.sqrt();
       const torch::Tensor second = options.amsgrad()
                                        ? torch::maximum_out(state.max_exp_avg_sq(), state.max_exp_avg_sq(), exp_avg_sq)
@@ -125,6 +126,17 @@ void capturable_adam_step(torch::optim::Optimizer& optimizer, detail::DeviceValu
       param.addcdiv_(exp_avg, denom);
     });
   });
+}
+
+template <typename Options>
+std::vector<double> adam_baked_options(const torch::optim::Optimizer& optimizer) {
+  std::vector<double> values;
+  for (const auto& group : optimizer.param_groups()) {
+    const auto& options = static_cast<const Options&>(group.options());
+    values.insert(values.end(), {std::get<0>(options.betas()), std::get<1>(options.betas()), options.eps(),
+                                 options.weight_decay(), options.amsgrad() ? 1.0 : 0.0});
+  }
+  return values;
 }
 
 // Writes each parameter's device step count into its host state.
@@ -156,6 +168,8 @@ void Adam::step_on_device(const torch::Tensor& found_inf) {
 
 void Adam::sync_host_state() const { sync_step_counts<torch::optim::AdamParamState>(*this, device_values_); }
 
+std::vector<double> Adam::baked_options() const { return adam_baked_options<torch::optim::AdamOptions>(*this); }
+
 torch::Tensor AdamW::step(LossClosure closure) {
   return run_step(closure, [this] {
     python_adam_step<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(*this, /*decoupled_decay=*/true);
@@ -168,5 +182,7 @@ void AdamW::step_on_device(const torch::Tensor& found_inf) {
 }
 
 void AdamW::sync_host_state() const { sync_step_counts<torch::optim::AdamWParamState>(*this, device_values_); }
+
+std::vector<double> AdamW::baked_options() const { return adam_baked_options<torch::optim::AdamWOptions>(*this); }
 
 }  // namespace lockstep

@@ -31,6 +31,8 @@
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 
+#include <vector>
+
 #include "lockstep/optim/device_side_step.h"
 
 namespace lockstep {
@@ -41,6 +43,7 @@ class Adam : public CapturableOptimizer<torch::optim::Adam> {
   torch::Tensor step(LossClosure closure = nullptr) override;
   void step_on_device(const torch::Tensor& found_inf) override;
   void sync_host_state() const override;
+  std::vector<double> baked_options() const override;
 };
 
 class AdamW : public CapturableOptimizer<torch::optim::AdamW> {
@@ -49,6 +52,7 @@ class AdamW : public CapturableOptimizer<torch::optim::AdamW> {
   torch::Tensor step(LossClosure closure = nullptr) override;
   void step_on_device(const torch::Tensor& found_inf) override;
   void sync_host_state() const override;
+  std::vector<double> baked_options() const override;
 };
 
 }  // namespace lockstep

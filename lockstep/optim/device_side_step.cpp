@@ -24,11 +24,12 @@ namespace lockstep {
 // corrections in float32 from a float32 count), so it differs from the plain
 // step in the last bits; what is bitwise is a captured run against the eager
 // run of the same capturable optimizer, which issues the same kernels. The
-// learning rate's tensor is float64, so that what Python computes from its
-// float in double (AdamW's 1 - lr * weight_decay) is computed in double here
-// too, and a float32 operand meets it rounded once to float32, as Python's
-// scalar is: the operations are those of Python's capturable path with a
-// float lr, value for value.
+// learning rate has two tensors: float64, so that what Python computes from
+// its float in double (AdamW's 1 - lr * weight_decay) is computed in double
+// here too; and float32, for where Python multiplies a 0-dim float32 tensor
+// by its float (the step size: lr / bias_correction1), which a float64 0-dim
+// tensor would promote to float64. So the operations are those of Python's
+// capturable path with a float lr, value for value and dtype for dtype.
 // Nothing here depends on a GPU: on the CPU the same code runs eagerly, which
 // is how its tests run everywhere.
 
@@ -52,15 +53,20 @@ void DeviceValues::stage(const torch::optim::Optimizer& optimizer) {
     return;
   }
   const auto& groups = optimizer.param_groups();
-  if (lrs_.size() != groups.size()) lrs_.resize(groups.size());
+  if (lrs_.size() != groups.size()) {
+    lrs_.resize(groups.size());
+    lrs_float_.resize(groups.size());
+  }
   for (size_t i = 0; i < groups.size(); ++i) {
     const auto& group = groups[i];
     LOCKSTEP_CHECK(!group.params().empty(), "param group ", i, " has no parameters");
     const torch::Device device = group.params().front().device();
     if (!lrs_[i].defined() || lrs_[i].device() != device) {
       lrs_[i] = torch::empty({}, torch::TensorOptions().dtype(torch::kDouble).device(device));
+      lrs_float_[i] = torch::empty({}, torch::TensorOptions().dtype(torch::kFloat).device(device));
     }
     lrs_[i].fill_(group.options().get_lr());
+    lrs_float_[i].fill_(group.options().get_lr());  // rounded once to float32, as a Python float meets a float32 tensor
   }
 }
 
@@ -70,22 +76,36 @@ const torch::Tensor& DeviceValues::lr(size_t index) const {
   return lrs_[index];
 }
 
+const torch::Tensor& DeviceValues::lr_float(size_t index) const {
+  lr(index);  // the same check
+  return lrs_float_[index];
+}
+
 torch::Tensor& DeviceValues::step(const torch::Tensor& param, int64_t host_count, const torch::Tensor& owner) {
   const void* key = param.unsafeGetTensorImpl();
   const void* state = owner.unsafeGetTensorImpl();
   for (auto& entry : steps_) {
     if (entry.first != key) continue;
     if (entry.second.owner != state) {  // the host state was replaced: its count is the one to go on from
+      check_not_capturing("a step count");
       entry.second.value.fill_(static_cast<double>(host_count));
       entry.second.owner = state;
     }
     return entry.second.value;
   }
+  check_not_capturing("a step count");
   StepCount fresh;
   fresh.value = torch::full({}, static_cast<double>(host_count), param.options().dtype(torch::kFloat));
   fresh.owner = state;
   steps_.emplace_back(key, std::move(fresh));
   return steps_.back().second.value;
+}
+
+void check_not_capturing(const char* what) {
+  LOCKSTEP_CHECK(!compat::current_stream_capturing(), "cuda_graph: ", what,
+                 " would be made inside the captured step, and every replay would make it again (reset it): a "
+                 "parameter got its first gradient only at the capture, or the optimizer state was loaded since "
+                 "the warm-up; give cuda_graph more warmup_iters, so that every parameter steps eagerly first");
 }
 
 void step_unless_found_inf(const std::vector<torch::Tensor>& guarded, const torch::Tensor& found_inf,

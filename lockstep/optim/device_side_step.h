@@ -57,6 +57,13 @@ class DeviceSideStep {
   // and state tensor bitwise as it was (a GradScaler's skipped step).
   virtual void step_on_device(const torch::Tensor& found_inf) = 0;
 
+  // The option values the step passes its kernels as numbers (everything
+  // but the learning rate: betas, eps, weight decay, momentum, ...), of every
+  // group in order. A captured step keeps the values of its capture; its
+  // owner compares these before each replay, so that a scheduler changing
+  // momentum or weight decay is an error rather than silently ignored.
+  virtual std::vector<double> baked_options() const = 0;
+
   // Copies what lives only on the device (step counts, which momentum
   // buffers exist) into the optimizer's host state, which checkpoints save.
   // Costs one host read; const because it only refreshes that copy.
@@ -80,8 +87,12 @@ class DeviceValues {
   // Writes every group's lr into its tensor (made on the group's first
   // parameter's device on first use).
   void stage(const torch::optim::Optimizer& optimizer);
-  // Group `index`'s lr tensor; stage() must have run.
+  // Group `index`'s lr as a 0-dim float64 tensor (for what Python computes
+  // from its float lr in double) and as a 0-dim float32 one (for where Python
+  // multiplies a float32 tensor by it: two 0-dim tensors would promote to
+  // float64, a Python float does not); stage() must have run.
   const torch::Tensor& lr(size_t index) const;
+  const torch::Tensor& lr_float(size_t index) const;
   // The step count of `param`, whose host state `owner` holds `host_count`.
   torch::Tensor& step(const torch::Tensor& param, int64_t host_count, const torch::Tensor& owner);
 
@@ -90,7 +101,8 @@ class DeviceValues {
     torch::Tensor value;
     const void* owner = nullptr;
   };
-  std::vector<torch::Tensor> lrs_;
+  std::vector<torch::Tensor> lrs_;        // float64
+  std::vector<torch::Tensor> lrs_float_;  // float32
   std::vector<std::pair<const void*, StepCount>> steps_;  // by parameter, in first-step order
 };
 
@@ -136,6 +148,11 @@ class CapturableOptimizer : public TorchOptimizer, public DeviceSideStep {
 };
 
 namespace detail {
+
+// Fails when the current stream is being captured: optimizer state made (or
+// a count refilled) inside a CUDA graph would be made again by every replay.
+// `what` names the state for the message.
+void check_not_capturing(const char* what);
 
 // Runs `step`, then puts back every tensor of `guarded` where `found_inf`
 // (undefined: no skip) is nonzero, bitwise (torch::where of copies taken

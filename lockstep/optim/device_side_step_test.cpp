@@ -234,6 +234,22 @@ TEST(DeviceSideStepTest, TheYamlKeyCapturableTurnsItOnAndSgdRefusesDampening) {
   EXPECT_EQ(device_side_step(*rmsprop), nullptr);
 }
 
+TEST(DeviceSideStepTest, BakedOptionsFollowEverythingButTheLearningRate) {
+  for (const auto& c : cases()) {
+    SCOPED_TRACE(c.name);
+    auto optimizer = c.make(make_params());
+    const std::vector<double> before = device(*optimizer).baked_options();
+    EXPECT_FALSE(before.empty());
+    optimizer->param_groups().front().options().set_lr(123.0);
+    EXPECT_EQ(device(*optimizer).baked_options(), before) << "the learning rate is read from the device";
+    auto& options = optimizer->param_groups().front().options();
+    if (auto* sgd = dynamic_cast<optim::SGDOptions*>(&options)) sgd->weight_decay(0.25);
+    if (auto* adam = dynamic_cast<optim::AdamOptions*>(&options)) adam->betas({0.5, 0.9});
+    if (auto* adamw = dynamic_cast<optim::AdamWOptions*>(&options)) adamw->betas({0.5, 0.9});
+    EXPECT_NE(device(*optimizer).baked_options(), before) << "a scheduled option a replay would freeze";
+  }
+}
+
 TEST(DeviceSideStepTest, AStepBeforeTheLearningRatesAreStagedIsRefused) {
   auto params = make_params();
   lockstep::AdamW adamw(params, optim::AdamWOptions(0.01));

@@ -62,6 +62,7 @@ void SGD::step_on_device(const torch::Tensor& found_inf) {
         auto found = states.find(key);
         const bool in_host_state = found != states.end();
         if (!in_host_state) {
+          detail::check_not_capturing("SGD's momentum buffer of a parameter");
           auto fresh = std::make_unique<torch::optim::SGDParamState>();
           fresh->momentum_buffer(torch::zeros_like(param, torch::MemoryFormat::Preserve));
           found = states.emplace(key, std::move(fresh)).first;
@@ -93,11 +94,13 @@ torch::Tensor& SGD::made_flag(const torch::Tensor& param, const torch::Tensor& b
   for (auto& entry : made_) {
     if (entry.first != key) continue;
     if (entry.second.buffer != owner) {  // the host state was loaded
+      detail::check_not_capturing("SGD's first-step flag of a parameter");
       entry.second.buffer = owner;
       entry.second.made.fill_(made_on_host ? 1.0 : 0.0);
     }
     return entry.second.made;
   }
+  detail::check_not_capturing("SGD's first-step flag of a parameter");
   MadeFlag flag;
   flag.buffer = owner;
   flag.made = torch::full({}, made_on_host ? 1.0 : 0.0, param.options().dtype(torch::kFloat));
@@ -108,5 +111,15 @@ torch::Tensor& SGD::made_flag(const torch::Tensor& param, const torch::Tensor& b
 // The host state already holds every buffer (Note [SGD's momentum buffer on
 // the device]); nothing lives only on the device.
 void SGD::sync_host_state() const {}
+
+std::vector<double> SGD::baked_options() const {
+  std::vector<double> values;
+  for (const auto& group : param_groups()) {
+    const auto& options = static_cast<const torch::optim::SGDOptions&>(group.options());
+    values.insert(values.end(), {options.momentum(), options.dampening(), options.weight_decay(),
+                                 options.nesterov() ? 1.0 : 0.0});
+  }
+  return values;
+}
 
 }  // namespace lockstep

@@ -36,6 +36,7 @@ class SGD : public CapturableOptimizer<torch::optim::SGD> {
   void set_capturable(bool capturable) override;
   void step_on_device(const torch::Tensor& found_inf) override;
   void sync_host_state() const override;
+  std::vector<double> baked_options() const override;
 
  private:
   // Whether a parameter's momentum buffer holds a first step, on the device
