@@ -5,8 +5,8 @@
 #include <cmath>
 
 #include "lockstep/core/error.h"
-#include "lockstep/core/scalars_to_host.h"
 #include "lockstep/core/logging.h"
+#include "lockstep/core/scalars_to_host.h"
 #include "lockstep/optim/optimizer_state.h"
 #include "lockstep/optim/param_groups.h"
 
