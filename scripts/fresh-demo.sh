@@ -15,7 +15,7 @@
 # CMake are installed (and timed) by the demo itself: the time is an upper bound.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD_DIR=${BUILD_DIR:-build-fresh-demo}
+BUILD_DIR=${DEMO_BUILD_DIR:-build-fresh-demo}
 export CCACHE_DIR=/tmp/fresh-demo-ccache DEBIAN_FRONTEND=noninteractive
 rm -rf "$BUILD_DIR" "$CCACHE_DIR" work_dirs/demo
 fail() { echo "fresh-demo: $*" >&2; exit 1; }
@@ -25,7 +25,7 @@ apt-get update -qq
 apt-get install -y -qq --no-install-recommends make >/dev/null
 
 start=$SECONDS
-make demo BUILD_DIR="$BUILD_DIR" 2>&1 | tee /tmp/fresh-demo.log
+make demo DEMO_BUILD_DIR="$BUILD_DIR" 2>&1 | tee /tmp/fresh-demo.log
 demo_seconds=$((SECONDS - start))
 grep -q "Final test accuracy/top1: " /tmp/fresh-demo.log || fail "the demo printed no accuracy"
 accuracy=$(grep -o "Final test accuracy/top1: [0-9.]*" /tmp/fresh-demo.log | grep -o "[0-9.]*$")

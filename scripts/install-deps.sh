@@ -6,14 +6,15 @@
 #   scripts/install-deps.sh demo      # what `make demo` needs: build the library and the CLI, train on Fashion-MNIST
 #   scripts/install-deps.sh           # every part: what `make test` needs
 #   scripts/install-deps.sh --chroot  # every part, plus debootstrap (the libtorch 2.x CI leg)
-#   scripts/install-deps.sh --extra   # every part, plus debootstrap and clang (sanitizer builds, fuzzing)
+#   scripts/install-deps.sh --extra   # every part, plus debootstrap and clang's runtime (sanitizer builds, fuzzing)
 #   scripts/install-deps.sh --list demo   # print a part's packages, install nothing
 #
 # Note [What make demo installs]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # A newcomer's first command should install what it uses and no more: the
-# compiler, CMake, libtorch, Gloo's headers, the config, log and image
-# libraries and Fashion-MNIST. The cluster's tools (SLURM, etcd, MPI,
+# compilers (clang for its quick build, Note [The demo's quick build] in the
+# Makefile; g++, which a new machine has, for the rest), CMake, libtorch,
+# Gloo's headers, the config, log and image libraries and Fashion-MNIST. The cluster's tools (SLURM, etcd, MPI,
 # gfortran, libcurl) and the tests' (GoogleTest, the PyTorch reference) come
 # with `make test`. CMake treats the later parts as optional (MPI, Fortran,
 # libcurl for the etcd rendezvous, GoogleTest for the tests) and looks for them
@@ -23,8 +24,9 @@
 set -euo pipefail
 
 # The demo: build the library and bin/lockstep, train the Fashion-MNIST CNN.
+# clang: the demo's quick build (Note [The demo's quick build], Makefile).
 demo=(
-  g++ cmake make ccache pkg-config
+  g++ clang cmake make ccache pkg-config
   libtorch-dev libgloo-dev libopenblas0-openmp
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev zlib1g-dev
   libjpeg62-turbo-dev libpng-dev
@@ -58,7 +60,7 @@ case "${1:-}" in
   demo) packages=("${demo[@]}") ;;
   "") packages=("${demo[@]}" "${tests[@]}" "${cluster[@]}") ;;
   --chroot) packages=("${demo[@]}" "${tests[@]}" "${cluster[@]}" debootstrap) ;;
-  --extra) packages=("${demo[@]}" "${tests[@]}" "${cluster[@]}" debootstrap clang libclang-rt-14-dev) ;;
+  --extra) packages=("${demo[@]}" "${tests[@]}" "${cluster[@]}" debootstrap libclang-rt-14-dev) ;;
   *) echo "install-deps: unknown part '$1' (use demo, --chroot or --extra, or nothing for every part)" >&2; exit 2 ;;
 esac
 if ((list_only)); then

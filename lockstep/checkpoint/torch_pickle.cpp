@@ -221,7 +221,7 @@ class Machine {
     const auto& items = id->items;
     check(items[0]->kind == PickleValue::Kind::kString && items[0]->text == "storage", at,
           "a persistent id that is not a storage");
-    c10::ScalarType type;
+    c10::ScalarType type = c10::ScalarType::Undefined;  // set by storage_dtype, or check throws
     check(items[1]->kind == PickleValue::Kind::kGlobal && storage_dtype(items[1]->text, &type), at,
           "a storage of type ", items[1]->describe());
     check(items[2]->kind == PickleValue::Kind::kString, at, "a storage key that is ", items[2]->describe());

@@ -25,7 +25,6 @@ class IterationTimer : public Hook {
   Clock::time_point train_start_;
   Clock::time_point step_start_;
   Clock::time_point timed_start_;  // when the first non-warm-up step began
-  double paused_seconds_ = 0;
   bool timed_started_ = false;
 };
 
