@@ -29,7 +29,7 @@
 #include "bench/bench_util.h"
 #include "lockstep/compat/c10d.h"
 #include "lockstep/dist/init.h"
-#include "lockstep/dist/ring.h"
+#include "lockstep/dist/internal/ring.h"
 #include "lockstep/launch/launcher.h"
 
 namespace {

@@ -38,27 +38,18 @@ endif()
 configure_file(${PROJECT_SOURCE_DIR}/cmake/lockstep.pc.in ${PROJECT_BINARY_DIR}/lockstep.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/lockstep.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
-# Headers keep their lockstep/<folder>/ paths; test helpers, test data and the
-# headers only the library's own sources include (no installed header does)
-# stay behind: what is installed is the API.
+# Headers keep their lockstep/<folder>/ paths. What a folder's own sources
+# share but users must not include lives in its internal/ subfolder, which is
+# not installed, nor are test helpers, test data and the fuzz targets: what is
+# installed is the API (tests/package checks that no installed header reaches
+# past it).
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/lockstep/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/lockstep
   FILES_MATCHING PATTERN "*.h"
+  PATTERN "internal" EXCLUDE
   PATTERN "testdata" EXCLUDE
   PATTERN "fuzz" EXCLUDE
   PATTERN "*_test.h" EXCLUDE
-  PATTERN "*_test_util.h" EXCLUDE
-  PATTERN "config_node.h" EXCLUDE
-  PATTERN "node_hierarchy.h" EXCLUDE
-  PATTERN "ring.h" EXCLUDE
-  PATTERN "internal_error.h" EXCLUDE
-  PATTERN "pch.h" EXCLUDE
-  PATTERN "spawn_worker.h" EXCLUDE
-  PATTERN "polling_store.h" EXCLUDE
-  PATTERN "background_threads.h" EXCLUDE
-  PATTERN "ema_state_keys.h" EXCLUDE
-  PATTERN "signal_scope.h" EXCLUDE
-  PATTERN "restart_policy.h" EXCLUDE
-  PATTERN "launcher_output.h" EXCLUDE)
+  PATTERN "*_test_util.h" EXCLUDE)
 
 install(EXPORT LockstepTargets NAMESPACE lockstep:: FILE LockstepTargets.cmake
   DESTINATION ${LOCKSTEP_INSTALL_CMAKEDIR})

@@ -26,7 +26,7 @@ include(${CMAKE_CURRENT_LIST_DIR}/LockstepGloo.cmake)
 # every target, so torch's headers are parsed once per build, not once per target.
 add_library(lockstep_pch STATIC ${PROJECT_SOURCE_DIR}/cmake/pch_anchor.cpp)
 target_link_libraries(lockstep_pch PUBLIC lockstep_torch)
-target_precompile_headers(lockstep_pch PRIVATE ${PROJECT_SOURCE_DIR}/lockstep/core/pch.h)
+target_precompile_headers(lockstep_pch PRIVATE ${PROJECT_SOURCE_DIR}/lockstep/core/internal/pch.h)
 
 function(lockstep_use_torch_pch target)
   target_precompile_headers(${target} REUSE_FROM lockstep_pch)

@@ -11,7 +11,7 @@
 // A handle is checked against the set of live ones before use, so a null or
 // destroyed handle is a status too, never a crash.
 #include "lockstep/lockstep.h"
-#include "lockstep/capi/capi_internal.h"
+#include "lockstep/capi/internal/calls.h"
 
 #include <c10/util/Exception.h>
 #include <torch/torch.h>

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "lockstep/capi/capi_internal.h"
+#include "lockstep/capi/internal/calls.h"
 #include "lockstep/core/error.h"
 #include "lockstep/dist/init.h"
 #include "lockstep/dist/mpi_meeting.h"

@@ -4,7 +4,7 @@
 
 #include "lockstep/checkpoint/checkpoint_file.h"
 #include "lockstep/checkpoint/checkpoint_layout.h"
-#include "lockstep/checkpoint/ema_state_keys.h"
+#include "lockstep/checkpoint/internal/ema_state_keys.h"
 #include "lockstep/checkpoint/pretrained.h"
 #include "lockstep/checkpoint/pt_file.h"
 #include "lockstep/checkpoint/sharded_checkpoint.h"
@@ -22,7 +22,7 @@ bool is_lockstep_checkpoint(const nlohmann::json& header) {
 namespace {
 
 // The EMAHook's average in a checkpoint's trainer state, by the model's
-// names (checkpoint/ema_state_keys.h): gathered (FSDP) or parameter and
+// names (checkpoint/internal/ema_state_keys.h): gathered (FSDP) or parameter and
 // buffer (one process, DDP).
 std::map<std::string, torch::Tensor> ema_weights(const CheckpointContents& contents, const std::string& path) {
   const State ema = contents.trainer ? contents.trainer->get("hooks").get("EMAHook") : State();

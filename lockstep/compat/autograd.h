@@ -1,7 +1,7 @@
 // The autograd seam: hooks that run when a parameter's gradient has been
-// accumulated, and callbacks at the end of a backward pass. The APIs are
-// libtorch internals (torch::autograd::impl, Engine), stable from 1.13 to 2.x
-// but kept here so a change touches one file.
+// accumulated, and callbacks at the end of a backward pass, through
+// libtorch's private autograd API (torch::autograd::impl, Engine): stable from
+// 1.13 to 2.x, but kept here so that a change touches one file.
 //
 //   lockstep::compat::PostAccumulateHook hook(param, [i] { on_grad_ready(i); });
 //   // inside a hook, during backward:

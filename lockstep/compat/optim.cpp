@@ -1,4 +1,4 @@
-#include "lockstep/compat/optim.h"
+#include "lockstep/compat/internal/optim.h"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "lockstep/compat/storage.h"
+#include "lockstep/compat/internal/storage.h"
 
 #include <c10/core/StorageImpl.h>
 

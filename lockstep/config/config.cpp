@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <functional>
 
-#include "lockstep/config/config_node.h"
+#include "lockstep/config/internal/config_node.h"
 #include "lockstep/core/spelling.h"
 
 namespace lockstep {

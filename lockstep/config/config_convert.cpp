@@ -9,7 +9,7 @@
 #include <type_traits>
 
 #include "lockstep/config/config.h"
-#include "lockstep/config/config_node.h"
+#include "lockstep/config/internal/config_node.h"
 
 namespace lockstep {
 namespace detail {

@@ -6,7 +6,7 @@
 // train_cfg.max_epochs=null`, or nothing after '=') removes the key, so that
 // a base config's choice can be taken back (mmengine's None reads as unset).
 // Every error names the whole assignment, since that is what the user typed.
-#include "lockstep/config/config_node.h"
+#include "lockstep/config/internal/config_node.h"
 
 namespace lockstep::detail {
 namespace {

@@ -2,7 +2,7 @@
 // order, such that Config::parse(to_yaml()) reads back the same values.
 #include <yaml-cpp/yaml.h>
 
-#include "lockstep/config/config_node.h"
+#include "lockstep/config/internal/config_node.h"
 
 namespace lockstep::detail {
 namespace {

@@ -9,7 +9,7 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "lockstep/config/config_node.h"
+#include "lockstep/config/internal/config_node.h"
 
 namespace lockstep::detail {
 namespace {

@@ -1,5 +1,5 @@
 #include "lockstep/core/error.h"
-#include "lockstep/core/internal_error.h"
+#include "lockstep/core/internal/internal_error.h"
 #include "tests/support/test_support.h"
 
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "lockstep/core/internal_error.h"
+#include "lockstep/core/internal/internal_error.h"
 
 #include <gtest/gtest.h>
 

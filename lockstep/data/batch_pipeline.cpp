@@ -1,4 +1,4 @@
-#include "lockstep/data/batch_pipeline.h"
+#include "lockstep/data/internal/batch_pipeline.h"
 
 #include <algorithm>
 #include <chrono>

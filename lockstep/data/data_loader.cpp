@@ -7,7 +7,7 @@
 #include "lockstep/compat/cuda.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/core/rng.h"
-#include "lockstep/data/batch_pipeline.h"
+#include "lockstep/data/internal/batch_pipeline.h"
 #include "lockstep/data/dataset_subset.h"
 
 namespace lockstep {

@@ -9,11 +9,11 @@
 #include <sstream>
 
 #include "lockstep/core/error.h"
-#include "lockstep/dist/node_hierarchy.h"
-#include "lockstep/dist/polling_store.h"
+#include "lockstep/dist/internal/node_hierarchy.h"
+#include "lockstep/dist/internal/polling_store.h"
 #include "lockstep/dist/process_group.h"
 #include "lockstep/dist/rendezvous.h"
-#include "lockstep/dist/ring.h"
+#include "lockstep/dist/internal/ring.h"
 
 namespace lockstep {
 

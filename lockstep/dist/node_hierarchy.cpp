@@ -1,4 +1,4 @@
-#include "lockstep/dist/node_hierarchy.h"
+#include "lockstep/dist/internal/node_hierarchy.h"
 
 #include <algorithm>
 #include <map>

@@ -1,4 +1,4 @@
-#include "lockstep/dist/polling_store.h"
+#include "lockstep/dist/internal/polling_store.h"
 
 #include <algorithm>
 #include <thread>

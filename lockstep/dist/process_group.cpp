@@ -5,8 +5,8 @@
 #include <sstream>
 
 #include "lockstep/core/error.h"
-#include "lockstep/dist/node_hierarchy.h"
-#include "lockstep/dist/ring.h"
+#include "lockstep/dist/internal/node_hierarchy.h"
+#include "lockstep/dist/internal/ring.h"
 
 namespace lockstep {
 

@@ -1,4 +1,4 @@
-#include "lockstep/dist/ring.h"
+#include "lockstep/dist/internal/ring.h"
 
 #include <ATen/core/grad_mode.h>
 

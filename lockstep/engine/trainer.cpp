@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "lockstep/core/error.h"
-#include "lockstep/core/internal_error.h"
+#include "lockstep/core/internal/internal_error.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/core/ordered_worker.h"
 #include "lockstep/core/rng.h"

@@ -2,7 +2,7 @@
 
 #include <torch/torch.h>
 
-#include "lockstep/checkpoint/ema_state_keys.h"
+#include "lockstep/checkpoint/internal/ema_state_keys.h"
 #include "lockstep/core/error.h"
 #include "lockstep/engine/trainer.h"
 #include "lockstep/hooks/hook_registry.h"

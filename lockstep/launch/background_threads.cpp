@@ -1,4 +1,4 @@
-#include "lockstep/launch/background_threads.h"
+#include "lockstep/launch/internal/background_threads.h"
 
 namespace lockstep {
 

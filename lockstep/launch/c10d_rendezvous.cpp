@@ -8,7 +8,7 @@
 
 #include "lockstep/compat/c10d.h"
 #include "lockstep/core/error.h"
-#include "lockstep/launch/background_threads.h"
+#include "lockstep/launch/internal/background_threads.h"
 #include "lockstep/launch/store_client.h"
 
 namespace lockstep {

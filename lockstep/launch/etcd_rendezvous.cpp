@@ -9,7 +9,7 @@
 
 #include "lockstep/compat/c10d.h"
 #include "lockstep/dist/job_identity.h"
-#include "lockstep/launch/background_threads.h"
+#include "lockstep/launch/internal/background_threads.h"
 
 namespace lockstep {
 namespace {

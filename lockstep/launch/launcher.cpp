@@ -23,11 +23,11 @@
 #include "lockstep/dist/init.h"
 #include "lockstep/dist/job_identity.h"
 #include "lockstep/dist/network.h"
-#include "lockstep/launch/launcher_output.h"
+#include "lockstep/launch/internal/launcher_output.h"
 #include "lockstep/launch/line_prefixer.h"
-#include "lockstep/launch/restart_policy.h"
-#include "lockstep/launch/signal_scope.h"
-#include "lockstep/launch/spawn_worker.h"
+#include "lockstep/launch/internal/restart_policy.h"
+#include "lockstep/launch/internal/signal_scope.h"
+#include "lockstep/launch/internal/spawn_worker.h"
 
 namespace lockstep {
 
@@ -136,7 +136,7 @@ class Supervisor {
     LOCKSTEP_CHECK(pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0, "lockstep run: pipe: ",
                    std::strerror(errno));
     // Everything the child needs is built before it starts: it runs only
-    // system calls (lockstep/launch/spawn_worker.h).
+    // system calls (lockstep/launch/internal/spawn_worker.h).
     std::vector<std::string> env_lines;
     for (const auto& [key, value] : env) env_lines.push_back(key + "=" + value);
     std::vector<char*> envp, argv;

@@ -1,4 +1,4 @@
-#include "lockstep/launch/launcher_output.h"
+#include "lockstep/launch/internal/launcher_output.h"
 
 #include <unistd.h>
 

@@ -10,7 +10,7 @@
 #include "lockstep/core/error.h"
 #include "lockstep/launch/line_prefixer.h"
 #include "lockstep/launch/rendezvous_args.h"
-#include "lockstep/launch/restart_policy.h"
+#include "lockstep/launch/internal/restart_policy.h"
 #include "tests/support/test_support.h"
 
 namespace lockstep {

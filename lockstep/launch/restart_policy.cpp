@@ -1,4 +1,4 @@
-#include "lockstep/launch/restart_policy.h"
+#include "lockstep/launch/internal/restart_policy.h"
 
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 #include "lockstep/core/error.h"
 #include "lockstep/launch/c10d_rendezvous.h"
 #include "lockstep/launch/etcd_rendezvous.h"
-#include "lockstep/launch/launcher_output.h"
+#include "lockstep/launch/internal/launcher_output.h"
 #include "lockstep/launch/restart_rounds.h"
 
 namespace lockstep {

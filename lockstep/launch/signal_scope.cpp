@@ -1,4 +1,4 @@
-#include "lockstep/launch/signal_scope.h"
+#include "lockstep/launch/internal/signal_scope.h"
 
 #include <fcntl.h>
 #include <unistd.h>

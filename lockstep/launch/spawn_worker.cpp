@@ -1,4 +1,4 @@
-#include "lockstep/launch/spawn_worker.h"
+#include "lockstep/launch/internal/spawn_worker.h"
 
 #include <sched.h>
 #include <sys/mman.h>

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <memory>
 
-#include "lockstep/compat/optim.h"
+#include "lockstep/compat/internal/optim.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep {

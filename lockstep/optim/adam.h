@@ -3,9 +3,9 @@
 //
 // libtorch's C++ torch::optim::Adam and AdamW follow PyTorch 1.x's Python
 // optimizers; from PyTorch 2.0 on, Python computes the first moment and one
-// bias correction with other operations (Note [Adam as Python computes it],
-// compat/optim.h), so a C++ run and a Python run of the same model drift apart
-// in the last bits, step after step. These classes are libtorch's (same
+// bias correction with other operations (Note [Adam as Python computes it]),
+// so a C++ run and a Python run of the same model drift apart in the last
+// bits, step after step. These classes are libtorch's (same
 // options, same per-parameter state, so checkpoints, schedulers and
 // `dynamic_cast<torch::optim::Adam*>` see no difference) with step() doing
 // what Python's single-tensor path does, operation for operation. That path

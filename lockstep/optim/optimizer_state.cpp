@@ -17,11 +17,11 @@
 #include <torch/optim/sgd.h>
 #include <torch/serialize/archive.h>
 
-#include "lockstep/compat/optim.h"
+#include "lockstep/compat/internal/optim.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/shape_text.h"
 #include "lockstep/optim/device_side_step.h"
-#include "lockstep/optim/optimizer_state_generic.h"
+#include "lockstep/optim/internal/optimizer_state_generic.h"
 
 namespace lockstep {
 namespace {

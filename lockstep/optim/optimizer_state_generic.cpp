@@ -1,4 +1,4 @@
-#include "lockstep/optim/optimizer_state_generic.h"
+#include "lockstep/optim/internal/optimizer_state_generic.h"
 
 #include <cmath>
 #include <limits>
@@ -17,7 +17,7 @@
 #include <torch/optim/sgd.h>
 #include <torch/serialize/archive.h>
 
-#include "lockstep/compat/optim.h"
+#include "lockstep/compat/internal/optim.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/shape_text.h"
 

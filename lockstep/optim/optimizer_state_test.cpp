@@ -1,6 +1,6 @@
 #include "lockstep/optim/optimizer_state.h"
 
-#include "lockstep/compat/optim.h"
+#include "lockstep/compat/internal/optim.h"
 #include "lockstep/core/error.h"
 
 #include <functional>

@@ -2,7 +2,7 @@
 
 #include <memory>
 
-#include "lockstep/compat/optim.h"
+#include "lockstep/compat/internal/optim.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep {

@@ -1,7 +1,7 @@
 // FSDPStrategy::weight_averaging: averages of the weights (EMAHook) under FSDP.
 #include <torch/torch.h>
 
-#include "lockstep/checkpoint/ema_state_keys.h"
+#include "lockstep/checkpoint/internal/ema_state_keys.h"
 #include "lockstep/core/error.h"
 #include "lockstep/model/model.h"
 #include "lockstep/parallel/fsdp/fully_sharded_data_parallel.h"

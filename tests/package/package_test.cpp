@@ -59,6 +59,29 @@ std::string loaded_from(const std::string& binary, const std::string& library) {
   return "";
 }
 
+// The installed headers are the public API and nothing else: no internal/
+// folder, none that calls itself internal, and every lockstep header they
+// include is installed too, so a consumer never needs the source tree.
+void expect_only_the_public_api(const std::string& include_dir) {
+  namespace fs = std::filesystem;
+  const std::regex says_internal("\\binternal\\b", std::regex::icase);
+  const std::regex lockstep_include("#include \"(lockstep/[^\"]+)\"");
+  int headers = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(include_dir + "/lockstep")) {
+    if (!entry.is_regular_file() || entry.path().extension() != ".h") continue;
+    ++headers;
+    const std::string path = entry.path().string();
+    EXPECT_EQ(path.find("/internal/"), std::string::npos) << path << ": an internal header was installed";
+    const std::string text = testing::read_file(path);
+    EXPECT_FALSE(std::regex_search(text, says_internal)) << path << " says it is internal, and was installed";
+    for (std::sregex_iterator it(text.begin(), text.end(), lockstep_include), end; it != end; ++it) {
+      EXPECT_TRUE(testing::file_exists(include_dir + "/" + (*it)[1].str()))
+          << path << " includes " << (*it)[1].str() << ", which is not installed";
+    }
+  }
+  EXPECT_GT(headers, 100) << "the public headers were not installed";
+}
+
 TEST(PackageTest, ConsumerBuildsAndTrainsAgainstTheInstalledPackage) {
   testing::TempDir dir;
   const std::string prefix = dir.file("prefix");
@@ -75,6 +98,7 @@ TEST(PackageTest, ConsumerBuildsAndTrainsAgainstTheInstalledPackage) {
   }
   EXPECT_FALSE(testing::file_exists(prefix + "/include/lockstep/config/config_test_util.h"))
       << "test helpers were installed";
+  expect_only_the_public_api(prefix + "/include");
 
   // A fresh prefix and build directory each run; ccache (when present) keeps
   // the one torch-heavy compile cheap after the first run: paths under the
@@ -101,6 +125,10 @@ TEST(PackageTest, ConsumerBuildsAndTrainsAgainstTheInstalledPackage) {
   EXPECT_NE(command.find("-DUSE_C10D_GLOO"), std::string::npos) << command;
   EXPECT_TRUE(std::regex_search(command, std::regex("-D_GLIBCXX_USE_CXX11_ABI=[01]"))) << command;
   EXPECT_NE(command.find(prefix + "/include"), std::string::npos) << command;
+  for (const std::string flag : {"-I", "-isystem "}) {
+    EXPECT_EQ(command.find(flag + testing::source_dir()), std::string::npos)
+        << "the consumer reached into the source tree: " << command;
+  }
 
   // The consumer links the installed library, and learns: 4 classes, chance is 0.25.
   const std::string installed_library =

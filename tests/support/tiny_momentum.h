@@ -17,7 +17,7 @@
 #include <torch/optim/optimizer.h>
 #include <torch/optim/serialize.h>
 
-#include "lockstep/compat/optim.h"
+#include "lockstep/compat/internal/optim.h"
 
 namespace lockstep::testing {
 

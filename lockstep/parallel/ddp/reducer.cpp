@@ -7,7 +7,7 @@
 
 #include "lockstep/compat/autograd.h"
 #include "lockstep/core/error.h"
-#include "lockstep/core/internal_error.h"
+#include "lockstep/core/internal/internal_error.h"
 #include "lockstep/dist/agreement.h"
 #include "lockstep/dist/process_group.h"
 #include "lockstep/parallel/ddp/bucket_assignment.h"

@@ -180,7 +180,7 @@ class Reducer {
   std::vector<Location> locations_;
 
   // Where the reducer is in a step. Every transition goes through enter(),
-  // which asserts it is an edge of this machine (an internal error if not):
+  // which asserts it is an edge of this machine (an InternalError if not):
   //   kIdle --prepare_for_backward(sync=false)--> kLocalBackward --finish_backward--> kIdle
   //   kIdle --prepare_for_backward(sync=true)---> kReducing --first hook--> kFinalizeQueued
   //   kReducing | kFinalizeQueued --finalize_backward (or a failure in it)--> kIdle

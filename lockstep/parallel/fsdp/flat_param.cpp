@@ -4,9 +4,9 @@
 #include <limits>
 
 #include "lockstep/compat/cuda.h"
-#include "lockstep/compat/storage.h"
+#include "lockstep/compat/internal/storage.h"
 #include "lockstep/core/error.h"
-#include "lockstep/core/internal_error.h"
+#include "lockstep/core/internal/internal_error.h"
 #include "lockstep/dist/process_group.h"
 
 namespace lockstep::fsdp {

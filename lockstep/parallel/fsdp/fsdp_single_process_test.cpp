@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "lockstep/compat/storage.h"
+#include "lockstep/compat/internal/storage.h"
 #include "lockstep/core/error.h"
 #include "lockstep/dist/init.h"
 #include "lockstep/model/model.h"

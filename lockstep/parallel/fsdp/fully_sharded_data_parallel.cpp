@@ -20,7 +20,7 @@
 
 #include "lockstep/compat/autograd.h"
 #include "lockstep/core/error.h"
-#include "lockstep/core/internal_error.h"
+#include "lockstep/core/internal/internal_error.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/dist/process_group.h"
 #include "lockstep/model/activation_checkpoint.h"

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "lockstep/dist/process_group.h"
-#include "lockstep/dist/ring.h"
+#include "lockstep/dist/internal/ring.h"
 
 namespace lockstep::detail {
 
