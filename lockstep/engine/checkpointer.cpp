@@ -34,7 +34,7 @@ std::string Checkpointer::save(const std::string& name, const Trainer& trainer) 
   contents.trainer = trainer.state();
   contents.meta = RunMeta{run_.seed, trainer.iter(), strategy_->world_size(), strategy_->name(), run_.config};
   strategy_->save_checkpoint(path, std::move(contents), options_);
-  strategy_->agree("pointing " + save_dir_ + "/" + kPointer + " at " + path, [&] {
+  strategy_->collectives()->agree("pointing " + save_dir_ + "/" + kPointer + " at " + path, [&] {
     if (!strategy_->is_main_process()) return;
     write_file_atomically(save_dir_ + "/" + kPointer, fs::path(path).filename().string());
     logger().info("Saved checkpoint {}", path);
@@ -143,7 +143,7 @@ std::optional<ResumeChoice> Checkpointer::choose_resume() {
     }
     choice["error"] = error;
   }
-  choice = strategy_->broadcast_from_main(choice);
+  choice = strategy_->collectives()->broadcast_from_main(choice);
   LOCKSTEP_CHECK(choice.value("error", std::string()).empty(), "resume: rank 0 could not choose a checkpoint in ",
                  save_dir_, ": ", choice.value("error", std::string()));
   if (!choice.contains("path")) return std::nullopt;
@@ -156,7 +156,7 @@ std::optional<ResumeChoice> Checkpointer::choose_resume() {
 CheckpointContents Checkpointer::load(const ResumeChoice& choice) {
   logger().info("Resuming from {}", choice.path);
   CheckpointContents contents;
-  strategy_->agree(str_cat("resume: loading ", choice.path, " (chosen by rank 0)"), [&] {
+  strategy_->collectives()->agree(str_cat("resume: loading ", choice.path, " (chosen by rank 0)"), [&] {
     contents = strategy_->load_checkpoint(choice.path, /*load_optimizer=*/true, /*load_schedulers=*/true,
                                           /*strict=*/true);
   });

@@ -56,7 +56,7 @@ class Trainer {
   // large, and far from overflowing when counted up to.
   static constexpr int64_t kNoEnd = std::numeric_limits<int64_t>::max() / 4;
 
-  // `gather` collects step metrics from every rank (Strategy::metrics_gatherer);
+  // `gather` collects step metrics from every rank (Collectives::metrics_gatherer);
   // null: this process's only. `data_loader` null: the batches come through
   // step(), and the run is one epoch.
   Trainer(std::shared_ptr<Model> model, std::shared_ptr<DataLoader> data_loader,
@@ -109,7 +109,7 @@ class Trainer {
   void request_preemption_stop(const std::string& reason);
   bool preempted() const { return preempted_; }
   // How ranks agree on a stop: true when `local` is true on any rank
-  // (Strategy::any_rank). Unset: one process, nothing to agree.
+  // (Collectives::any_rank). Unset: one process, nothing to agree.
   void set_stop_agreement(std::function<bool(bool)> any_rank) { stop_agreement_ = std::move(any_rank); }
   bool stopped_early() const { return stopped_early_; }
 

@@ -9,7 +9,6 @@
 #include "lockstep/core/logging.h"
 #include "lockstep/engine/trainer.h"
 #include "lockstep/hooks/hook_registry.h"
-#include "lockstep/strategy/strategy.h"
 
 namespace lockstep {
 
@@ -123,9 +122,9 @@ LOCKSTEP_REGISTER(hook_registry(), "EarlyStoppingHook", [](const Config& cfg, co
   LOCKSTEP_CHECK(context.evaluate != nullptr, cfg.where(), ": EarlyStoppingHook watches validation metrics, but the "
                                                            "config has no val_dataloader");
   std::function<bool(bool)> agree;
-  if (context.strategy && context.strategy->world_size() > 1) {
-    auto strategy = context.strategy;
-    agree = [strategy](bool stop) { return strategy->any_rank(stop); };
+  if (context.collectives->world_size() > 1) {
+    std::shared_ptr<Collectives> ranks = context.collectives;
+    agree = [ranks](bool stop) { return ranks->any_rank(stop); };
   }
   return std::make_shared<EarlyStoppingHook>(options, agree);
 });

@@ -6,7 +6,6 @@
 #include "lockstep/core/logging.h"
 #include "lockstep/engine/trainer.h"
 #include "lockstep/hooks/hook_registry.h"
-#include "lockstep/strategy/strategy.h"
 #include "lockstep/model/model.h"
 
 namespace lockstep {
@@ -60,8 +59,8 @@ void EvalHook::after_train() {
 // Every val_interval iterations and at the end; every rank waits for the others afterwards.
 LOCKSTEP_REGISTER(hook_registry(), "EvalHook", [](const Config& config, const HookContext& context) {
   LOCKSTEP_CHECK(context.evaluate != nullptr, config.where(), ": EvalHook needs a val_dataloader");
-  auto strategy = context.strategy;
-  return std::make_shared<EvalHook>(context.val_interval, context.evaluate, [strategy] { strategy->barrier(); },
+  std::shared_ptr<Collectives> ranks = context.collectives;
+  return std::make_shared<EvalHook>(context.val_interval, context.evaluate, [ranks] { ranks->barrier(); },
                                     context.by_epoch ? context.iters_per_epoch : 0);
 });
 

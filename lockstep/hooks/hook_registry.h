@@ -19,6 +19,7 @@
 
 #include "lockstep/config/registry.h"
 #include "lockstep/engine/hook.h"
+#include "lockstep/strategy/collectives.h"
 
 namespace lockstep {
 
@@ -29,6 +30,8 @@ class Strategy;
 // from its config and this.
 struct HookContext {
   std::shared_ptr<Strategy> strategy;
+  // The ranks of the run (Strategy::collectives()); one process unless set.
+  std::shared_ptr<Collectives> collectives = std::make_shared<Collectives>();
   std::shared_ptr<Checkpointer> checkpointer;
   std::string work_dir;
   int64_t iters_per_epoch = 1;

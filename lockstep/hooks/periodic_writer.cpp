@@ -3,7 +3,6 @@
 #include "lockstep/core/error.h"
 #include "lockstep/engine/trainer.h"
 #include "lockstep/hooks/hook_registry.h"
-#include "lockstep/strategy/strategy.h"
 #include "lockstep/writers/console_writer.h"
 #include "lockstep/writers/json_writer.h"
 #include "lockstep/writers/tensorboard_writer.h"
@@ -41,7 +40,7 @@ std::shared_ptr<Hook> build_periodic_writer(const Config& config, const HookCont
   LOCKSTEP_CHECK(window >= 1, config.where("window"), ": window must be at least 1, got ", window);
   const bool tensorboard = config.get<bool>("tensorboard", false);
   std::vector<std::shared_ptr<EventWriter>> writers;
-  if (context.strategy->is_main_process()) {
+  if (context.collectives->is_main_process()) {
     writers.push_back(std::make_shared<ConsoleWriter>(static_cast<size_t>(window)));
     writers.push_back(std::make_shared<JsonWriter>(context.work_dir + "/metrics.jsonl", static_cast<size_t>(window)));
     if (tensorboard) writers.push_back(std::make_shared<TensorBoardWriter>(context.work_dir, static_cast<size_t>(window)));

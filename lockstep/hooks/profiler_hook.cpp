@@ -6,7 +6,6 @@
 #include "lockstep/core/logging.h"
 #include "lockstep/engine/trainer.h"
 #include "lockstep/hooks/hook_registry.h"
-#include "lockstep/strategy/strategy.h"
 
 namespace lockstep {
 
@@ -48,7 +47,7 @@ LOCKSTEP_REGISTER(hook_registry(), "ProfilerHook", [](const Config& cfg, const H
   const int64_t end = cfg.get<int64_t>("end", begin + 1);
   LOCKSTEP_CHECK(begin >= 0 && end > begin, cfg.where("end"), ": need 0 <= begin < end, got begin ", begin, ", end ",
                  end);
-  const int rank = context.strategy ? context.strategy->rank() : 0;
+  const int rank = context.collectives->rank();
   const std::string path = context.work_dir + "/profiler/trace_rank" + std::to_string(rank) + ".json";
   return std::make_shared<ProfilerHook>(path, begin, end, cfg.get<bool>("record_shapes", false),
                                         cfg.get<bool>("profile_memory", false));

@@ -7,7 +7,6 @@
 
 #include "lockstep/engine/trainer.h"
 #include "lockstep/hooks/hook_registry.h"
-#include "lockstep/strategy/strategy.h"
 #include "lockstep/writers/console_writer.h"
 
 namespace lockstep {
@@ -123,7 +122,7 @@ std::shared_ptr<Hook> build_progress_bar(const Config& config, const HookContext
   // send it twice). Where nothing is drawn the hook is inactive and not
   // registered at all (Hook::active), so that logs, files and pipes read as
   // they did without it, the hook list included.
-  const bool main = context.strategy == nullptr || context.strategy->is_main_process();
+  const bool main = context.collectives->is_main_process();
   return std::make_shared<ProgressBarHook>(StatusLine::for_stderr(), refresh, main);
 }
 }  // namespace

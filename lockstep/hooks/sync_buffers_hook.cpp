@@ -6,7 +6,6 @@
 #include "lockstep/engine/trainer.h"
 #include "lockstep/hooks/hook_registry.h"
 #include "lockstep/model/model.h"
-#include "lockstep/strategy/strategy.h"
 
 namespace lockstep {
 
@@ -35,8 +34,7 @@ LOCKSTEP_REGISTER(hook_registry(), "SyncBuffersHook", [](const Config& cfg, cons
   const auto mode = cfg.get<std::string>("mode", "mean");
   LOCKSTEP_CHECK(mode == "mean" || mode == "broadcast", cfg.where("mode"), ": mode is mean or broadcast, got '", mode,
                  "'");
-  Strategy::TensorCollectives collectives;
-  if (context.strategy) collectives = context.strategy->tensor_collectives();
+  const Collectives::TensorCollectives collectives = context.collectives->tensor_collectives();
   return std::make_shared<SyncBuffersHook>(mode == "mean", collectives.average, collectives.broadcast);
 });
 

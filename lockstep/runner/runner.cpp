@@ -167,7 +167,7 @@ void Runner::setup_environment() {
     fs::create_directories(work_dir_);
     created_work_dir_ = outermost_new.string();
   }
-  strategy_->barrier();
+  strategy_->collectives()->barrier();
   log_file_ = work_dir_ + (strategy_->is_main_process() ? "/log.txt"
                                                         : "/log_rank" + std::to_string(strategy_->rank()) + ".txt");
   add_log_file(log_file_);
@@ -185,8 +185,10 @@ void Runner::setup_environment() {
   // newest, if that one is damaged).
   if (resume_plan_.resume) resume_plan_.checkpoint = checkpointer_->choose_resume();
   if (!seed) seed = resume_plan_.seed();
-  if (!seed) seed = strategy_->broadcast_seed(std::random_device{}() ^ static_cast<uint64_t>(
-                                                  std::chrono::steady_clock::now().time_since_epoch().count()));
+  if (!seed) {
+    seed = strategy_->collectives()->broadcast_seed(
+        std::random_device{}() ^ static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  }
   seed_ = *seed;
   checkpointer_->set_run_info(Checkpointer::RunInfo{seed_, config_.to_yaml()});
   const bool diff_rank_seed = randomness.is_null() ? false : randomness.get<bool>("diff_rank_seed", false);
@@ -261,14 +263,15 @@ void Runner::build_for_training(bool with_train_data) {
   TrainerOptions trainer_options = parse_trainer_options(config_.child("trainer"));
   if (config_.has("cuda_graph")) trainer_options.cuda_graph(prepare_cuda_graph());
   trainer_ = std::make_unique<Trainer>(strategy_->model(), train_loader_, strategy_->optim_wrapper(), trainer_options,
-                                       strategy_->metrics_gatherer());
+                                       strategy_->collectives()->metrics_gatherer());
   if (strategy_->world_size() > 1) {
-    std::weak_ptr<Strategy> strategy = strategy_;
-    trainer_->set_stop_agreement([strategy](bool local) { return strategy.lock()->any_rank(local); });
+    std::shared_ptr<Collectives> ranks = strategy_->collectives();
+    trainer_->set_stop_agreement([ranks](bool local) { return ranks->any_rank(local); });
   }
 
   HookContext context;
   context.strategy = strategy_;
+  context.collectives = strategy_->collectives();
   context.checkpointer = checkpointer_;
   context.work_dir = work_dir_;
   context.iters_per_epoch = iters_per_epoch;
@@ -424,7 +427,7 @@ std::map<std::string, double> Runner::evaluate(const std::string& split) {
   if (was_training) model.train();
   auto metrics = evaluator.evaluate(loader_found->second->dataset().size(),
                                     [this](const std::vector<nlohmann::json>& local, int64_t size) {
-                                      return strategy_->collect_results(local, size);
+                                      return strategy_->collectives()->collect_results(local, size);
                                     });
   if (hooks) hooks->after_eval_epoch(test, metrics);
   std::string text;

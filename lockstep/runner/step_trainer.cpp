@@ -54,14 +54,14 @@ StepTrainer::~StepTrainer() {
 // at once, naming what each rank called.
 void StepTrainer::agree_on_call(Call call) {
   static const char* const kNames[] = {"train_step", "predict", "save_checkpoint", "load_checkpoint", "finish"};
-  Strategy& strategy = this->strategy();
+  Collectives& ranks = *strategy().collectives();
   const int64_t code = static_cast<int64_t>(call) + 8 * calls_;
-  if (strategy.world_size() == 1 || strategy.same_on_every_rank(code)) {
+  if (ranks.world_size() == 1 || ranks.same_on_every_rank(code)) {
     ++calls_;
     return;
   }
   std::string text;
-  const auto all = strategy.all_gather_json({{"call", kNames[static_cast<int>(call)]}, {"count", calls_}});
+  const auto all = ranks.all_gather_json({{"call", kNames[static_cast<int>(call)]}, {"count", calls_}});
   for (size_t r = 0; r < all.size(); ++r) {
     text += str_cat(r ? ", " : "", "rank ", r, " called ", all[r].value("call", std::string("?")), " (its call ",
                     all[r].value("count", int64_t{-1}) + 1, ")");

@@ -59,16 +59,18 @@ void DDPStrategy::place_model(Model& model) {
   }
 }
 
-void DDPStrategy::attach_optim_wrapper(OptimWrapperBase& optim_wrapper) {
+std::shared_ptr<OptimWrapperBase> DDPStrategy::build_optim_wrapper_for(const Config& config, Model& model) {
+  std::shared_ptr<OptimWrapperBase> optim_wrapper = Strategy::build_optim_wrapper_for(config, model);
   if (separate_) {
-    separate_->attach(optim_wrapper);
-    return;
+    separate_->attach(*optim_wrapper);
+    return optim_wrapper;
   }
-  auto wrappers = optim_wrapper.wrappers();
+  auto wrappers = optim_wrapper->wrappers();
   LOCKSTEP_CHECK(wrappers.size() == 1, "DDPStrategy: the model has ", wrappers.size(),
                  " optim wrappers; a model with several optimizers needs model_wrapper: "
                  "{type: MMSeparateDistributedDataParallel} so each network synchronises on its own");
   wrappers.front().second->set_gradient_sync(ddp_);
+  return optim_wrapper;
 }
 
 LOCKSTEP_REGISTER(strategy_registry(), "DDPStrategy",

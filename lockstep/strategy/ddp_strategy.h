@@ -53,7 +53,7 @@ class DDPStrategy : public DistributedStrategy {
 
  protected:
   void place_model(Model& model) override;
-  void attach_optim_wrapper(OptimWrapperBase& optim_wrapper) override;
+  std::shared_ptr<OptimWrapperBase> build_optim_wrapper_for(const Config& config, Model& model) override;
 
  private:
   DDPStrategyOptions options_;

@@ -75,24 +75,25 @@ std::shared_ptr<OptimWrapperBase> FSDPStrategy::build_optim_wrapper_for(const Co
                    ": paramwise_cfg under FSDPStrategy needs strategy.model_wrapper.use_orig_params: true (the "
                    "optimizer then steps each original parameter's part of the shards with its own options, as "
                    "PyTorch's use_orig_params; without it it steps one flat shard per unit)");
-    return wrap_optimizer(config, build_optimizer(config.at("optimizer"), Config(), fsdp_->named_shard_parameters()));
   }
-  // The same groups, in the same order, as DDP builds over the model itself.
-  auto built = build_optimizer_with_groups(config.at("optimizer"), paramwise, fsdp_->named_orig_parameters(),
-                                           norm_parameter_names(model));
-  return wrap_optimizer(config, built.optimizer);
+  std::shared_ptr<OptimWrapper> wrapper;
+  if (options_.fsdp.use_orig_params()) {
+    // The same groups, in the same order, as DDP builds over the model itself.
+    auto built = build_optimizer_with_groups(config.at("optimizer"), paramwise, fsdp_->named_orig_parameters(),
+                                             norm_parameter_names(model));
+    wrapper = wrap_optimizer(config, built.optimizer);
+  } else {
+    wrapper = wrap_optimizer(config, build_optimizer(config.at("optimizer"), Config(), fsdp_->named_shard_parameters()));
+  }
+  wrapper->set_gradient_sync(fsdp_);
+  fsdp_->track_optimizer(wrapper->optimizer_ptr());
+  return wrapper;
 }
 
 OptimWrapper& FSDPStrategy::single_wrapper() const {
   auto wrappers = optim_wrapper_->wrappers();
   LOCKSTEP_CHECK(wrappers.size() == 1, "FSDPStrategy supports one optim wrapper, the model has ", wrappers.size());
   return *wrappers.front().second;
-}
-
-void FSDPStrategy::attach_optim_wrapper(OptimWrapperBase& /*optim_wrapper*/) {
-  OptimWrapper& wrapper = single_wrapper();
-  wrapper.set_gradient_sync(fsdp_);
-  fsdp_->track_optimizer(wrapper.optimizer_ptr());
 }
 
 std::map<std::string, torch::Tensor> FSDPStrategy::model_state_dict() {
@@ -132,7 +133,7 @@ void FSDPStrategy::save_checkpoint(const std::string& path, CheckpointContents c
                                                /*rank0_only=*/true);
       contents.optim_wrapper = optim_state_with(std::move(wrapper_state), std::move(full));
     }
-    agree("saving checkpoint " + path, [&] {
+    collectives_->agree("saving checkpoint " + path, [&] {
       if (is_main_process()) write_checkpoint(path, contents);
     });
     return;
@@ -143,7 +144,8 @@ void FSDPStrategy::save_checkpoint(const std::string& path, CheckpointContents c
   shard.model = fsdp_->sharded_state_dict();
   if (with_optimizer) shard.optim_wrapper = single_wrapper().state();
   // Every rank writes its shard; all learn whether every shard is on disk.
-  agree(str_cat("saving checkpoint ", path, ": writing the shard of each rank"), [&] { write_shard(path, shard); });
+  collectives_->agree(str_cat("saving checkpoint ", path, ": writing the shard of each rank"),
+                      [&] { write_shard(path, shard); });
   for (const auto& [wrapper_name, list] : schedulers_) {
     if (!options.save_param_scheduler()) break;
     for (const auto& scheduler : list) contents.param_schedulers[wrapper_name].push_back(scheduler->state());
@@ -151,7 +153,7 @@ void FSDPStrategy::save_checkpoint(const std::string& path, CheckpointContents c
   contents.sharding = nlohmann::json{{"world_size", world_size()}, {"with_optimizer", with_optimizer},
                                      {"layout", fsdp_->layout()}};
   // The manifest appears only once every shard is on disk (the agreement above).
-  agree("saving checkpoint " + path + ": writing its manifest", [&] {
+  collectives_->agree("saving checkpoint " + path + ": writing its manifest", [&] {
     if (is_main_process()) write_checkpoint(path, contents);
   });
 }

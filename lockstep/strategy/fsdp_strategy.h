@@ -89,7 +89,6 @@ class FSDPStrategy : public DistributedStrategy, public std::enable_shared_from_
  protected:
   void place_model(Model& model) override;
   WeightAveraging weight_averaging() override;
-  void attach_optim_wrapper(OptimWrapperBase& optim_wrapper) override;
   std::shared_ptr<OptimWrapperBase> build_optim_wrapper_for(const Config& config, Model& model) override;
 
  private:

@@ -21,7 +21,6 @@ void Strategy::prepare(std::shared_ptr<Model> model, const Config& optim_wrapper
   place_model(*model_);
   if (optim_wrapper_config.is_null()) return;  // evaluation only
   optim_wrapper_ = build_optim_wrapper_for(optim_wrapper_config, *model_);
-  attach_optim_wrapper(*optim_wrapper_);
   if (scheduler_config.is_null()) return;
   auto build_list = [&](const Config& list, OptimWrapper& wrapper) {
     std::vector<std::shared_ptr<ParamScheduler>> built;
@@ -59,16 +58,6 @@ void Strategy::prepare(std::shared_ptr<Model> model, const Config& optim_wrapper
 
 std::shared_ptr<OptimWrapperBase> Strategy::build_optim_wrapper_for(const Config& config, Model& model) {
   return build_optim_wrapper(config, model);
-}
-
-MetricsGatherer Strategy::metrics_gatherer() {
-  return [](const LogVars& local) { return std::vector<LogVars>{local}; };
-}
-
-std::vector<nlohmann::json> Strategy::collect_results(const std::vector<nlohmann::json>& local, int64_t dataset_size) {
-  std::vector<nlohmann::json> results = local;
-  if (static_cast<int64_t>(results.size()) > dataset_size) results.resize(static_cast<size_t>(dataset_size));
-  return results;
 }
 
 std::map<std::string, torch::Tensor> Strategy::model_state_dict() {
@@ -133,7 +122,7 @@ void Strategy::fill_checkpoint(CheckpointContents& contents, const CheckpointOpt
 void Strategy::save_checkpoint(const std::string& path, CheckpointContents contents, const CheckpointOptions& options) {
   fill_checkpoint(contents, options);
   // Rank 0 writes; every rank learns whether it could (Note [Failing together]).
-  agree("saving checkpoint " + path, [&] {
+  collectives_->agree("saving checkpoint " + path, [&] {
     if (is_main_process()) write_checkpoint(path, contents);
   });
 }

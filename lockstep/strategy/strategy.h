@@ -28,6 +28,7 @@
 #include "lockstep/core/state.h"
 #include "lockstep/optim/optim_wrapper.h"
 #include "lockstep/optim/param_scheduler.h"
+#include "lockstep/strategy/collectives.h"
 
 namespace lockstep {
 
@@ -48,8 +49,8 @@ class Strategy {
   // Places (and for parallel strategies wraps) the model, then builds the
   // optim wrapper from `optim_wrapper_config` and the schedulers from
   // `scheduler_config` (a list, or a map of lists by optim wrapper name).
-  virtual void prepare(std::shared_ptr<Model> model, const Config& optim_wrapper_config,
-                       const Config& scheduler_config, const SchedulerContext& context);
+  void prepare(std::shared_ptr<Model> model, const Config& optim_wrapper_config,
+               const Config& scheduler_config, const SchedulerContext& context);
   // Builds the model `config` describes (lockstep::build_model) for this
   // strategy: FSDPStrategy shards the units that opt in while they are built
   // (parallel/fsdp/shard_while_building.h). The runner builds through it.
@@ -65,42 +66,19 @@ class Strategy {
   // replays them to the position it resumes at instead.
   void replay_schedulers(int64_t iteration);
 
-  virtual int rank() const { return 0; }
-  virtual int world_size() const { return 1; }
-  bool is_main_process() const { return rank() == 0; }
-  virtual torch::Device device() const { return device_; }
+  // This rank's place among the run's processes, and the collectives over
+  // them (collectives.h): a world of one process unless the strategy is
+  // distributed.
+  const std::shared_ptr<Collectives>& collectives() const { return collectives_; }
+  int rank() const { return collectives_->rank(); }
+  int world_size() const { return collectives_->world_size(); }
+  bool is_main_process() const { return collectives_->is_main_process(); }
+  torch::Device device() const { return device_; }
   virtual std::string name() const = 0;
   // Why this strategy's training step cannot be captured as one CUDA graph
   // (`cuda_graph`, engine/cuda_graph_step.h), or "" if it can. Asked before
   // training; the base says the CPU cannot.
   virtual std::string cuda_graph_obstacle() const;
-  // Waits for every rank (no-op on one process).
-  virtual void barrier() {}
-  // How the trainer gathers step metrics across ranks.
-  virtual MetricsGatherer metrics_gatherer();
-  // Rank 0's value, on every rank (seeds drawn at random must agree).
-  virtual uint64_t broadcast_seed(uint64_t seed) { return seed; }
-  // Rank 0's `value`, on every rank (collective; the others' argument is ignored).
-  virtual nlohmann::json broadcast_from_main(const nlohmann::json& value) { return value; }
-  // Whether `local` is true on any rank (collective, one tiny all-reduce).
-  virtual bool any_rank(bool local) { return local; }
-  // Whether every rank passed the same `value` (collective, one tiny all-reduce).
-  virtual bool same_on_every_rank(int64_t value) { return true; }
-  // Every rank's `value`, in rank order (collective).
-  virtual std::vector<nlohmann::json> all_gather_json(const nlohmann::json& value) { return {value}; }
-  // Runs `body` on this rank, then agrees with every rank on whether all of
-  // theirs succeeded (dist/agreement.h, Note [Failing together]): when any
-  // threw, every rank throws the same error naming the first failing rank.
-  // Collective: every rank calls it at the same point. One process: body().
-  virtual void agree(const std::string& phase, const std::function<void()>& body) { body(); }
-  // In-place collectives on tensors over every rank, for hooks: `average`
-  // makes a tensor the mean of every rank's, `broadcast` copies the main
-  // process's into it. Both null for a strategy of one process.
-  struct TensorCollectives {
-    std::function<void(torch::Tensor&)> average;
-    std::function<void(torch::Tensor&)> broadcast;
-  };
-  virtual TensorCollectives tensor_collectives() { return {}; }
   // Averaged copies of the weights (EMAHook): which tensors this rank's
   // optimizer steps, how an average of them becomes checkpoint state and
   // back, and what to do after the average was swapped into them. Null
@@ -114,8 +92,6 @@ class Strategy {
     std::function<void()> after_swap;
   };
   virtual WeightAveraging weight_averaging() { return {}; }
-  // Gathers evaluation records from every rank into dataset order (see Evaluator).
-  virtual std::vector<nlohmann::json> collect_results(const std::vector<nlohmann::json>& local, int64_t dataset_size);
 
   // The full model state (parameters and buffers) as CPU tensors by name.
   virtual std::map<std::string, torch::Tensor> model_state_dict();
@@ -138,9 +114,8 @@ class Strategy {
  protected:
   // Subclasses decide placement and wrapping.
   virtual void place_model(Model& model) = 0;
-  // Called after the optim wrapper exists (DDP/FSDP attach their GradientSync).
-  virtual void attach_optim_wrapper(OptimWrapperBase& optim_wrapper) {}
-  // Builds an optim wrapper for `model` (FSDP overrides: it optimizes shards).
+  // Builds an optim wrapper for `model`, the model placed. DDP attaches its
+  // GradientSync to the one the base builds; FSDP builds one over its shards.
   virtual std::shared_ptr<OptimWrapperBase> build_optim_wrapper_for(const Config& config, Model& model);
   // The model, optimizer and schedulers into `contents`, as options say.
   void fill_checkpoint(CheckpointContents& contents, const CheckpointOptions& options);
@@ -148,6 +123,7 @@ class Strategy {
                                  const std::string& path);
 
   torch::Device device_ = torch::kCPU;
+  std::shared_ptr<Collectives> collectives_ = std::make_shared<Collectives>();
   std::shared_ptr<Model> model_;
   std::shared_ptr<OptimWrapperBase> optim_wrapper_;
   SchedulerMap schedulers_;
