@@ -94,6 +94,7 @@ class GradScaler {
     torch::Tensor found_inf;  // float32 [1] on the scale's device, agreed across ranks
   };
   void move_to(const torch::Device& device);
+  static void move_stage(PerOptimizer& entry, Stage to);
 
   GradScalerOptions options_;
   torch::Tensor scale_;           // float32 [1]
