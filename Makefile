@@ -40,8 +40,8 @@ DEMO_BUILD_DIR ?= build-demo
 # precompiled header's template instantiations once, and at -O0 (build type
 # Quick, in unity batches of 16): under 2 min, and 12% slower steps, the
 # same loss. `make build` and `make test` build the optimised build/ with the
-# default compiler, as before; README's commands use that one. Measured in BENCHMARKS.md ("make demo on a
-# new machine").
+# default compiler, as before; README's commands use that one. Measured in
+# BENCHMARKS.md ("make demo on a new machine").
 #
 # demo-build builds only the CLI (the library and bin/lockstep), not the
 # tests; CI runs it, so the demo's build cannot break unseen.
