@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "lockstep/amp/internal/grad_scaler_stage.h"
 #include "lockstep/compat/amp_ops.h"
 #include "lockstep/config/config.h"
 #include "lockstep/core/error.h"
@@ -128,7 +129,7 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer, GradientSync* sync
   }
   // Every rank asks, whatever it found: the agreement is a collective.
   entry.found_inf = sync != nullptr ? sync->any_rank_true(local) : local;
-  move_stage(entry, Stage::kUnscaled);
+  move_grad_scaler_stage(entry.stage, Stage::kUnscaled);
 }
 
 bool GradScaler::step(torch::optim::Optimizer& optimizer, GradientSync* sync) {
@@ -144,27 +145,27 @@ bool GradScaler::step(torch::optim::Optimizer& optimizer, GradientSync* sync) {
     // No host read: the optimizer skips on the device (Note [What a captured optimizer step reads]).
     device->stage_host_values();
     device->step_on_device(entry.found_inf);
-    move_stage(entry, Stage::kStepped);
+    move_grad_scaler_stage(entry.stage, Stage::kStepped);
     return true;
   }
   // The one host sync of a step, as torch.amp's GradScaler.step has.
   const bool stepping = entry.found_inf.item<float>() == 0.0f;
   if (stepping) optimizer.step();
-  move_stage(entry, Stage::kStepped);
+  move_grad_scaler_stage(entry.stage, Stage::kStepped);
   return stepping;
 }
 
-// Each optimizer's stage between two update()s: ready, unscaled (unscale_(),
-// or step() unscaling first), stepped. The public calls refuse a wrong order
-// with a message for the user; this asserts the edges behind those checks.
-void GradScaler::move_stage(PerOptimizer& entry, Stage to) {
+// The public calls refuse a wrong order with a message for the user; this
+// asserts the edges behind those checks.
+void move_grad_scaler_stage(GradScaler::Stage& stage, GradScaler::Stage to) {
+  using Stage = GradScaler::Stage;
   constexpr unsigned kMayComeFrom[] = {
       0,                                 // ready: only a new entry (update() forgets every optimizer)
       phase_bit(Stage::kReady),          // unscaled
       phase_bit(Stage::kUnscaled),       // stepped: step() unscales first when not yet
   };
   constexpr const char* kNames[] = {"ready", "unscaled", "stepped"};
-  move_phase("the GradScaler's stage for an optimizer", entry.stage, to, kMayComeFrom, kNames);
+  move_phase("the GradScaler's stage for an optimizer", stage, to, kMayComeFrom, kNames);
 }
 
 void GradScaler::update() {

@@ -78,6 +78,10 @@ class GradScaler {
   bool found_inf(const torch::optim::Optimizer& optimizer) const;
   // Whether `optimizer`'s gradients were unscaled since the last update() and it has not stepped yet.
   bool unscaled(const torch::optim::Optimizer& optimizer) const;
+  // Each optimizer's stage between two update()s: ready, unscaled (unscale_(),
+  // or step() unscaling first), stepped. update() forgets every optimizer, so
+  // the next iteration finds each ready again.
+  enum class Stage { kReady, kUnscaled, kStepped };
   bool is_enabled() const { return options_.enabled(); }
   const GradScalerOptions& options() const { return options_; }
 
@@ -88,13 +92,11 @@ class GradScaler {
   void load_state(const State& state);
 
  private:
-  enum class Stage { kReady, kUnscaled, kStepped };
   struct PerOptimizer {
     Stage stage = Stage::kReady;
     torch::Tensor found_inf;  // float32 [1] on the scale's device, agreed across ranks
   };
   void move_to(const torch::Device& device);
-  static void move_stage(PerOptimizer& entry, Stage to);
 
   GradScalerOptions options_;
   torch::Tensor scale_;           // float32 [1]

@@ -9,10 +9,12 @@
 #include <cmath>
 #include <limits>
 
+#include "lockstep/amp/internal/grad_scaler_stage.h"
 #include "lockstep/checkpoint/checkpoint_file.h"
 #include "lockstep/compat/amp_ops.h"
 #include "lockstep/config/config.h"
 #include "lockstep/core/error.h"
+#include "lockstep/core/internal/internal_error.h"
 #include "lockstep/optim/gradient_sync.h"
 #include "tests/support/test_support.h"
 
@@ -175,6 +177,40 @@ TEST(GradScaler, MisuseIsReported) {
   EXPECT_THROW(GradScaler(GradScalerOptions().growth_factor(0.5)), Error);
   EXPECT_THROW(GradScaler(GradScalerOptions().backoff_factor(1.5)), Error);
   EXPECT_THROW(GradScaler(GradScalerOptions().init_scale(0)), Error);
+}
+
+// The stage machine behind those checks: a move it does not have is a bug in
+// lockstep, reported as one, naming both stages. The public calls check first,
+// so a user's wrong order gets the user's message, never this one.
+TEST(GradScaler, AWrongStageMoveIsAnInternalErrorNamingBothStages) {
+  using Stage = GradScaler::Stage;
+  Stage stage = Stage::kReady;
+  move_grad_scaler_stage(stage, Stage::kUnscaled);
+  move_grad_scaler_stage(stage, Stage::kStepped);
+  try {
+    move_grad_scaler_stage(stage, Stage::kUnscaled);
+    FAIL() << "unscaled after stepped is not an edge";
+  } catch (const InternalError& error) {
+    EXPECT_NE(std::string(error.what()).find("lockstep internal error"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("the GradScaler's stage for an optimizer has no move from stepped to "
+                                             "unscaled"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(stage, Stage::kStepped);  // a refused move leaves the stage where it was
+  Stage fresh = Stage::kReady;
+  EXPECT_THROW(move_grad_scaler_stage(fresh, Stage::kStepped), InternalError);  // stepping skips unscaling
+
+  GradScaler scaler;
+  OneParam p;
+  p.backward(scaler, torch::tensor({1.0f, 1.0f, 1.0f}));
+  scaler.unscale_(p.sgd);
+  try {
+    scaler.unscale_(p.sgd);
+    FAIL() << "a second unscale_ must be refused";
+  } catch (const InternalError& error) {
+    FAIL() << "the user's wrong order reached the assertion: " << error.what();
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("unscale_"), std::string::npos) << error.what();
+  }
 }
 
 TEST(GradScaler, StateRoundTripsThroughACheckpointFile) {

@@ -5,8 +5,10 @@
 #include <cmath>
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/internal/internal_error.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/core/scalars_to_host.h"
+#include "lockstep/optim/internal/optim_step_phase.h"
 #include "lockstep/optim/optimizer_state.h"
 #include "lockstep/optim/param_groups.h"
 
@@ -27,8 +29,7 @@ void OptimWrapper::open_step(const StepContext* context) {
   LOCKSTEP_CHECK(step_ == nullptr, "an optim wrapper serves one step at a time: a step began while another was "
                  "still running (two trainers driving one optim wrapper?)");
   step_ = context;
-  reduced_in_step_ = false;
-  failure_reported_ = false;
+  move_optim_step_phase(step_phase_, StepPhase::kRunning);
 }
 
 int64_t OptimWrapper::current_iteration() const {
@@ -36,9 +37,29 @@ int64_t OptimWrapper::current_iteration() const {
 }
 
 void OptimWrapper::report_failure(const std::exception_ptr& error, bool sync, int64_t iteration) {
-  if (failure_reported_ || !gradient_sync_) return;
-  failure_reported_ = true;
-  gradient_sync_->step_failed(error, reduced_in_step_, sync, iteration);
+  if (step_phase_ == StepPhase::kFailed || !gradient_sync_) return;
+  const bool reduced = step_phase_ == StepPhase::kReduced;
+  move_optim_step_phase(step_phase_, StepPhase::kFailed);
+  gradient_sync_->step_failed(error, reduced, sync, iteration);
+}
+
+void OptimWrapper::mark_reduced() {
+  LOCKSTEP_CHECK(step_phase_ != StepPhase::kFailed, "a backward pass completed in a step whose failure was already "
+                 "reported (GradientSync::step_failed): the step is dropped on every rank, so rethrow its error "
+                 "instead of going on with it");
+  move_optim_step_phase(step_phase_, StepPhase::kReduced);
+}
+
+// The edges of the step's phases (OptimWrapper::StepPhase).
+void move_optim_step_phase(OptimWrapper::StepPhase& phase, OptimWrapper::StepPhase to) {
+  using Phase = OptimWrapper::StepPhase;
+  constexpr unsigned kMayComeFrom[] = {
+      kFromAny,                                               // running: a step begins
+      phase_bit(Phase::kRunning) | phase_bit(Phase::kReduced),  // reduced (again: two updates in one step)
+      phase_bit(Phase::kRunning) | phase_bit(Phase::kReduced),  // failed, reported once
+  };
+  constexpr const char* kNames[] = {"running", "reduced", "failed"};
+  move_phase("the optim wrapper's step", phase, to, kMayComeFrom, kNames);
 }
 
 void OptimWrapper::abandon_step(const std::exception_ptr& error) {
@@ -124,7 +145,7 @@ torch::Tensor OptimWrapper::scale_loss(const torch::Tensor& loss) const {
 }
 
 void OptimWrapper::count_replayed_backward() {
-  if (should_sync()) reduced_in_step_ = true;
+  if (should_sync()) mark_reduced();
   inner_count_ += 1;
 }
 
@@ -142,6 +163,7 @@ void OptimWrapper::backward(const torch::Tensor& loss) {
   LOCKSTEP_CHECK(loss.requires_grad(), "the loss does not require grad: no parameter took part in computing it "
                  "(was the forward run under torch::NoGradGuard, or are all parameters frozen?)");
   const bool sync = sync_for_current_step();
+  if (step_ == nullptr) move_optim_step_phase(step_phase_, StepPhase::kRunning);  // no trainer: a step of its own
   torch::Tensor to_differentiate = scale_for_backward(loss);
   const int64_t iteration = current_iteration();
   try {
@@ -159,7 +181,7 @@ void OptimWrapper::backward(const torch::Tensor& loss) {
     report_failure(std::current_exception(), sync, iteration);
     throw;
   }
-  if (sync) reduced_in_step_ = true;
+  if (sync) mark_reduced();
   inner_count_ += 1;
   if (step_ != nullptr && step_->after_backward) step_->after_backward();
 }

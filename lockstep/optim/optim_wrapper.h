@@ -197,6 +197,14 @@ class OptimWrapper : public OptimWrapperBase {
   std::vector<std::pair<std::string, OptimWrapper*>> wrappers() override { return {{"", this}}; }
   void abandon_step(const std::exception_ptr& error) override;
 
+  // Where the step in progress is, for the GradientSync's step_failed: running
+  // (no synchronised backward has completed), reduced (one has: every rank's
+  // gradients are summed), failed (its failure was reported, once). A trainer's
+  // step begins at begin_step; without one, each backward() begins one.
+  // Moved by move_phase, each move asserted against its edges (optim_wrapper.cpp).
+  enum class StepPhase { kRunning, kReduced, kFailed };
+  StepPhase step_phase() const { return step_phase_; }
+
  protected:
   // Mixed-precision seams (amp/amp_optim_wrapper.h overrides them).
   virtual std::function<void()> enter_forward_context() { return nullptr; }
@@ -217,6 +225,8 @@ class OptimWrapper : public OptimWrapperBase {
   bool sync_for_current_step() const;
   // GradientSync::step_failed, once per step.
   void report_failure(const std::exception_ptr& error, bool sync, int64_t iteration);
+  // A synchronised backward completed in the step in progress.
+  void mark_reduced();
   int64_t current_iteration() const;
 
   std::shared_ptr<torch::optim::Optimizer> optimizer_;
@@ -229,10 +239,7 @@ class OptimWrapper : public OptimWrapperBase {
   int64_t divisible_counts_ = 0;
   int64_t remainder_counts_ = 0;
   bool forward_context_open_ = false;
-  // Within the step in progress (reset by open_step): whether its
-  // synchronised backward completed, and whether a failure was reported.
-  bool reduced_in_step_ = false;
-  bool failure_reported_ = false;
+  StepPhase step_phase_ = StepPhase::kRunning;
 };
 
 // Several named OptimWrappers, for models that update several networks in

@@ -5,6 +5,8 @@
 
 #include "lockstep/config/config.h"
 #include "lockstep/core/error.h"
+#include "lockstep/core/internal/internal_error.h"
+#include "lockstep/optim/internal/optim_step_phase.h"
 #include "lockstep/optim/optim_wrapper_builder.h"
 #include "lockstep/model/model.h"
 #include "tests/support/log_capture.h"
@@ -163,6 +165,94 @@ TEST(OptimWrapperTest, GradientSyncSeesNoSyncMicroStepsAndTheSyncedOne) {
   Batch data = make_data(4);
   for (int i = 0; i < 2; ++i) net->train_step(data, wrapper);
   EXPECT_EQ(sync->calls, (std::vector<std::string>{"forward", "backward", "end", "forward+sync", "backward+sync", "end+sync"}));
+}
+
+// Records what each step_failed was told; end_backward throws while `fail` is set.
+struct FailureRecordingSync : RecordingSync {
+  bool fail = false;
+  std::vector<bool> reduced;  // one entry per step_failed
+  void end_backward(bool sync) override {
+    RecordingSync::end_backward(sync);
+    if (fail) throw Error("a rank's backward failed");
+  }
+  void step_failed(const std::exception_ptr& /*error*/, bool was_reduced, bool /*sync*/,
+                   int64_t /*iteration*/) override {
+    reduced.push_back(was_reduced);
+  }
+};
+
+// A failed step is reported to the GradientSync once, saying whether its
+// gradients were already summed across ranks (DDP then marks the ranks
+// diverged instead of completing the pass with zeros). Without a trainer's
+// step, each backward is a step of its own, so an earlier update's reduction
+// is not taken for this one's.
+TEST(OptimWrapperTest, AFailedStepIsReportedOnceSayingWhetherItsGradientsWereReduced) {
+  using Phase = OptimWrapper::StepPhase;
+  auto net = std::make_shared<TinyNet>();
+  OptimWrapper wrapper(std::make_shared<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(0.1)));
+  auto sync = std::make_shared<FailureRecordingSync>();
+  wrapper.set_gradient_sync(sync);
+  const Batch data = make_data(4);
+  const auto error = std::make_exception_ptr(Error("the optimizer step failed"));
+  StepContext context;
+  {
+    auto scope = wrapper.begin_step(context);
+    EXPECT_EQ(wrapper.step_phase(), Phase::kRunning);
+    net->train_step(data, wrapper);
+    EXPECT_EQ(wrapper.step_phase(), Phase::kReduced);
+    wrapper.abandon_step(error);
+    wrapper.abandon_step(error);  // told once
+    EXPECT_EQ(wrapper.step_phase(), Phase::kFailed);
+  }
+  EXPECT_EQ(sync->reduced, (std::vector<bool>{true}));
+  {
+    auto scope = wrapper.begin_step(context);  // a new step begins clean
+    wrapper.abandon_step(error);
+  }
+  EXPECT_EQ(sync->reduced, (std::vector<bool>{true, false}));
+
+  net->train_step(data, wrapper);  // no trainer: this backward's own step, reduced
+  EXPECT_EQ(wrapper.step_phase(), Phase::kReduced);
+  sync->fail = true;
+  EXPECT_THROW(net->train_step(data, wrapper), Error);
+  wrapper.abandon_step(error);  // a loop that owns its steps tells it again: told once
+  EXPECT_EQ(sync->reduced, (std::vector<bool>{true, false, false}));
+
+  // Going on with a step whose failure was reported is the user's mistake, said as such.
+  sync->fail = false;
+  auto scope = wrapper.begin_step(context);
+  sync->fail = true;
+  EXPECT_THROW(net->train_step(data, wrapper), Error);
+  sync->fail = false;
+  try {
+    net->train_step(data, wrapper);
+    FAIL() << "a backward after the step's failure was reported must be refused";
+  } catch (const InternalError& e) {
+    FAIL() << "the user's mistake reached the assertion: " << e.what();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("whose failure was already reported"), std::string::npos) << e.what();
+  }
+}
+
+// The machine behind those checks: a move it does not have is a lockstep bug,
+// reported as one, naming both phases, and the phase stays where it was.
+TEST(OptimWrapperPhases, AWrongMoveIsAnInternalErrorNamingBothPhases) {
+  using Phase = OptimWrapper::StepPhase;
+  Phase phase = Phase::kRunning;
+  move_optim_step_phase(phase, Phase::kReduced);
+  move_optim_step_phase(phase, Phase::kFailed);
+  try {
+    move_optim_step_phase(phase, Phase::kReduced);
+    FAIL() << "reduced after failed is not an edge";
+  } catch (const InternalError& e) {
+    EXPECT_NE(std::string(e.what()).find("lockstep internal error"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the optim wrapper's step has no move from failed to reduced"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_EQ(phase, Phase::kFailed);
+  EXPECT_THROW(move_optim_step_phase(phase, Phase::kFailed), InternalError);  // reported once
+  move_optim_step_phase(phase, Phase::kRunning);                              // a new step
+  EXPECT_EQ(phase, Phase::kRunning);
 }
 
 TEST(OptimWrapperTest, ZeroGradDropsGradients) {
