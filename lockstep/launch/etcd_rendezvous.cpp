@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "lockstep/compat/c10d.h"
+#include "lockstep/core/internal/internal_error.h"
 #include "lockstep/dist/job_identity.h"
 #include "lockstep/launch/internal/background_threads.h"
 
@@ -184,6 +185,47 @@ void watch_rounds(const std::shared_ptr<EtcdShared>& shared) {
   }
 }
 
+// Note [The etcd join, state by state]
+// A node joining the job moves through four states, a function each, and
+// every move is asserted (move_phase):
+//
+//   choose round --> enter --> wait in round --(closed with it)--> await store --> joined
+//                      ^            |
+//                      +------------+  its entry expired: enter again;
+//                                      closed without it: enter the next round
+//   await store --(node 0 died before publishing the store)--> choose round,
+//                                      after that round, as a failed one
+//
+// A state reads what it needs from etcd and says whether the join goes on at
+// once (the next state has work to do) or waits until the job's keys change,
+// the last call ends, or a second passes. Before each state the join looks at
+// the job as a whole: given up (an error) or finished (no round for this node).
+struct JoinAttempt {
+  enum class State { kChooseRound, kEnter, kWaitInRound, kAwaitStore, kJoined };
+  State state = State::kChooseRound;
+  int after_round = -1;  // the round this node last ran in (-1: none)
+  bool failed = false;   // that round ended in a failure: the next one counts a restart
+  int round = -1;        // the round being joined
+  std::optional<ElasticRendezvous::Round> admitted;  // the round closed with this node in it
+  std::optional<Clock::time_point> ready_since;      // enough nodes since then: the last call runs
+  int64_t revision = 0;  // of the round as last read: a wait watches from there
+
+  void move(State to) {
+    constexpr unsigned kMayComeFrom[] = {
+        phase_bit(State::kAwaitStore),                                 // choose round: node 0 died
+        phase_bit(State::kChooseRound) | phase_bit(State::kWaitInRound),  // enter
+        phase_bit(State::kEnter),                                      // wait in round
+        phase_bit(State::kWaitInRound),                                // await store
+        phase_bit(State::kAwaitStore),                                 // joined
+    };
+    constexpr const char* kNames[] = {"choose round", "enter", "wait in round", "await store", "joined"};
+    move_phase("the etcd join", state, to, kMayComeFrom, kNames);
+  }
+};
+
+// What a join state leaves to do: the next state at once, or wait for a change.
+enum class JoinNext { kNow, kWait };
+
 class EtcdRendezvous : public ElasticRendezvous {
  public:
   EtcdRendezvous(Options options, EtcdRendezvousSettings settings);
@@ -201,6 +243,12 @@ class EtcdRendezvous : public ElasticRendezvous {
  private:
   void check_job_token();
   int64_t lease();
+  // The join's states (Note [The etcd join, state by state]).
+  JoinNext run_state(JoinAttempt& join);
+  JoinNext choose_round(JoinAttempt& join);
+  JoinNext enter_round(JoinAttempt& join);
+  JoinNext wait_in_round(JoinAttempt& join);
+  JoinNext await_store(JoinAttempt& join);
   void enter(int round, int after_round, bool failed);
   bool try_close(int round, const RoundState& state);
   bool running_round_over(int round, const RoundState& state);
@@ -394,6 +442,99 @@ std::optional<std::pair<std::string, int>> EtcdRendezvous::round_store(const Rou
   return address;
 }
 
+JoinNext EtcdRendezvous::choose_round(JoinAttempt& join) {
+  const auto open = etcd_.get(shared_->key("open"));
+  join.round = std::max(join.after_round + 1, open ? std::atoi(open->value.c_str()) : 0);
+  join.move(JoinAttempt::State::kEnter);
+  return JoinNext::kNow;
+}
+
+JoinNext EtcdRendezvous::enter_round(JoinAttempt& join) {
+  enter(join.round, join.after_round, join.failed);
+  join.move(JoinAttempt::State::kWaitInRound);
+  return JoinNext::kNow;
+}
+
+// Until the round closes: close it when enough nodes are in and the running
+// round is over (at once with MAX nodes, else after the last call).
+JoinNext EtcdRendezvous::wait_in_round(JoinAttempt& join) {
+  const Options& o = shared_->options;
+  const RoundState state = read_round(etcd_, *shared_, join.round);
+  join.revision = state.revision;
+  if (!state.closed) {
+    if (!has_entry(state, o.node_name)) {  // this node's lease expired while it waited
+      join.move(JoinAttempt::State::kEnter);
+      return JoinNext::kNow;
+    }
+    const int entries = static_cast<int>(state.entries.size());
+    if (entries < o.min_nodes || !running_round_over(join.round, state)) {
+      join.ready_since.reset();
+      return JoinNext::kWait;
+    }
+    if (!join.ready_since) join.ready_since = Clock::now();
+    if (entries < o.max_nodes && Clock::now() - *join.ready_since < o.last_call_timeout) return JoinNext::kWait;
+    try_close(join.round, state);  // or another node closed it first: read it again
+    return JoinNext::kNow;
+  }
+  auto [restarts, names] = parse_closed(*state.closed);
+  const auto me = std::find(names.begin(), names.end(), o.node_name);
+  join.ready_since.reset();
+  if (me == names.end()) {
+    // Full, or closed before this node's entry was read: the next round.
+    etcd_.erase(shared_->round_key(join.round, "node/" + o.node_name));
+    ++join.round;
+    join.move(JoinAttempt::State::kEnter);
+    return JoinNext::kNow;
+  }
+  for (const auto& entry : state.entries) {
+    LOCKSTEP_CHECK(entry.nproc == o.nproc_per_node, "lockstep run: node ", entry.name, " runs ", entry.nproc,
+                   " workers and this node (", o.node_name, ") ", o.nproc_per_node,
+                   ": every node of an elastic job needs the same --nproc-per-node");
+  }
+  Round admitted;
+  admitted.round = join.round;
+  admitted.group_rank = static_cast<int>(me - names.begin());
+  admitted.nnodes = static_cast<int>(names.size());
+  admitted.restarts = restarts;
+  admitted.node_names = names;
+  join.admitted = admitted;
+  join.move(JoinAttempt::State::kAwaitStore);
+  return JoinNext::kNow;
+}
+
+// Node 0 of the round publishes its workers' store; the others wait for it.
+JoinNext EtcdRendezvous::await_store(JoinAttempt& join) {
+  const RoundState state = read_round(etcd_, *shared_, join.round);
+  join.revision = state.revision;
+  if (auto store = round_store(*join.admitted, state)) {
+    join.admitted->store_host = store->first;
+    join.admitted->store_port = store->second;
+    previous_rank_ = join.admitted->group_rank;
+    join.move(JoinAttempt::State::kJoined);
+    return JoinNext::kNow;
+  }
+  if (has_entry(state, join.admitted->node_names.front())) return JoinNext::kWait;
+  // Node 0 died before it published the round's store: the round never starts.
+  join.after_round = join.round;
+  join.failed = true;
+  join.round = -1;
+  join.admitted.reset();
+  join.move(JoinAttempt::State::kChooseRound);
+  return JoinNext::kNow;
+}
+
+JoinNext EtcdRendezvous::run_state(JoinAttempt& join) {
+  switch (join.state) {
+    case JoinAttempt::State::kChooseRound: return choose_round(join);
+    case JoinAttempt::State::kEnter: return enter_round(join);
+    case JoinAttempt::State::kWaitInRound: return wait_in_round(join);
+    case JoinAttempt::State::kAwaitStore: return await_store(join);
+    case JoinAttempt::State::kJoined: break;
+  }
+  LOCKSTEP_ASSERT(false, "the etcd join ran a state after joined");
+  return JoinNext::kWait;
+}
+
 std::optional<ElasticRendezvous::Round> EtcdRendezvous::join(int after_round, bool failed,
                                                              const std::function<bool()>& interrupted) {
   const Options& o = shared_->options;
@@ -404,84 +545,22 @@ std::optional<ElasticRendezvous::Round> EtcdRendezvous::join(int after_round, bo
     shared_->watched_names.clear();
     shared_->reason.clear();
   }
-  int round = -1;
-  bool entered = false;
-  std::optional<Round> admitted;
-  bool ready = false;
-  Clock::time_point ready_since{};
+  JoinAttempt join;
+  join.after_round = after_round;
+  join.failed = failed;
   std::string last_error;
   while (true) {
-    int64_t revision = 0;
+    join.revision = 0;
     try {
-      if (after_round < 0 && round < 0) forget_ended_run();
+      if (join.after_round < 0 && join.round < 0) forget_ended_run();
       fail_if_given_up();
       if (etcd_.get(shared_->key("finished"))) {
         finished_ = true;
         return std::nullopt;
       }
-      if (round < 0) {
-        const auto open = etcd_.get(shared_->key("open"));
-        round = std::max(after_round + 1, open ? std::atoi(open->value.c_str()) : 0);
-      }
-      if (!entered) {
-        enter(round, after_round, failed);
-        entered = true;
-      }
-      const RoundState state = read_round(etcd_, *shared_, round);
-      revision = state.revision;
-      if (!state.closed && !has_entry(state, o.node_name)) {
-        entered = false;  // this node's lease expired while it waited: enter again
+      if (run_state(join) == JoinNext::kNow) {
+        if (join.state == JoinAttempt::State::kJoined) return join.admitted;
         continue;
-      }
-      if (state.closed && !admitted) {
-        auto [restarts, names] = parse_closed(*state.closed);
-        const auto me = std::find(names.begin(), names.end(), o.node_name);
-        if (me == names.end()) {
-          // Full, or closed before this node's entry was read: the next round.
-          etcd_.erase(shared_->round_key(round, "node/" + o.node_name));
-          ++round;
-          entered = false;
-          ready = false;
-          continue;
-        }
-        for (const auto& entry : state.entries) {
-          LOCKSTEP_CHECK(entry.nproc == o.nproc_per_node, "lockstep run: node ", entry.name, " runs ", entry.nproc,
-                         " workers and this node (", o.node_name, ") ", o.nproc_per_node,
-                         ": every node of an elastic job needs the same --nproc-per-node");
-        }
-        Round result;
-        result.round = round;
-        result.group_rank = static_cast<int>(me - names.begin());
-        result.nnodes = static_cast<int>(names.size());
-        result.restarts = restarts;
-        result.node_names = names;
-        admitted = result;
-      }
-      if (admitted) {
-        if (auto store = round_store(*admitted, state)) {
-          admitted->store_host = store->first;
-          admitted->store_port = store->second;
-          previous_rank_ = admitted->group_rank;
-          return admitted;
-        }
-        if (!has_entry(state, admitted->node_names.front())) {
-          // Node 0 died before it published the round's store: the round never starts.
-          after_round = round;
-          failed = true;
-          round = -1;
-          entered = false;
-          admitted.reset();
-          continue;
-        }
-      } else if (static_cast<int>(state.entries.size()) >= o.min_nodes && running_round_over(round, state)) {
-        if (!ready) ready_since = Clock::now();
-        ready = true;
-        if (static_cast<int>(state.entries.size()) >= o.max_nodes || Clock::now() - ready_since >= o.last_call_timeout) {
-          try_close(round, state);
-          continue;
-        }
-      } else {
-        ready = false;
       }
     } catch (const EtcdRefusedError& error) {
       LOCKSTEP_FAIL("lockstep run: node ", o.node_name, ": ", error.what());
@@ -491,18 +570,18 @@ std::optional<ElasticRendezvous::Round> EtcdRendezvous::join(int after_round, bo
     if (interrupted()) return std::nullopt;
     LOCKSTEP_CHECK(Clock::now() < deadline, "lockstep run: node ", o.node_name, ": ",
                    last_error.empty() ? str_cat("no rendezvous round admitted this node (", o.min_nodes, " to ",
-                                                o.max_nodes, " nodes; round ", round, ")")
+                                                o.max_nodes, " nodes; round ", join.round, ")")
                                       : last_error,
                    " within ", o.join_timeout.count() / 1000.0, " s (--join-timeout)");
     // Until something changes in the job's keys, the last call ends, or a second passes.
     milliseconds wait(1000);
-    if (ready) {
-      wait = std::clamp(std::chrono::duration_cast<milliseconds>(ready_since + o.last_call_timeout - Clock::now()),
+    if (join.ready_since) {
+      wait = std::clamp(std::chrono::duration_cast<milliseconds>(*join.ready_since + o.last_call_timeout - Clock::now()),
                         milliseconds(10), wait);
     }
-    if (revision > 0 && last_error.empty()) {
+    if (join.revision > 0 && last_error.empty()) {
       try {
-        etcd_.watch_prefix(shared_->keys, revision, wait, interrupted);
+        etcd_.watch_prefix(shared_->keys, join.revision, wait, interrupted);
       } catch (const EtcdError&) {
         std::this_thread::sleep_for(milliseconds(100));
       }
