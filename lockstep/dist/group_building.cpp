@@ -10,7 +10,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/dist/internal/node_hierarchy.h"
-#include "lockstep/dist/internal/polling_store.h"
+#include "lockstep/dist/internal/store_views.h"
 #include "lockstep/dist/process_group.h"
 #include "lockstep/dist/rendezvous.h"
 #include "lockstep/dist/internal/ring.h"
@@ -74,16 +74,18 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks, st
   child.gloo_device = parts_.gloo_device;
   child.store = compat::make_prefix_store(str_cat("group/", name(), "/", group_name, "/"), parts_.root_store);
   const int child_size = static_cast<int>(ranks.size());
-  rendezvous(child.store, group_name, child.rank, child_size, child.timeout,
-             "every member must call new_group with the same ranks");
   // Another thread may be building a group through the same store client
   // (Note [Waiting without holding the store]).
-  auto exchange = [&](const char* backend) {
-    return make_polling_store(compat::make_prefix_store(backend, child.store), child.timeout,
-                              str_cat("group '", group_name, "'"));
+  auto polling = [&](c10::intrusive_ptr<compat::C10dStore> store) {
+    return make_polling_store(std::move(store), child.timeout, str_cat("group '", group_name, "'"));
   };
+  rendezvous(polling(child.store), group_name, child.rank, child_size, child.timeout,
+             "every member must call new_group with the same ranks");
+  auto exchange = [&](const char* backend) { return polling(compat::make_prefix_store(backend, child.store)); };
   try {
-    child.gloo = compat::make_gloo(exchange("gloo/"), child.rank, child_size, child.timeout, child.gloo_device);
+    // Gloo's addresses as one table per key family (Note [One table of Gloo addresses]).
+    child.gloo = compat::make_gloo(make_address_table_store(exchange("gloo/"), child.rank, child_size, child.timeout),
+                                   child.rank, child_size, child.timeout, child.gloo_device);
     if (parts_.nccl) child.nccl = compat::make_nccl(exchange("nccl/"), child.rank, child_size, child.timeout);
   } catch (const std::exception&) {
     rethrow_with_context(str_cat("rank ", global_rank(rank()), ": creating group '", group_name, "'"));

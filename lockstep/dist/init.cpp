@@ -15,6 +15,7 @@
 #include "lockstep/core/logging.h"
 #include "lockstep/dist/comm.h"
 #include "lockstep/dist/gpu_claim.h"
+#include "lockstep/dist/internal/store_views.h"
 #include "lockstep/dist/job_identity.h"
 #include "lockstep/dist/mpi_meeting.h"
 #include "lockstep/dist/network.h"
@@ -167,9 +168,11 @@ static std::shared_ptr<ProcessGroup> init_with_env(const InitOptions& options, D
                    "NCCL; this one (", compat::torch_version(), ") is not; use backend 'gloo'");
   }
   const int rank = options.rank(), size = options.world_size();
-  auto store = connect_store(options);
+  // Every operation this process makes on the job's store is counted: the
+  // figure that shows Gloo's address exchange costs each rank a constant.
+  CountedStore store = make_counting_store(connect_store(options));
   // Each initialisation gets fresh keys, even when an earlier one failed halfway.
-  auto root = compat::make_prefix_store(str_cat("lockstep/", s.generation++, "/"), store);
+  auto root = compat::make_prefix_store(str_cat("lockstep/", s.generation++, "/"), store.store);
 
   ProcessGroup::Parts parts;
   parts.name = "world";
@@ -183,8 +186,10 @@ static std::shared_ptr<ProcessGroup> init_with_env(const InitOptions& options, D
   rendezvous(parts.store, "world", rank, size, options.timeout(),
              str_cat("check that the world size (", size, ") matches the number of workers started"));
   try {
-    parts.gloo = compat::make_gloo(compat::make_prefix_store("gloo/", parts.store), rank, size, options.timeout(),
-                                   parts.gloo_device);
+    // Gloo's addresses as one table per key family (Note [One table of Gloo addresses]).
+    parts.gloo = compat::make_gloo(
+        make_address_table_store(compat::make_prefix_store("gloo/", parts.store), rank, size, options.timeout()),
+        rank, size, options.timeout(), parts.gloo_device);
     if (options.backend() == "nccl") {
       const int device = compat::current_cuda_device();
       LOCKSTEP_CHECK(device >= 0, "rank ", rank, ": backend nccl needs a GPU, and this process sees none");
@@ -206,6 +211,7 @@ static std::shared_ptr<ProcessGroup> init_with_env(const InitOptions& options, D
     throw;
   }
   s.env = std::move(env);
+  logger().info("rank {} of {}: world group ready after {} store operations", rank, size, store.operations->load());
   return s.world;
 }
 

@@ -10,6 +10,12 @@
 // 01 is connected). The most each rank held at any sample must stay within
 // N + 8: one mesh and a few more (the store, the launcher). Two meshes
 // would need 2 (N - 1).
+//
+// Each rank also logs how many operations it made on the job's store to set
+// up its world group ("world group ready after K store operations"): the
+// rendezvous and Gloo's address exchange (Note [One table of Gloo addresses]).
+// Every rank but rank 0 makes the same few at 8 and at 64 ranks; rank 0
+// reads each rank's addresses once, 2 N + a few.
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -17,6 +23,7 @@
 #include <atomic>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -114,6 +121,22 @@ std::map<int, SocketCounts> watch_workers(const std::string& marker, const std::
   return most;
 }
 
+// The store operations each rank reports for its world group, by rank.
+std::map<int, int64_t> store_operations(const std::string& output, int nproc) {
+  std::map<int, int64_t> operations;
+  const std::regex line("rank (\\d+) of (\\d+): world group ready after (\\d+) store operations");
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), line); it != std::sregex_iterator(); ++it) {
+    if (std::stoi((*it)[2]) != nproc) continue;
+    operations[std::stoi((*it)[1])] = std::stoll((*it)[3]);
+  }
+  return operations;
+}
+
+// What a rank other than 0 may spend, whatever N: the rendezvous (3), Gloo's
+// address exchange (3 per key family, 2 families on libtorch 1.13), the job
+// token's check, with room to spare.
+constexpr int64_t kStoreOperationsPerRank = 16;
+
 // `iterations`: enough for the watcher to see every rank after iteration 6.
 void expect_one_mesh(int nproc, int iterations) {
   testing::TempDir dir;
@@ -134,6 +157,12 @@ void expect_one_mesh(int nproc, int iterations) {
   ASSERT_EQ(run.exit_code, 0) << run.output;
   ASSERT_NE(run.output.find("Evaluation on val"), std::string::npos) << run.output;
   ASSERT_EQ(static_cast<int>(most.size()), nproc) << "workers seen: " << most.size();
+  const std::map<int, int64_t> operations = store_operations(run.output, nproc);
+  ASSERT_EQ(static_cast<int>(operations.size()), nproc) << run.output;
+  for (const auto& [rank, count] : operations) {
+    std::cout << "rank " << rank << ": " << count << " store operations\n";
+    EXPECT_LE(count, rank == 0 ? 2 * nproc + kStoreOperationsPerRank : kStoreOperationsPerRank) << "rank " << rank;
+  }
   for (const auto& [rank, counts] : most) {
     std::cout << "rank " << rank << ": at most " << counts.listening << " listening ports, " << counts.connected
               << " connections\n";
