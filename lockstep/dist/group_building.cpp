@@ -75,8 +75,9 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks, st
   child.store = compat::make_prefix_store(str_cat("group/", name(), "/", group_name, "/"), parts_.root_store);
   const int child_size = static_cast<int>(ranks.size());
   // Another thread may be building a group through the same store client
-  // (Note [Waiting without holding the store]).
+  // (Note [Waiting without holding the store]), unless the world is being set up.
   auto polling = [&](c10::intrusive_ptr<compat::C10dStore> store) {
+    if (BlockingStoreWaits::active()) return store;
     return make_polling_store(std::move(store), child.timeout, str_cat("group '", group_name, "'"));
   };
   rendezvous(polling(child.store), group_name, child.rank, child_size, child.timeout,

@@ -168,6 +168,9 @@ static std::shared_ptr<ProcessGroup> init_with_env(const InitOptions& options, D
                    "NCCL; this one (", compat::torch_version(), ") is not; use backend 'gloo'");
   }
   const int rank = options.rank(), size = options.world_size();
+  // No other thread uses the store before the world exists: the node groups
+  // built below may wait on it in one call (BlockingStoreWaits).
+  BlockingStoreWaits blocking_waits;
   // Every operation this process makes on the job's store is counted: the
   // figure that shows Gloo's address exchange costs each rank a constant.
   CountedStore store = make_counting_store(connect_store(options));

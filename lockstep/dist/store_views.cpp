@@ -33,10 +33,11 @@ namespace {
 //
 // Subgroups therefore exchange keys through this view: a wait is a loop of
 // `check` calls, each holding the client for one round trip, with a pause
-// that doubles from 1 ms to 20 ms between them. The world group, built before
-// any other thread exists, keeps the blocking wait, which costs the store no
-// polling at 128 ranks. PyTorch 2.7 meets the same problem with Store::clone()
-// (a connection per thread); 2.6 and 1.13 have no clone.
+// that doubles from 1 ms to 20 ms between them. The world group, and the
+// node groups built while the world is set up (under BlockingStoreWaits),
+// come before any other thread exists and keep the blocking wait, which costs
+// the store no polling at 128 ranks. PyTorch 2.7 meets the same problem with
+// Store::clone() (a connection per thread); 2.6 and 1.13 have no clone.
 class PollingStore : public compat::StoreBase {
  public:
   PollingStore(c10::intrusive_ptr<compat::C10dStore> store, std::chrono::milliseconds timeout, std::string where)
@@ -87,6 +88,8 @@ class PollingStore : public compat::StoreBase {
   c10::intrusive_ptr<compat::C10dStore> store_;
   std::string where_;
 };
+
+thread_local bool blocking_store_waits = false;
 
 // Note [One table of Gloo addresses]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -327,6 +330,10 @@ c10::intrusive_ptr<compat::C10dStore> make_polling_store(c10::intrusive_ptr<comp
                                                          std::chrono::milliseconds timeout, std::string where) {
   return c10::make_intrusive<PollingStore>(std::move(store), timeout, std::move(where));
 }
+
+BlockingStoreWaits::BlockingStoreWaits() : previous_(blocking_store_waits) { blocking_store_waits = true; }
+BlockingStoreWaits::~BlockingStoreWaits() { blocking_store_waits = previous_; }
+bool BlockingStoreWaits::active() { return blocking_store_waits; }
 
 c10::intrusive_ptr<compat::C10dStore> make_address_table_store(c10::intrusive_ptr<compat::C10dStore> store, int rank,
                                                                int size, std::chrono::milliseconds timeout) {

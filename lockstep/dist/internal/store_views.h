@@ -40,6 +40,22 @@ c10::intrusive_ptr<compat::C10dStore> make_polling_store(c10::intrusive_ptr<comp
 c10::intrusive_ptr<compat::C10dStore> make_address_table_store(c10::intrusive_ptr<compat::C10dStore> store, int rank,
                                                                int size, std::chrono::milliseconds timeout);
 
+// While one lives on a thread, the groups that thread builds wait on the store
+// in one blocking call instead of polling. init_process_group opens one: no
+// other thread of the process uses the store before the world exists, so the
+// world's node groups cost each rank a constant number of operations.
+class BlockingStoreWaits {
+ public:
+  BlockingStoreWaits();
+  ~BlockingStoreWaits();
+  BlockingStoreWaits(const BlockingStoreWaits&) = delete;
+  BlockingStoreWaits& operator=(const BlockingStoreWaits&) = delete;
+  static bool active();  // on the calling thread
+
+ private:
+  bool previous_;
+};
+
 // `store`, counting every call made through it (set, get, wait, check, add,
 // compareSet, deleteKey, getNumKeys: one each) in `operations`, shared by clones.
 struct CountedStore {
