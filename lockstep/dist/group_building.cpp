@@ -84,9 +84,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks, st
              "every member must call new_group with the same ranks");
   auto exchange = [&](const char* backend) { return polling(compat::make_prefix_store(backend, child.store)); };
   try {
-    // Gloo's addresses as one table per key family (Note [One table of Gloo addresses]).
-    child.gloo = compat::make_gloo(make_address_table_store(exchange("gloo/"), child.rank, child_size, child.timeout),
-                                   child.rank, child_size, child.timeout, child.gloo_device);
+    child.gloo = make_gloo_mesh(exchange("gloo/"), child.rank, child_size, child.timeout, child.gloo_device);
     if (parts_.nccl) child.nccl = compat::make_nccl(exchange("nccl/"), child.rank, child_size, child.timeout);
   } catch (const std::exception&) {
     rethrow_with_context(str_cat("rank ", global_rank(rank()), ": creating group '", group_name, "'"));

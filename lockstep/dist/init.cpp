@@ -189,10 +189,8 @@ static std::shared_ptr<ProcessGroup> init_with_env(const InitOptions& options, D
   rendezvous(parts.store, "world", rank, size, options.timeout(),
              str_cat("check that the world size (", size, ") matches the number of workers started"));
   try {
-    // Gloo's addresses as one table per key family (Note [One table of Gloo addresses]).
-    parts.gloo = compat::make_gloo(
-        make_address_table_store(compat::make_prefix_store("gloo/", parts.store), rank, size, options.timeout()),
-        rank, size, options.timeout(), parts.gloo_device);
+    parts.gloo = make_gloo_mesh(compat::make_prefix_store("gloo/", parts.store), rank, size, options.timeout(),
+                                parts.gloo_device);
     if (options.backend() == "nccl") {
       const int device = compat::current_cuda_device();
       LOCKSTEP_CHECK(device >= 0, "rank ", rank, ": backend nccl needs a GPU, and this process sees none");

@@ -340,6 +340,13 @@ c10::intrusive_ptr<compat::C10dStore> make_address_table_store(c10::intrusive_pt
   return c10::make_intrusive<AddressTableStore>(std::move(store), rank, size, timeout);
 }
 
+c10::intrusive_ptr<compat::C10dGroup> make_gloo_mesh(c10::intrusive_ptr<compat::C10dStore> exchange, int rank,
+                                                     int size, std::chrono::milliseconds timeout,
+                                                     const compat::GlooDeviceSpec& device) {
+  return compat::make_gloo(make_address_table_store(std::move(exchange), rank, size, timeout), rank, size, timeout,
+                           device);
+}
+
 CountedStore make_counting_store(c10::intrusive_ptr<compat::C10dStore> store) {
   CountedStore counted;
   counted.operations = std::make_shared<std::atomic<int64_t>>(0);

@@ -10,10 +10,9 @@
 //   per-rank figure init_process_group logs ("N store operations").
 //
 //   auto counted = lockstep::make_counting_store(tcp_store);
-//   auto exchange = lockstep::make_address_table_store(
-//       lockstep::make_polling_store(compat::make_prefix_store("gloo/", counted.store), timeout, "group 'side'"),
-//       rank, size, timeout);
-//   auto gloo = compat::make_gloo(exchange, rank, size, timeout);  // Gloo's key exchange goes through the views
+//   auto exchange = lockstep::make_polling_store(compat::make_prefix_store("gloo/", counted.store), timeout,
+//                                                "group 'side'");
+//   auto gloo = lockstep::make_gloo_mesh(exchange, rank, size, timeout, device);  // through the address table
 //   logger().info("{} store operations", counted.operations->load());
 //
 // Everything a view does not change goes straight to the wrapped store.
@@ -39,6 +38,12 @@ c10::intrusive_ptr<compat::C10dStore> make_polling_store(c10::intrusive_ptr<comp
 // "0/rank_3") travels as one table that rank 0 publishes.
 c10::intrusive_ptr<compat::C10dStore> make_address_table_store(c10::intrusive_ptr<compat::C10dStore> store, int rank,
                                                                int size, std::chrono::milliseconds timeout);
+
+// A Gloo backend of `size` ranks whose key exchange goes through the address
+// table over `exchange`: how the world group and new_group build a mesh.
+c10::intrusive_ptr<compat::C10dGroup> make_gloo_mesh(c10::intrusive_ptr<compat::C10dStore> exchange, int rank,
+                                                     int size, std::chrono::milliseconds timeout,
+                                                     const compat::GlooDeviceSpec& device);
 
 // While one lives on a thread, the groups that thread builds wait on the store
 // in one blocking call instead of polling. init_process_group opens one: no
