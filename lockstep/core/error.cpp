@@ -30,6 +30,8 @@ void rethrow_with_context(const std::string& context) {
     throw;
   } catch (const TimeoutError& error) {
     throw TimeoutError(context + ": " + error.what());
+  } catch (const PeerLostError& error) {
+    throw PeerLostError(context + ": " + error.what());
   } catch (const DistributedError& error) {
     throw DistributedError(context + ": " + error.what());
   } catch (const std::exception& error) {

@@ -40,6 +40,16 @@ class TimeoutError : public DistributedError {
   using DistributedError::DistributedError;
 };
 
+// Raised when a collective fails because peers it was waiting for closed
+// their connections without ever entering it: they gave up in another
+// collective (a rank that times out closes its connections) or their process
+// exited. For the program that is what a timeout is, the ranks were not at
+// the same point, only reported sooner; catch both where that is explained.
+class PeerLostError : public DistributedError {
+ public:
+  using DistributedError::DistributedError;
+};
+
 // Concatenates anything streamable into one string.
 template <typename... Args>
 std::string str_cat(Args&&... args) {

@@ -27,8 +27,7 @@ class ArrivalBoard {
 
   long long add(c10::intrusive_ptr<compat::C10dStore> store, std::string key, std::chrono::milliseconds timeout) {
     auto now = std::chrono::steady_clock::now();
-    // Publish well before the peers' timeouts fire, but not for every short op.
-    auto delay = std::min<std::chrono::milliseconds>(timeout / 4, std::chrono::seconds(2));
+    auto delay = arrival_publish_delay(timeout);
     std::lock_guard<std::mutex> lock(mutex_);
     if (!thread_started_) {
       thread_started_ = true;
@@ -99,6 +98,11 @@ ArrivalToken::~ArrivalToken() { release(); }
 void ArrivalToken::release() {
   if (id_ != 0) ArrivalBoard::instance().remove(id_);
   id_ = 0;
+}
+
+// Publish well before the peers' timeouts fire, but not for every short op.
+std::chrono::milliseconds arrival_publish_delay(std::chrono::milliseconds timeout) {
+  return std::min<std::chrono::milliseconds>(timeout / 4, std::chrono::seconds(2));
 }
 
 std::string arrival_key(long long seq, int group_rank) {
@@ -203,10 +207,14 @@ std::vector<int> Work::late_peers() const {
   return late;
 }
 
-void Work::fail_timeout(std::chrono::milliseconds waited) {
-  auto late = late_peers();
+std::vector<int> Work::late_world_peers() const {
   std::vector<int> late_world;
-  for (int peer : late) late_world.push_back(group_->global_rank(peer));
+  for (int peer : late_peers()) late_world.push_back(group_->global_rank(peer));
+  return late_world;
+}
+
+void Work::fail_timeout(std::chrono::milliseconds waited) {
+  auto late_world = late_world_peers();
   std::string waiting;
   if (!late_world.empty()) {
     waiting = str_cat(" waiting for ranks ", format_ranks(late_world));
@@ -221,11 +229,29 @@ void Work::fail_timeout(std::chrono::milliseconds waited) {
 
 void Work::fail(const std::exception& error) {
   std::string message = short_torch_message(error);
-  std::string hint;
-  if (message.find("Connection closed") != std::string::npos || message.find("Connection reset") != std::string::npos ||
-      message.find("Broken pipe") != std::string::npos) {
-    hint = " (a peer process probably exited)";
+  const bool connection_lost = message.find("Connection closed") != std::string::npos ||
+                               message.find("Connection reset") != std::string::npos ||
+                               message.find("Broken pipe") != std::string::npos;
+  // Note [A lost peer that never arrived]: a rank that times out in one
+  // collective closes its connections (Gloo's pairs are shared by a group's
+  // views and side channels), so its peers waiting in another collective fail
+  // at once with a closed connection instead of timing out. Once this rank
+  // has waited long enough for arrivals to be published (twice the delay,
+  // for the publisher's 100 ms cycle and the store's round trip), the store
+  // tells whether those peers ever entered this collective: if they did not,
+  // the ranks were at different points, as a timeout would have said.
+  const auto waited =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - issued_);
+  if (connection_lost && info_.seq > 0 && waited >= 2 * detail::arrival_publish_delay(info_.timeout)) {
+    auto late_world = late_world_peers();
+    if (!late_world.empty()) {
+      throw PeerLostError(str_cat("rank ", group_->global_rank(group_->rank()), ": ", description(), " failed after ",
+                                  detail::format_duration(waited), " waiting for ranks ", format_ranks(late_world),
+                                  ", which never entered it and closed their connections (", message,
+                                  "; a rank closes them when it times out in another collective or exits)"));
+    }
   }
+  std::string hint = connection_lost ? " (a peer process probably exited)" : "";
   throw DistributedError(str_cat("rank ", group_->global_rank(group_->rank()), ": ", description(), " failed: ", message, hint));
 }
 

@@ -10,7 +10,13 @@
 // Ranks in messages are world ranks. "Which ranks" is exact for collectives:
 // a rank that has been waiting for a while publishes "I entered op #N" to the
 // group's store (from a background thread, so the fast path costs nothing),
-// and the rank that times out reads which peers never did.
+// and the rank that times out reads which peers never did. A peer that gives
+// up in another collective closes its connections, which ends this one before
+// its timeout: after a wait long enough for arrivals to be published, that is
+// a lockstep::PeerLostError naming the ranks that never entered, e.g.
+//
+//   rank 1: all_gather_into_tensor #3 on group 'world.check' (2 ranks) failed after 14.6s waiting for
+//   ranks [0], which never entered it and closed their connections (...)
 //
 //   auto work = world()->all_reduce(grad, ReduceOp::kAvg, /*async=*/true);
 //   compute_something_else();
@@ -63,6 +69,9 @@ class ArrivalToken {
   long long id_ = 0;
 };
 
+// How long a collective is pending before its rank publishes its arrival.
+std::chrono::milliseconds arrival_publish_delay(std::chrono::milliseconds timeout);
+
 // The store key a rank publishes when it has been waiting in collective `seq`.
 std::string arrival_key(long long seq, int group_rank);
 
@@ -105,10 +114,12 @@ class Work {
   [[noreturn]] void fail_timeout(std::chrono::milliseconds waited);
   [[noreturn]] void fail(const std::exception& error);
   std::vector<int> late_peers() const;
+  std::vector<int> late_world_peers() const;
 
   std::shared_ptr<const ProcessGroup> group_;
   detail::OpInfo info_;
   std::unique_ptr<detail::ArrivalToken> arrival_;
+  std::chrono::steady_clock::time_point issued_ = std::chrono::steady_clock::now();
   bool done_ = false;
   std::exception_ptr error_;
 };

@@ -15,13 +15,18 @@ namespace {
 
 // Waits for a unit's collective; a timeout says what it means for FSDP.
 void wait_for_unit(Work& work, const std::string& path, const char* what) {
-  try {
-    work.wait();
-  } catch (const TimeoutError& error) {
+  auto absent = [&](const DistributedError& error) {
     LOCKSTEP_FAIL("FSDP unit '", path.empty() ? "(root)" : path, "': ", what, ": ", error.what(),
                   ". The ranks named did not take part at this point of the step: they ran different units "
                   "(one skipped this unit, or took a data-dependent branch around it) or a different number of "
                   "steps, or stopped.");
+  };
+  try {
+    work.wait();
+  } catch (const TimeoutError& error) {
+    absent(error);
+  } catch (const PeerLostError& error) {
+    absent(error);
   }
 }
 

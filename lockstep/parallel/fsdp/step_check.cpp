@@ -41,13 +41,18 @@ void StepCheck::verify() {
   if (!work_) return;
   auto work = std::move(work_);
   work_.reset();
-  try {
-    work->wait();
-  } catch (const TimeoutError& error) {
+  auto out_of_step = [](const DistributedError& error) {
     LOCKSTEP_FAIL("FSDP ranks are out of step: ", error.what(),
                   ". The ranks named never reached this point of the step: they wait in a unit gather or "
                   "reduction this rank did not issue, so the ranks ran different units (one skipped a unit, or took "
                   "a data-dependent branch around it) or a different number of steps.");
+  };
+  try {
+    work->wait();
+  } catch (const TimeoutError& error) {
+    out_of_step(error);
+  } catch (const PeerLostError& error) {  // they timed out first, in that gather or reduction
+    out_of_step(error);
   }
   auto data = gathered_.accessor<int64_t, 1>();
   bool same = true;
