@@ -133,7 +133,7 @@ void run_case(const std::string& kind, const Case& setup) {
   auto weights = fsdp->full_state_dict(/*rank0_only=*/true);
   const auto strategy = options.sharding_strategy();
   if (strategy == ShardingStrategy::kFullShard || strategy == ShardingStrategy::kHybridShard) {
-    EXPECT_LE(fsdp->max_gathered_units(), std::max(2, options.limit_all_gathers())) << "units gathered at once";
+    EXPECT_LE(fsdp->memory_stats().max_gathered_units, std::max(2, options.limit_all_gathers())) << "units gathered at once";
   }
   if (rank != 0) return;
   const Reference& reference = reference_for(kind, setup.accumulation, setup.max_norm);

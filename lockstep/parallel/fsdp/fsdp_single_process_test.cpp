@@ -67,7 +67,7 @@ TEST(FsdpSingleProcess, SequentialUnitsAreGatheredForUseAndFreedBetween) {
   EXPECT_EQ(fsdp->units()[1]->numel(), 16 * 24 + 24);
   // Sharded from construction on: no unit holds its gathered buffer, and
   // until a unit is intercepted its parameters are memoryless NaNs of their shapes.
-  EXPECT_EQ(fsdp->max_gathered_units(), 0);
+  EXPECT_EQ(fsdp->memory_stats().max_gathered_units, 0);
   for (size_t u = 1; u < paths.size(); ++u) EXPECT_EQ(compat::storage_bytes(fsdp->units()[u]->full()), 0u) << u;
   torch::Tensor placeholder = model->named_parameters()["layers.0.weight"];
   EXPECT_EQ(placeholder.sizes(), (std::vector<int64_t>{24, 16}));
@@ -87,9 +87,9 @@ TEST(FsdpSingleProcess, SequentialUnitsAreGatheredForUseAndFreedBetween) {
     }
     EXPECT_EQ(model->gain.numel(), 5);  // the root stays gathered
   }
-  EXPECT_LE(fsdp->max_gathered_units(), 2);
-  EXPECT_EQ(fsdp->forward_order(), (std::vector<int>{1, 2, 3}));
-  EXPECT_EQ(fsdp->backward_order(), (std::vector<int>{3, 2, 1}));
+  EXPECT_LE(fsdp->memory_stats().max_gathered_units, 2);
+  EXPECT_EQ(fsdp->execution_order().forward, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(fsdp->execution_order().backward, (std::vector<int>{3, 2, 1}));
   auto weights = fsdp->full_state_dict(/*rank0_only=*/false);
   for (const auto& item : reference->named_parameters()) {
     ASSERT_TRUE(weights.count(item.key())) << item.key();

@@ -28,7 +28,7 @@
 //     names the unit and these two fixes.
 //   - The root (the model and whatever no unit claimed) stays gathered, and is
 //     refreshed after each optimizer step; keep it small (embeddings, heads).
-//     See Note [The root unit] in fsdp_setup.cpp.
+//     See Note [The root unit] in unit_builder.cpp.
 //   - Every rank runs the same units and uses the same parameters in each
 //     iteration (as DDP without find_unused_parameters; checked, see
 //     Note [FSDP's step check]).
@@ -39,6 +39,12 @@
 //     they are copied from rank 0 at wrapping.
 //   - Step through the OptimWrapper (it tells FSDP after each step); an
 //     optimizer stepped by hand needs fsdp->after_step() before the next eval.
+//
+// The class is a front over three parts that share the model cut into units
+// (fsdp::ShardedModel): UnitBuilder builds the units
+// (unit_builder.cpp), StepRuntime moves them through each step
+// (step_runtime.cpp), and StateDictCodec with Resharding converts their state
+// (state_dict_codec.cpp, resharding.cpp).
 #pragma once
 
 #include <map>
@@ -53,6 +59,7 @@
 #include "lockstep/core/state_reader.h"
 #include "lockstep/optim/gradient_sync.h"
 #include "lockstep/parallel/fsdp/flat_param.h"
+#include "lockstep/parallel/fsdp/fsdp_memory_stats.h"
 #include "lockstep/parallel/fsdp/fsdp_options.h"
 #include "lockstep/parallel/fsdp/shard_while_building.h"
 #include "lockstep/parallel/fsdp/unit_scope.h"
@@ -61,19 +68,22 @@ namespace lockstep {
 
 class ProcessGroup;
 
-// Bytes held by parameters, gradients and optimizer state on this rank,
-// tracked at every gather, free and reduction FSDP performs.
-struct FSDPMemoryStats {
-  int64_t params = 0;      // shards + gathered buffers + unsharded parameters (frozen ones too)
-  int64_t grads = 0;       // parameters' own gradients + flat buffers in flight + sharded gradients
-  int64_t optimizer = 0;   // optimizer state of the tracked optimizer (measured after each step)
-  int64_t peak_params = 0;
-  int64_t peak_grads = 0;
-  int64_t peak_optimizer = 0;
-  int64_t peak_total = 0;  // the largest params + grads + optimizer seen at once
-};
+namespace fsdp {
+struct ShardedModel;
+class MemoryMeter;
+class StepRuntime;
+class StateDictCodec;
+class UnitBuilder;
 
-class FullyShardedDataParallel : public GradientSync, private fsdp::detail::UnitRuntime {
+// The order units ran forward and began backward in the first iteration
+// (FullyShardedDataParallel::execution_order()).
+struct ExecutionOrder {
+  std::vector<int> forward;
+  std::vector<int> backward;
+};
+}  // namespace fsdp
+
+class FullyShardedDataParallel : public GradientSync {
  public:
   // `group` null: the world. The model may be on its compute device, or on
   // the host with options.device_id() naming the device (then no more than
@@ -137,7 +147,7 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
   };
   [[nodiscard]] std::unique_ptr<FullParams> summon_full_params(bool writeback = false);
 
-  // --- state dicts (fsdp_state_dict.cpp) ----------------------------------
+  // --- state dicts (fsdp::StateDictCodec, fsdp::Resharding) -----------------
   // Every parameter (full precision, all its names) and buffer, on the CPU.
   // Collective; with rank0_only, ranks other than 0 get an empty map.
   std::map<std::string, torch::Tensor> full_state_dict(bool rank0_only = true);
@@ -152,7 +162,7 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
   // World size, strategy and every unit's parameters and offsets: what must
   // match for a sharded checkpoint to load.
   nlohmann::json layout() const;
-  // Resharding (fsdp_reshard.cpp): a sharded checkpoint of the same model
+  // Resharding: a sharded checkpoint of the same model
   // and wrap policy written by another number of ranks per shard group.
   // saved[s] is the part ("model" or "optim_wrapper/optimizer") of the file
   // of saved shard rank s, opened, not read: each rank reads the elements
@@ -172,140 +182,23 @@ class FullyShardedDataParallel : public GradientSync, private fsdp::detail::Unit
   State shard_optimizer_state(const torch::optim::Optimizer& optimizer, const State& full) const;
 
   // --- introspection ------------------------------------------------------
-  const std::vector<std::unique_ptr<fsdp::FlatParamUnit>>& units() const { return units_; }
-  const FSDPOptions& options() const { return options_; }
-  torch::nn::Module& module() const { return *module_; }
-  ProcessGroup* shard_group() const { return shard_group_.get(); }
+  const std::vector<std::unique_ptr<fsdp::FlatParamUnit>>& units() const;
+  const FSDPOptions& options() const;
   // The order units ran forward / began backward in the first iteration.
-  const std::vector<int>& forward_order() const { return forward_order_; }
-  const std::vector<int>& backward_order() const { return backward_order_; }
-  // The most units gathered at once since the last reset (units that are
-  // never freed -- the root, NO_SHARD, shard groups of one -- excluded).
-  int max_gathered_units() const { return max_gathered_; }
-  FSDPMemoryStats memory_stats() const { return memory_; }
+  const fsdp::ExecutionOrder& execution_order() const;
+  FSDPMemoryStats memory_stats() const;
   void reset_peak_stats();
 
  private:
-  // Each private method's home, by concern: construction in fsdp_setup.cpp,
-  // the step in fully_sharded_data_parallel.cpp, state dicts and optimizer
-  // state in fsdp_state_dict.cpp, resharding in fsdp_reshard.cpp.
-
-  // --- construction (fsdp_setup.cpp) ---------------------------------------
-  static int hybrid_shard_group_size(const FSDPOptions& options, const ProcessGroup& group);
-  void add_prebuilt_units(std::vector<std::string>& unit_paths) const;
-  torch::Tensor checked_prebuilt_shard(const std::string& path, const std::vector<fsdp::FlatSlot>& slots,
-                                       const fsdp::PrebuiltShard& cut) const;
-  void build_units(const std::vector<std::string>& unit_paths);
-  void intercept_sequential_entries();
-  void restore_sequential_entries();
-  void verify_same_model_on_every_rank();
-  void move_unsharded_to(const torch::Device& device);
-  void sync_module_states();
-  void install_gradient_hooks(fsdp::FlatParamUnit& unit);
-  void check_interception() const;
-
-  // --- the step: forward (fully_sharded_data_parallel.cpp) ------------------
-  // UnitRuntime
-  void enter_unit(int unit) override;
-  void leave_unit(int unit) noexcept override;
-  void register_output(int unit, const torch::Tensor& output) override;
-  void ensure_gathered(fsdp::FlatParamUnit& unit);
-  void prefetch(int unit);
-  int gathered_units() const;
-  int next_in_forward(int unit) const;
-  int next_in_backward(int unit) const;
-  void refresh_persistent_units();
-  void throw_pending_error();
-
-  // --- the step: backward (fully_sharded_data_parallel.cpp) -----------------
-  void pre_backward(int unit);
-  void on_grad_ready(int unit, size_t slot);
-  void post_backward(int unit);
-  void begin_backward_pass();
-  void finish_backward_pass();
-  void finish_oldest_reduction();
-  void sample_memory();
-
-  // --- state dicts and optimizer state (fsdp_state_dict.cpp) ---------------
-  // An error naming `source` and the first difference if a checkpoint of
-  // `saved` (a layout()) does not fit this model's units.
-  void check_units_fit(const nlohmann::json& saved, const std::string& source, bool same_shard_world) const;
-  // Optimizer state conversions, for flat shards and for original parameters.
-  State full_flat_optimizer_state(const State& sharded, bool rank0_only);
-  State shard_flat_optimizer_state(const State& full) const;
-  State full_orig_optimizer_state(const torch::optim::Optimizer& optimizer, const State& local, bool rank0_only);
-  State shard_orig_optimizer_state(const torch::optim::Optimizer& optimizer, const State& full) const;
-  struct SlotRef {
-    const fsdp::FlatParamUnit* unit;
-    size_t slot;
-  };
-  // The slot each position "<group>.<index>" of `optimizer` steps (use_orig_params).
-  std::map<std::string, SlotRef> orig_positions(const torch::optim::Optimizer& optimizer) const;
-  // position -> parameter name: of the unwrapped model's one group ("0.<i>", model order), or of `positions`.
-  nlohmann::json flat_position_names() const;
-  static nlohmann::json orig_position_names(const std::map<std::string, SlotRef>& positions);
-
-  struct UnitRun {
-    bool entered_ever = false;      // intercepted at least once
-    int depth = 0;                  // open scopes
-    bool output_registered = false; // in the current forward
-    bool pre_backward_done = false;
-    bool post_backward_done = false;
-    int expected_grads = 0;
-    int ready_grads = 0;
-    std::vector<char> slot_ready;
-    std::vector<char> slot_in_graph;
-  };
-
-  std::shared_ptr<torch::nn::Module> module_;
-  FSDPOptions options_;
-  std::shared_ptr<ProcessGroup> group_;            // this FSDP's own copy of the given group
-  std::shared_ptr<ProcessGroup> shard_group_;      // null: no sharding (NO_SHARD)
-  std::shared_ptr<ProcessGroup> replicate_group_;  // null: no replication
-  std::vector<std::unique_ptr<fsdp::FlatParamUnit>> units_;
-  std::vector<UnitRun> runs_;
-  std::vector<std::pair<std::string, torch::Tensor>> frozen_;  // parameters without gradients
-  std::vector<std::pair<std::string, torch::Tensor>> buffers_;
-  std::map<std::string, torch::Dtype> buffer_dtypes_;  // before buffer_dtype cast them; state dicts use these
-  int64_t trainable_count_ = 0;                     // unique trainable parameters of the model
-  int prebuilt_units_ = 0;                          // units cut while the model was built
-  struct SequentialEntry;
-  std::vector<std::unique_ptr<SequentialEntry>> sequential_entries_;
-  std::shared_ptr<torch::optim::Optimizer> optimizer_;
+  // Declared in this order so that they are destroyed in the reverse one:
+  // the runtime before the meter and the step check it refers to, and
+  // everything before the model.
+  std::unique_ptr<fsdp::ShardedModel> model_;
   std::unique_ptr<fsdp::StepCheck> step_check_;  // ranks ran the same step and units (Note [FSDP's step check])
-  int64_t iteration_ = 0;                         // of the current backward, for the step check
-
-  // Where FSDP is in a step's backward. Every transition goes through
-  // enter(), which asserts it is an edge of this machine:
-  //   kIdle --begin_backward--> kPlanned --first hook--> kBackward
-  //   kIdle --first hook (no begin_backward)--> kUnplannedBackward
-  //   kPlanned --begin_backward--> kPlanned (a planned loss whose backward never ran)
-  //   kBackward | kUnplannedBackward --begin_backward--> kBackward (hooks fired before the plan)
-  //   any --finish_backward_pass / end_backward--> kIdle (reset_backward_state)
-  enum class Phase {
-    kIdle,
-    kPlanned,            // begin_backward computed which slots this loss reaches
-    kBackward,           // hooks are firing; units complete when their reached slots are ready
-    kUnplannedBackward,  // hooks are firing for a backward begin_backward never saw: every slot counts
-  };
-  bool in_backward() const { return phase_ == Phase::kBackward || phase_ == Phase::kUnplannedBackward; }
-  // Moves to `next`, asserting the diagram above has that edge.
-  void enter(Phase next);
-  // Clears every unit's per-backward progress and returns to kIdle: the one reset.
-  void reset_backward_state();
-
-  Phase phase_ = Phase::kIdle;
-  bool sync_ = true;
-  bool backward_seen_ = false;      // the first backward has finished: orders are fixed
-  std::string pending_error_;
-  std::string broken_;  // set by step_failed: why no step can run any more
-  std::vector<int> forward_order_;
-  std::vector<int> backward_order_;
-  std::vector<int> reducing_;       // units with a reduction in flight, oldest first
-  int max_gathered_ = 0;
-  FSDPMemoryStats memory_;
-  // (optimizer, its state().size()) when memory_.optimizer was counted (after_step).
-  std::pair<const void*, size_t> optimizer_counted_{nullptr, 0};
+  std::unique_ptr<fsdp::MemoryMeter> meter_;
+  std::unique_ptr<fsdp::StepRuntime> runtime_;
+  std::unique_ptr<fsdp::UnitBuilder> builder_;  // keeps the Sequential entries it replaced until FSDP goes
+  std::unique_ptr<fsdp::StateDictCodec> codec_;
 };
 
 }  // namespace lockstep

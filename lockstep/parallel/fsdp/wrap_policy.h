@@ -5,7 +5,7 @@
 // children before parents (PyTorch's recursive auto-wrap): a module becomes
 // a unit when should_wrap() says so, and its parameters are then no longer
 // "unwrapped" for its ancestors. The model itself is the root unit and holds
-// whatever no unit claimed (Note [The root unit] in fsdp_setup.cpp).
+// whatever no unit claimed (Note [The root unit] in unit_builder.cpp).
 //
 //   auto by_size = lockstep::size_based_wrap_policy(1'000'000);
 //   auto blocks = lockstep::module_type_wrap_policy({"Block"});   // Module::name(), e.g. "gpt::Block"

@@ -1,4 +1,6 @@
-// FullyShardedDataParallel: state dicts. Full ones are gathered unit by unit
+#include "lockstep/parallel/fsdp/internal/state_dict_codec.h"
+
+// fsdp::StateDictCodec: state dicts. Full ones are gathered unit by unit
 // (one unit's full-precision flat parameter at a time); sharded ones are each
 // rank's shards as they are, with the layout that must match on loading.
 #include <functional>
@@ -11,18 +13,15 @@
 #include "lockstep/core/shape_text.h"
 #include "lockstep/dist/comm.h"
 #include "lockstep/dist/process_group.h"
-#include "lockstep/parallel/fsdp/fully_sharded_data_parallel.h"
 #include "lockstep/parallel/fsdp/flat_layout.h"
 
-namespace lockstep {
+namespace lockstep::fsdp {
 namespace {
 
 using nlohmann::json;
-using fsdp::split_state_key;
-using fsdp::unit_key;
 
 // The unit's whole flat parameter in its shards' dtype, on every rank of the shard group.
-torch::Tensor gather_flat(const fsdp::FlatParamUnit& unit, const torch::Tensor& shard) {
+torch::Tensor gather_flat(const FlatParamUnit& unit, const torch::Tensor& shard) {
   torch::NoGradGuard no_grad;
   if (unit.shard_world() == 1) return shard.detach();
   torch::Tensor flat = torch::empty({unit.padded_numel()}, shard.options().requires_grad(false));
@@ -46,12 +45,12 @@ torch::Tensor gather_flat(const fsdp::FlatParamUnit& unit, const torch::Tensor& 
 // The buffer names of `full` that are scalars; `slot_at` gives the slot of a
 // position (nullptr: none).
 std::set<std::string> scalar_state_buffers(const State& full,
-                                           const std::function<const fsdp::FlatSlot*(const std::string&)>& slot_at) {
+                                           const std::function<const FlatSlot*(const std::string&)>& slot_at) {
   std::set<std::string> scalars;
   for (const auto& [key, value] : full.tensors) {
     std::string position, buffer;
     if (!split_state_key(key, &position, &buffer) || value.dim() != 0) continue;
-    const fsdp::FlatSlot* slot = slot_at(position);
+    const FlatSlot* slot = slot_at(position);
     if (slot != nullptr && !slot->shape.empty()) scalars.insert(buffer);
   }
   return scalars;
@@ -59,11 +58,11 @@ std::set<std::string> scalar_state_buffers(const State& full,
 
 }  // namespace
 
-std::map<std::string, torch::Tensor> FullyShardedDataParallel::full_state_dict(bool rank0_only) {
+std::map<std::string, torch::Tensor> StateDictCodec::full_state_dict(bool rank0_only) {
   torch::NoGradGuard no_grad;
-  const bool keep = !rank0_only || group_->rank() == 0;
+  const bool keep = !rank0_only || model_.group->rank() == 0;
   std::map<std::string, torch::Tensor> weights;
-  for (const auto& unit : units_) {
+  for (const auto& unit : model_.units) {
     torch::Tensor flat = gather_flat(*unit, unit->shard());
     if (!keep) continue;
     for (const auto& slot : unit->slots()) {
@@ -73,15 +72,15 @@ std::map<std::string, torch::Tensor> FullyShardedDataParallel::full_state_dict(b
     }
   }
   if (!keep) return weights;
-  for (const auto& [name, tensor] : frozen_) weights[name] = tensor.detach().to(torch::kCPU).clone();
+  for (const auto& [name, tensor] : model_.frozen) weights[name] = tensor.detach().to(torch::kCPU).clone();
   // Buffers in their own dtype (mixed precision's buffer_dtype is for training only), as PyTorch's FSDP.
-  for (const auto& [name, tensor] : buffers_) {
-    weights[name] = tensor.detach().to(torch::kCPU, buffer_dtypes_.at(name), /*non_blocking=*/false, /*copy=*/true);
+  for (const auto& [name, tensor] : model_.buffers) {
+    weights[name] = tensor.detach().to(torch::kCPU, model_.buffer_dtypes.at(name), /*non_blocking=*/false, /*copy=*/true);
   }
   return weights;
 }
 
-LoadReport FullyShardedDataParallel::load_full_state_dict(const std::map<std::string, torch::Tensor>& weights,
+LoadReport StateDictCodec::load_full_state_dict(const std::map<std::string, torch::Tensor>& weights,
                                                            bool strict, const std::string& source) {
   LoadReport report;
   std::set<std::string> seen;
@@ -111,9 +110,9 @@ LoadReport FullyShardedDataParallel::load_full_state_dict(const std::map<std::st
     }
     return found;
   };
-  std::vector<std::pair<fsdp::FlatParamUnit*, const fsdp::FlatSlot*>> slot_targets;
+  std::vector<std::pair<FlatParamUnit*, const FlatSlot*>> slot_targets;
   std::vector<const torch::Tensor*> slot_values;
-  for (const auto& unit : units_) {
+  for (const auto& unit : model_.units) {
     for (const auto& slot : unit->slots()) {
       const torch::Tensor* value = lookup(slot.name, slot.aliases, slot.shape);
       if (value != nullptr) {
@@ -123,7 +122,7 @@ LoadReport FullyShardedDataParallel::load_full_state_dict(const std::map<std::st
     }
   }
   std::vector<std::pair<torch::Tensor, const torch::Tensor*>> plain;
-  for (const auto* list : {&frozen_, &buffers_}) {
+  for (const auto* list : {&model_.frozen, &model_.buffers}) {
     for (const auto& [name, tensor] : *list) {
       if (const torch::Tensor* value = lookup(name, {}, tensor.sizes())) plain.emplace_back(tensor, value);
     }
@@ -142,13 +141,13 @@ LoadReport FullyShardedDataParallel::load_full_state_dict(const std::map<std::st
     torch::Tensor target = tensor;
     target.copy_(*value);
   }
-  for (auto& unit : units_) unit->refresh();
+  for (auto& unit : model_.units) unit->refresh();
   return report;
 }
 
-json FullyShardedDataParallel::layout() const {
+json StateDictCodec::layout() const {
   json units = json::array();
-  for (const auto& unit : units_) {
+  for (const auto& unit : model_.units) {
     json params = json::array();
     json aliases = json::object();  // tied parameters' further names -> the slot's name
     for (const auto& slot : unit->slots()) {
@@ -165,29 +164,29 @@ json FullyShardedDataParallel::layout() const {
   // Buffers that train in another dtype (mixed precision's buffer_dtype) are
   // saved so; a full export gives them back their own.
   json buffer_dtypes = json::object();
-  for (const auto& [name, tensor] : buffers_) {
-    const torch::Dtype own = buffer_dtypes_.at(name);
+  for (const auto& [name, tensor] : model_.buffers) {
+    const torch::Dtype own = model_.buffer_dtypes.at(name);
     if (own != tensor.scalar_type()) buffer_dtypes[name] = static_cast<int>(own);
   }
-  return {{"world_size", group_->size()},
-          {"shard_world_size", shard_group_ ? shard_group_->size() : 1},
-          {"sharding_strategy", to_string(options_.sharding_strategy())},
-          {"use_orig_params", options_.use_orig_params()},
+  return {{"world_size", model_.group->size()},
+          {"shard_world_size", model_.shard_group ? model_.shard_group->size() : 1},
+          {"sharding_strategy", to_string(model_.options.sharding_strategy())},
+          {"use_orig_params", model_.options.use_orig_params()},
           {"units", units},
           {"buffer_dtypes", buffer_dtypes}};
 }
 
-State FullyShardedDataParallel::sharded_state_dict() const {
+State StateDictCodec::sharded_state_dict() const {
   State state;
-  for (const auto& unit : units_) state.tensors["shards/" + unit_key(unit->path())] = unit->shard().detach();
-  for (const auto& [name, tensor] : frozen_) state.tensors["frozen/" + name] = tensor.detach();
-  for (const auto& [name, tensor] : buffers_) state.tensors["buffers/" + name] = tensor.detach();
+  for (const auto& unit : model_.units) state.tensors["shards/" + unit_key(unit->path())] = unit->shard().detach();
+  for (const auto& [name, tensor] : model_.frozen) state.tensors["frozen/" + name] = tensor.detach();
+  for (const auto& [name, tensor] : model_.buffers) state.tensors["buffers/" + name] = tensor.detach();
   state.values["layout"] = layout();
-  state.values["shard_rank"] = shard_group_ ? shard_group_->rank() : 0;
+  state.values["shard_rank"] = model_.shard_group ? model_.shard_group->rank() : 0;
   return state;
 }
 
-void FullyShardedDataParallel::check_units_fit(const json& saved, const std::string& source,
+void StateDictCodec::check_units_fit(const json& saved, const std::string& source,
                                                bool same_shard_world) const {
   const json mine = layout();
   auto differs = [&](const std::string& what) {
@@ -230,16 +229,16 @@ void FullyShardedDataParallel::check_units_fit(const json& saved, const std::str
                  differs(str_cat("it has ", saved_units.size(), " units and this model ", my_units.size())));
 }
 
-void FullyShardedDataParallel::load_sharded_state_dict(const State& state, const std::string& source) {
+void StateDictCodec::load_sharded_state_dict(const State& state, const std::string& source) {
   LOCKSTEP_CHECK(state.values.is_object() && state.values.contains("layout"), source,
                  ": holds no FSDP layout; is it a sharded FSDP checkpoint?");
   check_units_fit(state.values.at("layout"), source, /*same_shard_world=*/true);
-  const int my_shard_rank = shard_group_ ? shard_group_->rank() : 0;
+  const int my_shard_rank = model_.shard_group ? model_.shard_group->rank() : 0;
   LOCKSTEP_CHECK(state.values.value("shard_rank", -1) == my_shard_rank, source, ": holds the shards of shard rank ",
                  state.values.value("shard_rank", -1), " but this is shard rank ", my_shard_rank);
 
   torch::NoGradGuard no_grad;
-  for (auto& unit : units_) {
+  for (auto& unit : model_.units) {
     const torch::Tensor& value = state.tensor("shards/" + unit_key(unit->path()), source);
     LOCKSTEP_CHECK(value.numel() == unit->shard_numel(), source, ": shard of unit '", unit->path(), "' has ",
                    value.numel(), " elements, expected ", unit->shard_numel());
@@ -254,20 +253,20 @@ void FullyShardedDataParallel::load_sharded_state_dict(const State& state, const
       tensor.detach().copy_(value);
     }
   };
-  load_plain("frozen/", frozen_);
-  load_plain("buffers/", buffers_);
+  load_plain("frozen/", model_.frozen);
+  load_plain("buffers/", model_.buffers);
   // The shards' version counters moved: every gathered unit is stale now.
-  for (auto& unit : units_) unit->refresh();
+  for (auto& unit : model_.units) unit->refresh();
 }
 
-State FullyShardedDataParallel::full_flat_optimizer_state(const State& sharded, bool rank0_only) {
+State StateDictCodec::full_flat_optimizer_state(const State& sharded, bool rank0_only) {
   const json& groups = sharded.values.at("groups");
   LOCKSTEP_CHECK(groups.size() == 1, "FSDP: converting optimizer state needs one parameter group, this optimizer has ",
                  groups.size());
-  const bool keep = !rank0_only || group_->rank() == 0;
+  const bool keep = !rank0_only || model_.group->rank() == 0;
   State full;
   full.values["type"] = sharded.values.at("type");
-  full.values["groups"] = json::array({{{"num_params", trainable_count_}, {"options", groups[0].at("options")}}});
+  full.values["groups"] = json::array({{{"num_params", model_.trainable_count}, {"options", groups[0].at("options")}}});
   json params = json::object();
   const json& saved_params = sharded.values.at("params");
   // Buffers by unit position, from the (rank-identical) key set.
@@ -276,7 +275,7 @@ State FullyShardedDataParallel::full_flat_optimizer_state(const State& sharded, 
     std::string position, buffer;
     if (split_state_key(entry.first, &position, &buffer)) buffers[position].push_back(buffer);
   }
-  for (const auto& unit : units_) {
+  for (const auto& unit : model_.units) {
     const std::string position = "0." + std::to_string(unit->index());
     if (saved_params.contains(position)) {
       for (const auto& slot : unit->slots()) params["0." + std::to_string(slot.model_index)] = saved_params.at(position);
@@ -309,21 +308,21 @@ State FullyShardedDataParallel::full_flat_optimizer_state(const State& sharded, 
   return full;
 }
 
-State FullyShardedDataParallel::shard_flat_optimizer_state(const State& full) const {
+State StateDictCodec::shard_flat_optimizer_state(const State& full) const {
   const json& groups = full.values.at("groups");
   LOCKSTEP_CHECK(groups.size() == 1, "FSDP: optimizer state with ", groups.size(),
                  " parameter groups cannot be sharded (FSDP's optimizer has one group)");
   const int64_t count = groups[0].at("num_params").get<int64_t>();
-  LOCKSTEP_CHECK(count == trainable_count_, "FSDP: the optimizer state is for ", count,
-                 " parameters but the model has ", trainable_count_, " trainable parameters");
+  LOCKSTEP_CHECK(count == model_.trainable_count, "FSDP: the optimizer state is for ", count,
+                 " parameters but the model has ", model_.trainable_count, " trainable parameters");
   std::map<int64_t, std::vector<std::pair<std::string, torch::Tensor>>> by_param;
   for (const auto& entry : full.tensors) {
     std::string position, buffer;
     if (!split_state_key(entry.first, &position, &buffer)) continue;
     by_param[std::stoll(position.substr(2))].emplace_back(buffer, entry.second);
   }
-  std::map<std::string, const fsdp::FlatSlot*> slots;
-  for (const auto& unit : units_) {
+  std::map<std::string, const FlatSlot*> slots;
+  for (const auto& unit : model_.units) {
     for (const auto& slot : unit->slots()) slots["0." + std::to_string(slot.model_index)] = &slot;
   }
   const std::set<std::string> scalars = scalar_state_buffers(full, [&](const std::string& position) {
@@ -332,11 +331,11 @@ State FullyShardedDataParallel::shard_flat_optimizer_state(const State& full) co
   });
   State sharded;
   sharded.values["type"] = full.values.at("type");
-  sharded.values["groups"] = json::array({{{"num_params", units_.size()}, {"options", groups[0].at("options")}}});
+  sharded.values["groups"] = json::array({{{"num_params", model_.units.size()}, {"options", groups[0].at("options")}}});
   json params = json::object();
   const json& saved_params = full.values.at("params");
   torch::NoGradGuard no_grad;
-  for (const auto& unit : units_) {
+  for (const auto& unit : model_.units) {
     const std::string position = "0." + std::to_string(unit->index());
     std::map<std::string, torch::Tensor> flats;
     for (const auto& slot : unit->slots()) {
@@ -370,10 +369,10 @@ State FullyShardedDataParallel::shard_flat_optimizer_state(const State& full) co
 
 // --- optimizer state over the original parameters (use_orig_params) --------
 
-std::map<std::string, FullyShardedDataParallel::SlotRef> FullyShardedDataParallel::orig_positions(
+std::map<std::string, SlotRef> StateDictCodec::orig_positions(
     const torch::optim::Optimizer& optimizer) const {
   std::unordered_map<const void*, SlotRef> by_tensor;
-  for (const auto& unit : units_) {
+  for (const auto& unit : model_.units) {
     for (size_t s = 0; s < unit->orig_params().size(); ++s) {
       by_tensor[unit->orig_params()[s].unsafeGetTensorImpl()] = SlotRef{unit.get(), s};
     }
@@ -391,24 +390,24 @@ std::map<std::string, FullyShardedDataParallel::SlotRef> FullyShardedDataParalle
   return positions;
 }
 
-json FullyShardedDataParallel::flat_position_names() const {
+json StateDictCodec::flat_position_names() const {
   json names = json::object();
-  for (const auto& unit : units_) {
+  for (const auto& unit : model_.units) {
     for (const auto& slot : unit->slots()) names["0." + std::to_string(slot.model_index)] = slot.name;
   }
   return names;
 }
 
-json FullyShardedDataParallel::orig_position_names(const std::map<std::string, SlotRef>& positions) {
+json StateDictCodec::orig_position_names(const std::map<std::string, SlotRef>& positions) {
   json names = json::object();
   for (const auto& [position, ref] : positions) names[position] = ref.unit->slots()[ref.slot].name;
   return names;
 }
 
-State FullyShardedDataParallel::full_orig_optimizer_state(const torch::optim::Optimizer& optimizer,
+State StateDictCodec::full_orig_optimizer_state(const torch::optim::Optimizer& optimizer,
                                                           const State& local, bool rank0_only) {
   const auto positions = orig_positions(optimizer);
-  const bool keep = !rank0_only || group_->rank() == 0;
+  const bool keep = !rank0_only || model_.group->rank() == 0;
   // Every rank gathers the same buffers, in the same order and dtype: the
   // union of what each rank holds per position (position -> [[buffer, dtype,
   // scalar]]; all ranks hold the same in practice). Scalars are not gathered:
@@ -423,7 +422,7 @@ State FullyShardedDataParallel::full_orig_optimizer_state(const torch::optim::Op
   std::map<std::string, std::set<std::string>> buffers;
   std::map<std::string, torch::ScalarType> dtypes;  // by buffer name
   std::map<std::string, bool> scalar;               // by buffer name
-  for (const json& theirs : all_gather_object(mine, group_)) {
+  for (const json& theirs : all_gather_object(mine, model_.group)) {
     for (const auto& item : theirs.items()) {
       for (const auto& entry : item.value()) {
         const std::string buffer = entry[0].get<std::string>();
@@ -442,7 +441,7 @@ State FullyShardedDataParallel::full_orig_optimizer_state(const torch::optim::Op
   full.values = local.values;
   full.values["param_names"] = orig_position_names(positions);
   torch::NoGradGuard no_grad;
-  for (const auto& unit : units_) {
+  for (const auto& unit : model_.units) {
     // This unit's buffers, each as a shard laid out like the flat parameter.
     std::map<std::string, torch::Tensor> pieces;
     for (const auto& [position, ref] : positions) {
@@ -453,7 +452,7 @@ State FullyShardedDataParallel::full_orig_optimizer_state(const torch::optim::Op
         if (!piece.defined()) {
           piece = torch::zeros({unit->shard_numel()}, unit->shard().options().dtype(dtypes.at(buffer)).requires_grad(false));
         }
-        const fsdp::ShardOverlap part = unit->shard_part(ref.slot);
+        const ShardOverlap part = unit->shard_part(ref.slot);
         if (found != local.tensors.end() && part.length > 0) {
           piece.narrow(0, part.in_shard, part.length).copy_(found->second.reshape(-1));
         }
@@ -464,7 +463,7 @@ State FullyShardedDataParallel::full_orig_optimizer_state(const torch::optim::Op
       if (!keep) continue;
       for (const auto& [position, ref] : positions) {
         if (ref.unit != unit.get() || buffers[position].count(buffer) == 0) continue;
-        const fsdp::FlatSlot& slot = unit->slots()[ref.slot];
+        const FlatSlot& slot = unit->slots()[ref.slot];
         full.tensors[position + "." + buffer] =
             flat.narrow(0, slot.offset, slot.numel).view(slot.shape).to(torch::kCPU).clone();
       }
@@ -477,7 +476,7 @@ State FullyShardedDataParallel::full_orig_optimizer_state(const torch::optim::Op
   return full;
 }
 
-State FullyShardedDataParallel::shard_orig_optimizer_state(const torch::optim::Optimizer& optimizer,
+State StateDictCodec::shard_orig_optimizer_state(const torch::optim::Optimizer& optimizer,
                                                            const State& full) const {
   const auto positions = orig_positions(optimizer);
   const std::set<std::string> scalars = scalar_state_buffers(full, [&](const std::string& position) {
@@ -497,8 +496,8 @@ State FullyShardedDataParallel::shard_orig_optimizer_state(const torch::optim::O
     auto found = positions.find(position);
     LOCKSTEP_CHECK(found != positions.end(), "FSDP: the optimizer state has '", key, "' but the optimizer has no "
                    "parameter at position ", position, " (", positions.size(), " parameters in all)");
-    const fsdp::FlatParamUnit& unit = *found->second.unit;
-    const fsdp::FlatSlot& slot = unit.slots()[found->second.slot];
+    const FlatParamUnit& unit = *found->second.unit;
+    const FlatSlot& slot = unit.slots()[found->second.slot];
     if (scalars.count(buffer)) {  // whole on every rank (Note [FSDP optimizer state of any optimizer])
       LOCKSTEP_CHECK(value.dim() == 0, "FSDP: optimizer state '", key, "' of ", slot.name, " has shape ",
                      shape_text(value.sizes()), " but is a scalar (0-dim) for other parameters");
@@ -507,24 +506,24 @@ State FullyShardedDataParallel::shard_orig_optimizer_state(const torch::optim::O
     }
     LOCKSTEP_CHECK(value.numel() == slot.numel, "FSDP: optimizer state '", key, "' of ", slot.name, " has shape ",
                    shape_text(value.sizes()), ", the parameter has ", shape_text(slot.shape));
-    const fsdp::ShardOverlap part = unit.shard_part(found->second.slot);
+    const ShardOverlap part = unit.shard_part(found->second.slot);
     local.tensors[key] = value.reshape(-1).narrow(0, part.in_range, part.length).clone();
   }
   return local;
 }
 
-State FullyShardedDataParallel::full_optimizer_state(const torch::optim::Optimizer& optimizer, const State& local,
+State StateDictCodec::full_optimizer_state(const torch::optim::Optimizer& optimizer, const State& local,
                                                      bool rank0_only) {
-  return options_.use_orig_params() ? full_orig_optimizer_state(optimizer, local, rank0_only)
+  return model_.options.use_orig_params() ? full_orig_optimizer_state(optimizer, local, rank0_only)
                                     : full_flat_optimizer_state(local, rank0_only);
 }
 
-State FullyShardedDataParallel::shard_optimizer_state(const torch::optim::Optimizer& optimizer,
+State StateDictCodec::shard_optimizer_state(const torch::optim::Optimizer& optimizer,
                                                       const State& full) const {
   // A checkpoint that names its positions must name the same parameters here.
   if (full.values.contains("param_names")) {
     const json mine =
-        options_.use_orig_params() ? orig_position_names(orig_positions(optimizer)) : flat_position_names();
+        model_.options.use_orig_params() ? orig_position_names(orig_positions(optimizer)) : flat_position_names();
     for (const auto& item : full.values.at("param_names").items()) {
       if (!mine.contains(item.key())) continue;
       LOCKSTEP_CHECK(mine.at(item.key()) == item.value(), "FSDP: the optimizer state's parameter at position ",
@@ -532,7 +531,7 @@ State FullyShardedDataParallel::shard_optimizer_state(const torch::optim::Optimi
                      " in this run: the optimizer's parameter groups differ (another paramwise_cfg or model?)");
     }
   }
-  return options_.use_orig_params() ? shard_orig_optimizer_state(optimizer, full) : shard_flat_optimizer_state(full);
+  return model_.options.use_orig_params() ? shard_orig_optimizer_state(optimizer, full) : shard_flat_optimizer_state(full);
 }
 
-}  // namespace lockstep
+}  // namespace lockstep::fsdp

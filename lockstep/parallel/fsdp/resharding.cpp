@@ -1,4 +1,4 @@
-// FullyShardedDataParallel: loading a sharded checkpoint written by another
+// fsdp::Resharding: loading a sharded checkpoint written by another
 // number of ranks per shard group (PyTorch's DCP reshards the same way: by
 // the saved pieces' places in each parameter).
 //
@@ -11,7 +11,7 @@
 // as the shards, and use_orig_params' buffers as each parameter's part of
 // them; scalar (0-dim) state, such as a step kept as a tensor, is whole in
 // every file that holds its parameter and is read from the first (Note [FSDP
-// optimizer state of any optimizer], fsdp_state_dict.cpp). Frozen parameters
+// optimizer state of any optimizer], state_dict_codec.cpp). Frozen parameters
 // and buffers are whole in every shard file; they are read from the first.
 #include <algorithm>
 #include <map>
@@ -20,15 +20,13 @@
 #include "lockstep/core/error.h"
 #include "lockstep/core/shape_text.h"
 #include "lockstep/dist/process_group.h"
-#include "lockstep/parallel/fsdp/fully_sharded_data_parallel.h"
+#include "lockstep/parallel/fsdp/internal/resharding.h"
 #include "lockstep/parallel/fsdp/flat_layout.h"
 
-namespace lockstep {
+namespace lockstep::fsdp {
 namespace {
 
 using nlohmann::json;
-using fsdp::split_state_key;
-using fsdp::unit_key;
 
 // The saved shard size of unit `u` of `saved_layout`.
 int64_t saved_shard_numel(const json& saved_layout, size_t u) {
@@ -45,34 +43,34 @@ void check_saved_count(const json& saved_layout, const std::vector<StateReader>&
 
 }  // namespace
 
-State FullyShardedDataParallel::resharded_state_dict(const json& saved_layout,
+State Resharding::state_dict(const json& saved_layout,
                                                      const std::vector<StateReader>& saved) const {
   check_saved_count(saved_layout, saved);
   const int saved_shards = saved_layout.at("shard_world_size").get<int>();
-  check_units_fit(saved_layout, saved[0].source(), /*same_shard_world=*/false);
+  codec_.check_units_fit(saved_layout, saved[0].source(), /*same_shard_world=*/false);
   torch::NoGradGuard no_grad;
   State state;
-  for (size_t u = 0; u < units_.size(); ++u) {
-    const fsdp::FlatParamUnit& unit = *units_[u];
+  for (size_t u = 0; u < model_.units.size(); ++u) {
+    const FlatParamUnit& unit = *model_.units[u];
     const std::string key = "shards/" + unit_key(unit.path());
     const int64_t saved_shard = saved_shard_numel(saved_layout, u);
     torch::Tensor shard = torch::zeros({unit.shard_numel()}, torch::TensorOptions().dtype(unit.shard().scalar_type()));
-    const fsdp::LayoutPiece mine = fsdp::shard_piece(unit.numel(), unit.shard_numel(), unit.shard_rank());
-    fsdp::fill_from_pieces(shard.narrow(0, 0, mine.numel), mine.begin,
-                           fsdp::shard_pieces(unit.numel(), saved_shard, saved_shards),
+    const LayoutPiece mine = shard_piece(unit.numel(), unit.shard_numel(), unit.shard_rank());
+    fill_from_pieces(shard.narrow(0, 0, mine.numel), mine.begin,
+                           shard_pieces(unit.numel(), saved_shard, saved_shards),
                            [&](size_t s, int64_t first, int64_t count) {
-                             return fsdp::read_saved_piece(saved[s], key, first, count, saved_shard);
+                             return read_saved_piece(saved[s], key, first, count, saved_shard);
                            });
     state.tensors[key] = shard;
   }
-  for (const auto& [name, tensor] : frozen_) state.tensors["frozen/" + name] = saved[0].read("frozen/" + name);
-  for (const auto& [name, tensor] : buffers_) state.tensors["buffers/" + name] = saved[0].read("buffers/" + name);
-  state.values["layout"] = layout();
-  state.values["shard_rank"] = shard_group_ ? shard_group_->rank() : 0;
+  for (const auto& [name, tensor] : model_.frozen) state.tensors["frozen/" + name] = saved[0].read("frozen/" + name);
+  for (const auto& [name, tensor] : model_.buffers) state.tensors["buffers/" + name] = saved[0].read("buffers/" + name);
+  state.values["layout"] = codec_.layout();
+  state.values["shard_rank"] = model_.shard_group ? model_.shard_group->rank() : 0;
   return state;
 }
 
-State FullyShardedDataParallel::resharded_optimizer_state(const torch::optim::Optimizer& optimizer,
+State Resharding::optimizer_state(const torch::optim::Optimizer& optimizer,
                                                           const json& saved_layout,
                                                           const std::vector<StateReader>& saved) const {
   check_saved_count(saved_layout, saved);
@@ -82,28 +80,28 @@ State FullyShardedDataParallel::resharded_optimizer_state(const torch::optim::Op
     int64_t begin = 0;   // this rank's part
     int64_t length = 0;
     int64_t size = 0;    // of this rank's tensor (a flat shard keeps its padding)
-    std::vector<fsdp::LayoutPiece> saved;
+    std::vector<LayoutPiece> saved;
   };
   std::map<std::string, Place> places;
-  if (options_.use_orig_params()) {
-    for (const auto& [position, ref] : orig_positions(optimizer)) {
-      const fsdp::FlatSlot& slot = ref.unit->slots()[ref.slot];
-      const fsdp::ShardOverlap mine = ref.unit->shard_part(ref.slot);
+  if (model_.options.use_orig_params()) {
+    for (const auto& [position, ref] : codec_.orig_positions(optimizer)) {
+      const FlatSlot& slot = ref.unit->slots()[ref.slot];
+      const ShardOverlap mine = ref.unit->shard_part(ref.slot);
       const int64_t saved_shard = saved_shard_numel(saved_layout, static_cast<size_t>(ref.unit->index()));
       Place place{slot.offset + mine.in_range, mine.length, mine.length, {}};
       for (int s = 0; s < saved_shards; ++s) {
-        const fsdp::ShardOverlap theirs = fsdp::shard_overlap(slot.offset, slot.numel, s, saved_shard);
+        const ShardOverlap theirs = shard_overlap(slot.offset, slot.numel, s, saved_shard);
         place.saved.push_back({slot.offset + theirs.in_range, theirs.length});
       }
       places[position] = std::move(place);
     }
   } else {
-    for (size_t u = 0; u < units_.size(); ++u) {
-      const fsdp::FlatParamUnit& unit = *units_[u];
-      const fsdp::LayoutPiece mine = fsdp::shard_piece(unit.numel(), unit.shard_numel(), unit.shard_rank());
+    for (size_t u = 0; u < model_.units.size(); ++u) {
+      const FlatParamUnit& unit = *model_.units[u];
+      const LayoutPiece mine = shard_piece(unit.numel(), unit.shard_numel(), unit.shard_rank());
       places["0." + std::to_string(u)] =
           Place{mine.begin, mine.numel, unit.shard_numel(),
-                fsdp::shard_pieces(unit.numel(), saved_shard_numel(saved_layout, u), saved_shards)};
+                shard_pieces(unit.numel(), saved_shard_numel(saved_layout, u), saved_shards)};
     }
   }
   State local;
@@ -151,9 +149,9 @@ State FullyShardedDataParallel::resharded_optimizer_state(const torch::optim::Op
         continue;
       }
       torch::Tensor value = torch::zeros({place.size}, torch::TensorOptions().dtype(dtype));
-      fsdp::fill_from_pieces(value.narrow(0, 0, place.length), place.begin, place.saved,
+      fill_from_pieces(value.narrow(0, 0, place.length), place.begin, place.saved,
                              [&](size_t s, int64_t first, int64_t count) {
-                               return fsdp::read_saved_piece(saved[s], key, first, count);
+                               return read_saved_piece(saved[s], key, first, count);
                              });
       local.tensors[key] = value;
     }
@@ -161,4 +159,4 @@ State FullyShardedDataParallel::resharded_optimizer_state(const torch::optim::Op
   return local;
 }
 
-}  // namespace lockstep
+}  // namespace lockstep::fsdp
