@@ -8,12 +8,10 @@
 #include "lockstep/core/error.h"
 #include "lockstep/core/internal/internal_error.h"
 #include "lockstep/dist/process_group.h"
+#include "lockstep/parallel/fsdp/internal/unit_wait.h"
 
 namespace lockstep::fsdp {
 
-namespace {
-
-// Waits for a unit's collective; a timeout says what it means for FSDP.
 void wait_for_unit(Work& work, const std::string& path, const char* what) {
   auto absent = [&](const DistributedError& error) {
     LOCKSTEP_FAIL("FSDP unit '", path.empty() ? "(root)" : path, "': ", what, ": ", error.what(),
@@ -30,8 +28,6 @@ void wait_for_unit(Work& work, const std::string& path, const char* what) {
   }
 }
 
-}  // namespace
-
 std::pair<double, double> gradient_divide_factors(int world_size) {
   int factor = 1;
   while (world_size % factor == 0 && world_size / factor > factor) factor *= 2;
@@ -45,10 +41,10 @@ FlatParamUnit::FlatParamUnit(int index, std::string path, torch::nn::Module* mod
   const torch::Tensor& first = slots_.front().param;
   for (auto& slot : slots_) {
     LOCKSTEP_CHECK(slot.param.scalar_type() == first.scalar_type() && slot.param.device() == first.device(),
-                   "FSDP unit '", path_.empty() ? "(root)" : path_, "' mixes parameters of different dtypes or devices: ",
-                   slots_.front().name, " is ", first.scalar_type(), " on ", first.device(), " but ", slot.name, " is ",
-                   slot.param.scalar_type(), " on ", slot.param.device(),
-                   "; convert the model to one dtype and device before wrapping");
+                   "FSDP unit '", path_.empty() ? "(root)" : path_,
+                   "' mixes parameters of different dtypes or devices: ", slots_.front().name, " is ",
+                   first.scalar_type(), " on ", first.device(), " but ", slot.name, " is ", slot.param.scalar_type(),
+                   " on ", slot.param.device(), "; convert the model to one dtype and device before wrapping");
     slot.shape = slot.param.sizes().vec();
     slot.numel = slot.param.numel();
     slot.offset = numel_;
@@ -131,9 +127,9 @@ void FlatParamUnit::finish_shard_setup() {
 
 FlatParamUnit::~FlatParamUnit() {
   // Never leave a collective writing into memory about to be released.
+  // (gradients_, destroyed first, waits for its reduction.)
   try {
     if (gather_work_) gather_work_->wait();
-    if (reduce_work_) reduce_work_->wait();
   } catch (...) {
   }
 }
@@ -254,164 +250,8 @@ void FlatParamUnit::reshard() {
   enter(State::kSharded);
 }
 
-void FlatParamUnit::absorb_grad(size_t index) {
-  FlatSlot& slot = slots_.at(index);
-  torch::Tensor& grad = slot.param.mutable_grad();
-  if (!grad.defined()) return;
-  LOCKSTEP_ASSERT(!reduce_work_, "FSDP unit '", path_, "' got a gradient while its reduction runs");
-  torch::NoGradGuard no_grad;
-  if (!reduce_in_.defined()) reduce_in_ = torch::zeros({padded_numel_}, full_.options().dtype(setup_.reduce_dtype));
-  reduce_in_.narrow(0, slot.offset, slot.numel).copy_(grad.reshape(-1));
-  grad.reset();
-}
-
-// Note [FSDP's pre- and post-divide]
-// FSDP averages a unit's gradients over the data-parallel world of N ranks
-// (the whole FSDP group: with HYBRID_SHARD, the shard group and its replicas
-// together), but its collectives sum. Dividing by N once, before the sum,
-// could make low-precision gradients (reduce_dtype fp16 or bf16) underflow;
-// dividing once after it could make the sum overflow. So, as PyTorch's FSDP
-// does, the division is split in two whose product is N
-// (gradient_divide_factors, PyTorch's
-// DefaultState._get_gradient_predivide_factor: about sqrt(N) each,
-// e.g. 2 and 2 for N=4, 4 and 2 for N=8): start_reduce divides the flat
-// gradient by `predivide` before the reduce-scatter over the shard group (or
-// the all-reduce over the replicas without sharding), and finish_reduce
-// divides the result by `postdivide` once every sum is done, after
-// HYBRID_SHARD's all-reduce across replicas too. Both divisions are made in
-// reduce_dtype, before the result is converted to the shard's dtype and added
-// into the shard's .grad. (DDP without a comm hook divides once, before the
-// sum: Note [Dividing by the world size].)
-void FlatParamUnit::start_reduce() {
-  LOCKSTEP_ASSERT(!reduce_work_ && !reduce_out_.defined(), "FSDP unit '", path_,
-                 "' reduces twice in one backward");
-  for (size_t s = 0; s < slots_.size(); ++s) absorb_grad(s);
-  torch::NoGradGuard no_grad;
-  if (!reduce_in_.defined()) reduce_in_ = torch::zeros({padded_numel_}, full_.options().dtype(setup_.reduce_dtype));
-  if (setup_.predivide != 1) reduce_in_.div_(setup_.predivide);
-  if (shard_world_ > 1) {
-    reduce_out_ = torch::empty({shard_numel_}, reduce_in_.options());
-    if (setup_.step_check) setup_.step_check->record(index_, StepCheck::Kind::kReduce);
-    reduce_work_ = setup_.shard_group->reduce_scatter_tensor(reduce_out_, reduce_in_, ReduceOp::kSum, /*async=*/true);
-  } else {
-    reduce_out_ = reduce_in_;
-    if (setup_.replicate_group && setup_.replicate_group->size() > 1) {
-      if (setup_.step_check) setup_.step_check->record(index_, StepCheck::Kind::kReplicaReduce);
-      reduce_work_ = setup_.replicate_group->all_reduce(reduce_out_, ReduceOp::kSum, /*async=*/true);
-    }
-  }
-}
-
-void FlatParamUnit::finish_reduce() {
-  if (!reduce_pending()) return;
-  torch::NoGradGuard no_grad;
-  if (reduce_work_) {
-    auto work = std::move(reduce_work_);
-    reduce_work_.reset();
-    wait_for_unit(*work, path_, "reducing its gradients");
-  }
-  if (shard_world_ > 1 && setup_.replicate_group && setup_.replicate_group->size() > 1) {
-    if (setup_.step_check) setup_.step_check->record(index_, StepCheck::Kind::kReplicaReduce);
-    setup_.replicate_group->all_reduce(reduce_out_, ReduceOp::kSum);
-  }
-  if (setup_.postdivide != 1) reduce_out_.div_(setup_.postdivide);
-  torch::Tensor result = reduce_out_;
-  reduce_in_ = torch::Tensor();
-  reduce_out_ = torch::Tensor();
-  collect_orig_grads();
-  accumulate_shard_grad(std::move(result));
-  point_orig_grads();
-}
-
-void FlatParamUnit::accumulate_shard_grad(torch::Tensor result) {
-  torch::Tensor& grad = shard_.mutable_grad();
-  if (pinned_offload_ && !grad.defined()) {
-    // To pinned host memory without blocking: the next unit's reduction goes
-    // on meanwhile, and wait_for_host_copies() waits once for all of them.
-    grad = torch::empty(shard_.sizes(), shard_.options().requires_grad(false).pinned_memory(true));
-    grad.copy_(result, /*non_blocking=*/true);
-    host_copy_pending_ = true;
-    return;
-  }
-  if (result.scalar_type() != shard_.scalar_type() || result.device() != shard_.device()) {
-    // Accumulating into a host gradient reads it now: a blocking copy.
-    wait_for_host_copies();
-    result = result.to(shard_.options().requires_grad(false));
-  }
-  if (grad.defined()) {
-    grad.add_(result);
-  } else {
-    grad = result;
-  }
-}
-
 ShardOverlap FlatParamUnit::shard_part(size_t slot) const {
   return shard_overlap(slots_.at(slot).offset, slots_.at(slot).numel, shard_rank_, shard_numel_);
-}
-
-void FlatParamUnit::expose_orig_params() {
-  if (!orig_params_.empty()) return;
-  torch::Tensor memory = shard_.detach();
-  for (size_t s = 0; s < slots_.size(); ++s) {
-    const ShardOverlap part = shard_part(s);
-    torch::Tensor view = memory.narrow(0, part.in_shard, part.length);
-    view.requires_grad_(true);
-    orig_params_.push_back(std::move(view));
-  }
-}
-
-void FlatParamUnit::collect_orig_grads() {
-  if (orig_params_.empty()) return;
-  bool any_kept = false;
-  for (size_t s = 0; s < orig_params_.size(); ++s) {
-    any_kept = any_kept || (shard_part(s).length > 0 && orig_params_[s].grad().defined());
-  }
-  torch::Tensor& grad = shard_.mutable_grad();
-  if (!any_kept) {
-    grad.reset();  // zero_grad dropped them all (or there were none)
-    return;
-  }
-  wait_for_host_copies();
-  torch::NoGradGuard no_grad;
-  if (!grad.defined()) grad = torch::zeros(shard_.sizes(), shard_.options().requires_grad(false));
-  for (size_t s = 0; s < orig_params_.size(); ++s) {
-    const torch::Tensor& view_grad = orig_params_[s].grad();
-    const ShardOverlap part = shard_part(s);
-    if (part.length == 0) continue;
-    torch::Tensor target = grad.narrow(0, part.in_shard, part.length);
-    if (!view_grad.defined()) {
-      target.zero_();
-    } else if (view_grad.data_ptr() != target.data_ptr()) {
-      target.copy_(view_grad.reshape(-1));
-    }
-  }
-}
-
-void FlatParamUnit::point_orig_grads() {
-  if (orig_params_.empty()) return;
-  const torch::Tensor& grad = shard_.grad();
-  for (size_t s = 0; s < orig_params_.size(); ++s) {
-    const ShardOverlap part = shard_part(s);
-    orig_params_[s].mutable_grad() = grad.narrow(0, part.in_shard, part.length);
-  }
-}
-
-void FlatParamUnit::wait_for_host_copies() {
-  if (!host_copy_pending_) return;
-  compat::synchronize_cuda(setup_.compute_device.index());
-  host_copy_pending_ = false;
-}
-
-int64_t FlatParamUnit::gradient_bytes() const {
-  int64_t bytes = 0;
-  auto add = [&bytes](const torch::Tensor& tensor) {
-    if (tensor.defined()) bytes += static_cast<int64_t>(tensor.numel() * tensor.element_size());
-  };
-  for (const auto& slot : slots_) add(slot.param.grad());
-  add(reduce_in_);
-  if (reduce_out_.defined() && !reduce_out_.is_same(reduce_in_)) add(reduce_out_);
-  add(shard_.grad());
-  return bytes;
 }
 
 void FlatParamUnit::load_flat(const torch::Tensor& flat) {

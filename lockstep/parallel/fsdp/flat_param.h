@@ -20,7 +20,7 @@
 //   FlatParamUnit unit(index, "blocks.3", module, slots, setup);
 //   unit.start_gather(); unit.finish_gather();   // parameters usable
 //   unit.reshard();                              // parameters [0], memory released
-//   unit.start_reduce(); ...; unit.finish_reduce();  // .grad of the shard
+//   unit.gradients().start_reduce(); ...; unit.gradients().finish_reduce();  // .grad of the shard
 //
 // Layout: the slots' elements back to back in slot order, then zeros up to
 // a multiple of the shard group's size; rank r owns [r*S, (r+1)*S)
@@ -34,10 +34,12 @@
 #include <utility>
 #include <vector>
 
+#include <c10/macros/Macros.h>
 #include <torch/torch.h>
 
 #include "lockstep/compat/autograd.h"
 #include "lockstep/parallel/fsdp/flat_layout.h"
+#include "lockstep/parallel/fsdp/shard_gradients.h"
 #include "lockstep/parallel/fsdp/step_check.h"  // also declares ProcessGroup and Work
 
 namespace lockstep::fsdp {
@@ -65,7 +67,7 @@ struct UnitSetup {
   // `postdivide` after it; their product is the data-parallel world size.
   // PyTorch's FSDP splits the division this way (about sqrt(N) each) so that
   // low-precision gradients neither overflow in the sum nor underflow before it
-  // (Note [FSDP's pre- and post-divide] in flat_param.cpp).
+  // (Note [FSDP's pre- and post-divide] in shard_gradients.cpp).
   double predivide = 1;
   double postdivide = 1;
   StepCheck* step_check = nullptr;                // told about every collective the unit issues
@@ -92,8 +94,7 @@ class FlatParamUnit {
   FlatParamUnit(int index, std::string path, torch::nn::Module* module, std::vector<FlatSlot> slots, UnitSetup setup,
                 torch::Tensor prebuilt_shard = torch::Tensor());
   ~FlatParamUnit();
-  FlatParamUnit(const FlatParamUnit&) = delete;
-  FlatParamUnit& operator=(const FlatParamUnit&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(FlatParamUnit);
 
   int index() const { return index_; }
   const std::string& path() const { return path_; }  // "" for the root
@@ -148,25 +149,13 @@ class FlatParamUnit {
   void mark_intercepted();
   bool intercepted() const { return intercepted_; }
 
-  // Moves slot `slot`'s gradient into the padded flat buffer of this unit's
-  // next reduction (allocated, zeroed, on first use) and drops it from the
-  // parameter, so a unit's gradients never exist twice while its backward runs.
-  void absorb_grad(size_t slot);
-  // Absorbs the gradients still on the parameters (none: zeros) and starts
-  // reducing the flat buffer into this rank's shard of the gradient
-  // (reduce-scatter, or all-reduce without sharding).
-  void start_reduce();
-  bool reduce_pending() const { return reduce_work_ != nullptr || reduce_out_.defined(); }
-  // Waits, averages across replicas (HYBRID_SHARD), adds into shard().grad().
-  // With CPU offload from a GPU the gradient goes to pinned host memory
-  // asynchronously: call wait_for_host_copies() before reading it.
-  void finish_reduce();
-  // Whether a device-to-host copy into shard().grad() may still be running.
-  bool host_copy_pending() const { return host_copy_pending_; }
-  // Waits for that copy (synchronises the compute device).
-  void wait_for_host_copies();
-  // Bytes held by gradients: the parameters' own, the flat buffers in flight, the shard's.
-  int64_t gradient_bytes() const;
+  // The gradient side: absorbing autograd's gradients, reducing them into
+  // shard().grad(), use_orig_params' views (shard_gradients.h).
+  ShardGradients& gradients() { return gradients_; }
+  const ShardGradients& gradients() const { return gradients_; }
+  // The shard and its gradient live in page-locked host memory (CPU offload
+  // from a GPU), so copies between them and the GPU are asynchronous.
+  bool pinned_offload() const { return pinned_offload_; }
 
   // Copies `flat` (the unit's whole layout, padding included, any dtype and
   // device) into this rank's shard. Local; the unit is stale afterwards.
@@ -174,22 +163,6 @@ class FlatParamUnit {
   // Sets `values` [offset, offset + numel) of the layout (only the part this rank owns).
   void load_slice(int64_t offset, const torch::Tensor& values);
 
-  // use_orig_params (PyTorch's name): each slot's part of this rank's shard
-  // becomes a leaf tensor of its own, flattened, empty where the slot lies
-  // wholly in other ranks' shards, sharing the shard's memory. After every
-  // reduction its .grad is the same part of the shard's .grad. An optimizer
-  // over these steps the shard in place, with options per original parameter.
-  // A view whose .grad was dropped (zero_grad with set_to_none) drops that
-  // part of the shard's gradient, and a .grad assigned by hand is adopted.
-  void expose_orig_params();
-  // One per slot, in slot order; empty until expose_orig_params().
-  const std::vector<torch::Tensor>& orig_params() const { return orig_params_; }
-  // Makes what the optimizer side did to the views' gradients the shard's:
-  // none kept (zero_grad) frees the shard's gradient; a view's dropped or
-  // replaced gradient clears or fills its part. Called before each reduction
-  // adds into the shard's gradient, and by FSDP before each forward (so a
-  // gradient zero_grad dropped does not outlive the step).
-  void collect_orig_grads();
   // The part of slot `slot` this rank's shard holds.
   ShardOverlap shard_part(size_t slot) const;
 
@@ -206,8 +179,6 @@ class FlatParamUnit {
   void adopt_prebuilt_shard(const torch::Tensor& prebuilt);
   torch::TensorOptions shard_options() const;
   void finish_shard_setup();
-  void accumulate_shard_grad(torch::Tensor result);
-  void point_orig_grads();
 
   int index_;
   std::string path_;
@@ -223,7 +194,6 @@ class FlatParamUnit {
   // CPU offload from a GPU: the shard and its gradient live in page-locked
   // memory, so copies between them and the GPU are asynchronous.
   bool pinned_offload_ = false;
-  bool host_copy_pending_ = false;
   torch::Tensor shard_;
   torch::Tensor full_;
   torch::Tensor empty_;         // what parameters point at while sharded
@@ -234,11 +204,8 @@ class FlatParamUnit {
   bool shard_updated_ = false;  // since the last gather
   std::shared_ptr<Work> gather_work_;
   torch::Tensor gather_source_;
-  std::shared_ptr<Work> reduce_work_;
-  torch::Tensor reduce_in_;
-  torch::Tensor reduce_out_;
   std::vector<std::unique_ptr<compat::PostAccumulateHook>> hooks_;
-  std::vector<torch::Tensor> orig_params_;  // use_orig_params: views of shard_, one per slot
+  ShardGradients gradients_{*this};  // last: destroyed first, it waits for its reduction
 };
 
 }  // namespace lockstep::fsdp

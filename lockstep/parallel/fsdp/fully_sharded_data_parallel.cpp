@@ -46,11 +46,11 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
     int64_t largest = 0;
     for (const auto& unit : model_->units) largest = std::max(largest, unit->numel());
     const auto& policy = model_->options.auto_wrap_policy();
-    logger().info("FSDP {}: {} unit(s) over {} rank(s) (shard group of {}), largest {} parameters, policy {}{}",
-                  to_string(model_->options.sharding_strategy()), model_->units.size(), own->size(),
-                  model_->shard_group ? model_->shard_group->size() : 1, largest, policy ? policy->describe() : "none",
-                  model_->prebuilt_units > 0 ? str_cat("; ", model_->prebuilt_units, " sharded while the model was built")
-                                             : "");
+    logger().info(
+        "FSDP {}: {} unit(s) over {} rank(s) (shard group of {}), largest {} parameters, policy {}{}",
+        to_string(model_->options.sharding_strategy()), model_->units.size(), own->size(),
+        model_->shard_group ? model_->shard_group->size() : 1, largest, policy ? policy->describe() : "none",
+        model_->prebuilt_units > 0 ? str_cat("; ", model_->prebuilt_units, " sharded while the model was built") : "");
   }
 }
 
@@ -110,13 +110,14 @@ std::vector<std::pair<std::string, torch::Tensor>> FullyShardedDataParallel::nam
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> FullyShardedDataParallel::named_orig_parameters() const {
-  LOCKSTEP_CHECK(model_->options.use_orig_params(), "FSDP: named_orig_parameters() needs FSDPOptions().use_orig_params(true) "
+  LOCKSTEP_CHECK(model_->options.use_orig_params(),
+                 "FSDP: named_orig_parameters() needs FSDPOptions().use_orig_params(true) "
                  "(model_wrapper.use_orig_params: true)");
   std::vector<std::pair<int64_t, std::pair<std::string, torch::Tensor>>> by_model_index;
   for (const auto& unit : model_->units) {
     for (size_t s = 0; s < unit->slots().size(); ++s) {
       const auto& slot = unit->slots()[s];
-      by_model_index.push_back({slot.model_index, {slot.name, unit->orig_params()[s]}});
+      by_model_index.push_back({slot.model_index, {slot.name, unit->gradients().orig_params()[s]}});
     }
   }
   std::sort(by_model_index.begin(), by_model_index.end(),

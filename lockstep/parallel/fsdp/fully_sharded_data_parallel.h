@@ -52,6 +52,7 @@
 #include <string>
 #include <vector>
 
+#include <c10/macros/Macros.h>
 #include <torch/torch.h>
 
 #include "lockstep/core/load_report.h"
@@ -135,8 +136,7 @@ class FullyShardedDataParallel : public GradientSync {
   class FullParams {
    public:
     ~FullParams();
-    FullParams(const FullParams&) = delete;
-    FullParams& operator=(const FullParams&) = delete;
+    C10_DISABLE_COPY_AND_ASSIGN(FullParams);
 
    private:
     friend class FullyShardedDataParallel;

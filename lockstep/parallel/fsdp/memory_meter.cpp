@@ -22,7 +22,7 @@ void MemoryMeter::sample() {
   int64_t grads = 0;
   for (const auto& unit : model_.units) {
     params += unit->shard().numel() * unit->shard().element_size() + unit->gathered_bytes();
-    grads += unit->gradient_bytes();
+    grads += unit->gradients().bytes();
   }
   for (const auto& [name, param] : model_.frozen) params += param.numel() * param.element_size();
   stats_.params = params;

@@ -39,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include <c10/macros/Macros.h>
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
@@ -63,8 +64,7 @@ class ShardWhileBuilding {
  public:
   explicit ShardWhileBuilding(ShardPlan plan);
   ~ShardWhileBuilding();
-  ShardWhileBuilding(const ShardWhileBuilding&) = delete;
-  ShardWhileBuilding& operator=(const ShardWhileBuilding&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(ShardWhileBuilding);
 };
 
 // A unit's flat parameter, cut while building: this rank's shard of the

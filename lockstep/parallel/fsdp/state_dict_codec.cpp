@@ -75,7 +75,8 @@ std::map<std::string, torch::Tensor> StateDictCodec::full_state_dict(bool rank0_
   for (const auto& [name, tensor] : model_.frozen) weights[name] = tensor.detach().to(torch::kCPU).clone();
   // Buffers in their own dtype (mixed precision's buffer_dtype is for training only), as PyTorch's FSDP.
   for (const auto& [name, tensor] : model_.buffers) {
-    weights[name] = tensor.detach().to(torch::kCPU, model_.buffer_dtypes.at(name), /*non_blocking=*/false, /*copy=*/true);
+    weights[name] =
+        tensor.detach().to(torch::kCPU, model_.buffer_dtypes.at(name), /*non_blocking=*/false, /*copy=*/true);
   }
   return weights;
 }
@@ -222,8 +223,8 @@ void StateDictCodec::check_units_fit(const json& saved, const std::string& sourc
                                                      " in the checkpoint but ", pb[i].dump(),
                                                      " here ([name, shape, offset])")));
     }
-    LOCKSTEP_CHECK(pa.size() == pb.size(), differs(str_cat(where, " holds ", pa.size(), " parameters in the checkpoint but ",
-                                                           pb.size(), " here")));
+    LOCKSTEP_CHECK(pa.size() == pb.size(), differs(str_cat(where, " holds ", pa.size(),
+                                                           " parameters in the checkpoint but ", pb.size(), " here")));
   }
   LOCKSTEP_CHECK(saved_units.size() == my_units.size(),
                  differs(str_cat("it has ", saved_units.size(), " units and this model ", my_units.size())));
@@ -278,7 +279,8 @@ State StateDictCodec::full_flat_optimizer_state(const State& sharded, bool rank0
   for (const auto& unit : model_.units) {
     const std::string position = "0." + std::to_string(unit->index());
     if (saved_params.contains(position)) {
-      for (const auto& slot : unit->slots()) params["0." + std::to_string(slot.model_index)] = saved_params.at(position);
+      for (const auto& slot : unit->slots())
+        params["0." + std::to_string(slot.model_index)] = saved_params.at(position);
     }
     for (const auto& buffer : buffers[position]) {
       const torch::Tensor& local = sharded.tensors.at(position + "." + buffer);
@@ -373,8 +375,8 @@ std::map<std::string, SlotRef> StateDictCodec::orig_positions(
     const torch::optim::Optimizer& optimizer) const {
   std::unordered_map<const void*, SlotRef> by_tensor;
   for (const auto& unit : model_.units) {
-    for (size_t s = 0; s < unit->orig_params().size(); ++s) {
-      by_tensor[unit->orig_params()[s].unsafeGetTensorImpl()] = SlotRef{unit.get(), s};
+    for (size_t s = 0; s < unit->gradients().orig_params().size(); ++s) {
+      by_tensor[unit->gradients().orig_params()[s].unsafeGetTensorImpl()] = SlotRef{unit.get(), s};
     }
   }
   std::map<std::string, SlotRef> positions;
@@ -450,7 +452,8 @@ State StateDictCodec::full_orig_optimizer_state(const torch::optim::Optimizer& o
         auto found = local.tensors.find(position + "." + buffer);
         auto& piece = pieces[buffer];
         if (!piece.defined()) {
-          piece = torch::zeros({unit->shard_numel()}, unit->shard().options().dtype(dtypes.at(buffer)).requires_grad(false));
+          piece = torch::zeros({unit->shard_numel()},
+                               unit->shard().options().dtype(dtypes.at(buffer)).requires_grad(false));
         }
         const ShardOverlap part = unit->shard_part(ref.slot);
         if (found != local.tensors.end() && part.length > 0) {
@@ -531,7 +534,8 @@ State StateDictCodec::shard_optimizer_state(const torch::optim::Optimizer& optim
                      " in this run: the optimizer's parameter groups differ (another paramwise_cfg or model?)");
     }
   }
-  return model_.options.use_orig_params() ? shard_orig_optimizer_state(optimizer, full) : shard_flat_optimizer_state(full);
+  return model_.options.use_orig_params() ? shard_orig_optimizer_state(optimizer, full)
+                                          : shard_flat_optimizer_state(full);
 }
 
 }  // namespace lockstep::fsdp

@@ -78,7 +78,9 @@ void StepRuntime::leave_unit(int unit) noexcept {
     if (!grad || free_after_forward || unwinding) flat.reshard();
     meter_.sample();
   } catch (const std::exception& error) {
-    if (pending_error_.empty()) pending_error_ = std::string("FSDP: freeing unit '") + flat.path() + "' failed: " + error.what();
+    if (pending_error_.empty()) {
+      pending_error_ = std::string("FSDP: freeing unit '") + flat.path() + "' failed: " + error.what();
+    }
   }
 }
 
@@ -154,7 +156,7 @@ void StepRuntime::begin_forward(bool sync) {
   sync_ = sync;
   refresh_persistent_units();
   // use_orig_params: a gradient zero_grad dropped from every view is freed now, not at the next reduction.
-  for (auto& unit : model_.units) unit->collect_orig_grads();
+  for (auto& unit : model_.units) unit->gradients().collect_orig_grads();
 }
 
 void StepRuntime::begin_backward(const torch::Tensor& loss, bool sync, int64_t iteration) {
@@ -211,12 +213,14 @@ void StepRuntime::shards_changed() {
 
 void StepRuntime::step_failed(const std::exception_ptr& error, bool reduced, int64_t iteration) {
   if (broken_.empty()) {
-    broken_ = str_cat("FSDP on rank ", model_.group->global_rank(model_.group->rank()), ": the step of iteration ", iteration,
-                      " failed ", reduced ? "after its gradients were reduced" : "before its gradients were reduced",
-                      " (", describe_exception(error), "). A sharded step cannot be dropped on every rank: the others "
-                      "are inside its all-gathers and reduce-scatters (they wait until this process exits or their "
-                      "collectives time out), and each rank's shards move on with its own step. This model cannot "
-                      "train on in this process: restart from the last checkpoint (lockstep train --resume).");
+    broken_ =
+        str_cat("FSDP on rank ", model_.group->global_rank(model_.group->rank()), ": the step of iteration ", iteration,
+                " failed ", reduced ? "after its gradients were reduced" : "before its gradients were reduced", " (",
+                describe_exception(error),
+                "). A sharded step cannot be dropped on every rank: the others "
+                "are inside its all-gathers and reduce-scatters (they wait until this process exits or their "
+                "collectives time out), and each rank's shards move on with its own step. This model cannot "
+                "train on in this process: restart from the last checkpoint (lockstep train --resume).");
   }
   reset_backward_state();
   throw Error(broken_);
@@ -258,7 +262,7 @@ void StepRuntime::on_grad_ready(int unit, size_t slot) {
   if (run.slot_ready[slot]) return;
   run.slot_ready[slot] = 1;
   run.ready_grads += 1;
-  if (!model_.options.accumulate_unsharded() || sync_) model_.units[static_cast<size_t>(unit)]->absorb_grad(slot);
+  if (!model_.options.accumulate_unsharded() || sync_) model_.unit(unit).gradients().absorb(slot);
   const int expected = phase_ == Phase::kBackward ? run.expected_grads : static_cast<int>(run.slot_ready.size());
   if (run.ready_grads >= expected && !run.post_backward_done) post_backward(unit);
 }
@@ -271,7 +275,7 @@ void StepRuntime::post_backward(int unit) {
   // buffers are allocated.
   flat.reshard();
   if (!model_.options.accumulate_unsharded() || sync_) {
-    flat.start_reduce();
+    flat.gradients().start_reduce();
     reducing_.push_back(unit);
     meter_.sample();
     const size_t in_flight = model_.options.overlap_reductions() ? kMaxReductionsInFlight : 0;
@@ -284,7 +288,7 @@ void StepRuntime::post_backward(int unit) {
 void StepRuntime::finish_oldest_reduction() {
   const int unit = reducing_.front();
   reducing_.erase(reducing_.begin());
-  model_.units[static_cast<size_t>(unit)]->finish_reduce();
+  model_.unit(unit).gradients().finish_reduce();
 }
 
 void StepRuntime::finish_backward_pass() {
@@ -299,7 +303,7 @@ void StepRuntime::finish_backward_pass() {
   while (!reducing_.empty()) finish_oldest_reduction();
   // Offloaded gradients are read by the optimizer on the host: one wait for
   // all of their copies (the device syncs once per backward, as PyTorch's FSDP).
-  for (auto& unit : model_.units) unit->wait_for_host_copies();
+  for (auto& unit : model_.units) unit->gradients().wait_for_host_copies();
   for (auto& unit : model_.units) unit->reshard();
   backward_seen_ = true;
   reset_backward_state();
@@ -335,8 +339,8 @@ void StepRuntime::check_interception() const {
   if (missing.empty()) return;
   std::string list;
   for (const auto& entry : missing) list += "\n  " + entry;
-  LOCKSTEP_FAIL("FSDP on rank ", model_.group->global_rank(model_.group->rank()), ": the forward pass did not go through ",
-                missing.size(), " unit(s) the wrap policy chose:", list,
+  LOCKSTEP_FAIL("FSDP on rank ", model_.group->global_rank(model_.group->rank()),
+                ": the forward pass did not go through ", missing.size(), " unit(s) the wrap policy chose:", list,
                 "\nFSDP cannot see a module's forward by itself (libtorch has no forward hooks), and these "
                 "parameters would go stale. Either put the module in a torch::nn::Sequential (FSDP intercepts "
                 "its entries), or open `auto scope = lockstep::fsdp::unit_scope(*this);` in its forward and "

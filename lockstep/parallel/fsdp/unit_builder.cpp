@@ -159,7 +159,8 @@ void UnitBuilder::make_groups(ShardedModel& model, const std::shared_ptr<Process
       model.shard_group = model.group->new_group(shard_ranks, name + ".shard" + std::to_string(block));
       model.replicate_group = model.group->new_group(replica_ranks, name + ".replica" + std::to_string(rank % size));
       logger().info("FSDP HYBRID_SHARD: rank {} shards with ranks {} and replicates with ranks {}", get_rank(),
-                    format_ranks(model.shard_group->global_ranks()), format_ranks(model.replicate_group->global_ranks()));
+                    format_ranks(model.shard_group->global_ranks()),
+                    format_ranks(model.replicate_group->global_ranks()));
       break;
     }
   }
@@ -185,7 +186,7 @@ void UnitBuilder::build() {
   build_units(unit_paths);
   intercept_sequential_entries();
   for (const auto& unit : model_.units) {
-    if (model_.options.use_orig_params()) unit->expose_orig_params();
+    if (model_.options.use_orig_params()) unit->gradients().expose_orig_params();
   }
 }
 
@@ -215,8 +216,8 @@ void UnitBuilder::verify_same_model_on_every_rank() {
                     model_.group->global_rank(0), " but ", other[i].dump(), " on rank ", model_.group->global_rank(r),
                     " ([name, dtype, shape, requires_grad])");
     }
-    LOCKSTEP_FAIL("FSDP: rank ", model_.group->global_rank(0), " has ", reference.size(), " parameters and buffers but rank ",
-                  model_.group->global_rank(r), " has ", other.size());
+    LOCKSTEP_FAIL("FSDP: rank ", model_.group->global_rank(0), " has ", reference.size(),
+                  " parameters and buffers but rank ", model_.group->global_rank(r), " has ", other.size());
   }
 }
 
@@ -273,7 +274,8 @@ void UnitBuilder::sync_module_states() {
 // shard_when_built builds the root whole.
 void UnitBuilder::build_units(const std::vector<std::string>& unit_paths) {
   std::map<std::string, torch::nn::Module*> modules;
-  for (const auto& item : model_.module->named_modules("", /*include_self=*/true)) modules[item.key()] = item.value().get();
+  for (const auto& item : model_.module->named_modules("", /*include_self=*/true))
+    modules[item.key()] = item.value().get();
 
   // Each parameter belongs to the deepest unit that contains every name it
   // has (tied parameters shared across units go to their common ancestor).
@@ -291,8 +293,8 @@ void UnitBuilder::build_units(const std::vector<std::string>& unit_paths) {
   for (const auto& item : model_.module->named_buffers(true)) {
     model_.buffers.emplace_back(item.key(), item.value());
     model_.buffer_dtypes[item.key()] = item.value().scalar_type();
-    if (buffer_seen.insert(item.value().unsafeGetTensorImpl()).second && model_.options.mixed_precision().buffer_dtype() &&
-        item.value().is_floating_point()) {
+    if (buffer_seen.insert(item.value().unsafeGetTensorImpl()).second &&
+        model_.options.mixed_precision().buffer_dtype() && item.value().is_floating_point()) {
       torch::Tensor buffer = item.value();
       buffer.set_data(buffer.detach().to(*model_.options.mixed_precision().buffer_dtype()));
     }
@@ -327,7 +329,9 @@ void UnitBuilder::build_units(const std::vector<std::string>& unit_paths) {
   const auto [predivide, postdivide] = gradient_divide_factors(model_.group->size());
   for (size_t u = 0; u < paths.size(); ++u) {
     if (slots[u].empty()) {
-      if (u > 0) logger().warn("FSDP unit {} holds no trainable parameters of its own; it is not sharded", display(paths[u]));
+      if (u > 0) {
+        logger().warn("FSDP unit {} holds no trainable parameters of its own; it is not sharded", display(paths[u]));
+      }
       continue;
     }
     const torch::Tensor& first = slots[u].front().param;
@@ -388,7 +392,8 @@ void UnitBuilder::install_gradient_hooks(FlatParamUnit& unit) {
 
 void UnitBuilder::intercept_sequential_entries() {
   std::map<std::string, torch::nn::Module*> modules;
-  for (const auto& item : model_.module->named_modules("", /*include_self=*/true)) modules[item.key()] = item.value().get();
+  for (const auto& item : model_.module->named_modules("", /*include_self=*/true))
+    modules[item.key()] = item.value().get();
   for (const auto& unit : model_.units) {
     if (unit->path().empty()) continue;
     const auto dot = unit->path().rfind('.');

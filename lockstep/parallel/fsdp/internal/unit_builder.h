@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include <c10/macros/Macros.h>
+
 #include "lockstep/parallel/fsdp/internal/sharded_model.h"
 #include "lockstep/parallel/fsdp/shard_while_building.h"
 
@@ -37,8 +39,7 @@ class UnitBuilder {
 
   UnitBuilder(ShardedModel& model, StepCheck* step_check, GradReady grad_ready);
   ~UnitBuilder();
-  UnitBuilder(const UnitBuilder&) = delete;
-  UnitBuilder& operator=(const UnitBuilder&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(UnitBuilder);
 
   // Collective: fills model.units, frozen, buffers; each rank keeps its shards.
   void build();
