@@ -25,6 +25,7 @@
 
 #include <string>
 
+#include <c10/macros/Macros.h>
 #include <torch/types.h>
 
 namespace lockstep {
@@ -34,8 +35,7 @@ class AutocastGuard {
   // CPU supports kBFloat16; CUDA kHalf and kBFloat16. Throws on anything else.
   AutocastGuard(c10::DeviceType device, torch::ScalarType dtype, bool enabled = true);
   ~AutocastGuard();
-  AutocastGuard(const AutocastGuard&) = delete;
-  AutocastGuard& operator=(const AutocastGuard&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(AutocastGuard);
 
   c10::DeviceType device() const { return device_; }
 

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 
+#include <c10/macros/Macros.h>
 #include <torch/torch.h>
 
 namespace torch::autograd {
@@ -28,8 +29,7 @@ class PostAccumulateHook {
  public:
   PostAccumulateHook(const torch::Tensor& param, std::function<void()> callback);
   ~PostAccumulateHook();
-  PostAccumulateHook(const PostAccumulateHook&) = delete;
-  PostAccumulateHook& operator=(const PostAccumulateHook&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(PostAccumulateHook);
   // The AccumulateGrad node (to find the parameter in a traversed graph).
   const torch::autograd::Node* accumulator() const { return accumulator_.get(); }
 

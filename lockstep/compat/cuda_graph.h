@@ -17,14 +17,15 @@
 #include <memory>
 #include <string>
 
+#include <c10/macros/Macros.h>
+
 namespace lockstep::compat {
 
 class CudaGraph {
  public:
   CudaGraph();
   ~CudaGraph();
-  CudaGraph(const CudaGraph&) = delete;
-  CudaGraph& operator=(const CudaGraph&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(CudaGraph);
 
   // Records what `body` issues on the current CUDA device. It runs on a side
   // stream that waits for the current one (which then waits for it), and
@@ -67,8 +68,7 @@ class LastOperation {
  public:
   LastOperation();
   ~LastOperation();
-  LastOperation(const LastOperation&) = delete;
-  LastOperation& operator=(const LastOperation&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(LastOperation);
   std::string name() const;
 
  private:

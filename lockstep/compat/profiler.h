@@ -15,6 +15,8 @@
 
 #include <string>
 
+#include <c10/macros/Macros.h>
+
 namespace lockstep::compat {
 
 class CpuProfiler {
@@ -23,8 +25,7 @@ class CpuProfiler {
   CpuProfiler(bool record_shapes, bool profile_memory);
   // Stops a recording still running, discarding it.
   ~CpuProfiler();
-  CpuProfiler(const CpuProfiler&) = delete;
-  CpuProfiler& operator=(const CpuProfiler&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(CpuProfiler);
 
   // Stops recording and writes the events as a Chrome trace JSON file
   // (the parent folder must exist). On the thread that started it.

@@ -14,14 +14,15 @@
 #include <cstddef>
 #include <string>
 
+#include <c10/macros/Macros.h>
+
 namespace lockstep {
 
 class AtomicFileWriter {
  public:
   explicit AtomicFileWriter(std::string path);
   ~AtomicFileWriter();  // removes the temporary file unless committed
-  AtomicFileWriter(const AtomicFileWriter&) = delete;
-  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(AtomicFileWriter);
 
   void write(const void* data, size_t size);
   void write(const std::string& text) { write(text.data(), text.size()); }

@@ -39,6 +39,8 @@
 #include <string>
 #include <thread>
 
+#include <c10/macros/Macros.h>
+
 namespace lockstep {
 
 class OrderedWorker {
@@ -48,8 +50,7 @@ class OrderedWorker {
   OrderedWorker(std::string name, int capacity, double wait_limit_s);
   // Drops the tasks that have not started and joins the running one (see above).
   ~OrderedWorker();
-  OrderedWorker(const OrderedWorker&) = delete;
-  OrderedWorker& operator=(const OrderedWorker&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(OrderedWorker);
 
   // Queues `task` behind the others; blocks while `capacity` tasks are queued.
   // Throws, without queuing it, after waiting wait_limit_s.

@@ -21,6 +21,8 @@
 #include <optional>
 #include <string>
 
+#include <c10/macros/Macros.h>
+
 namespace lockstep {
 
 class StatusLine {
@@ -38,8 +40,7 @@ class StatusLine {
   static Mode choose_mode(bool is_terminal, const char* term, const char* status_to, const char* progress);
 
   StatusLine(int fd, Mode mode, int width = 0);
-  StatusLine(const StatusLine&) = delete;
-  StatusLine& operator=(const StatusLine&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(StatusLine);
 
   bool enabled() const { return mode_ != Mode::kOff; }
   Mode mode() const { return mode_; }

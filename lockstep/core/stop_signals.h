@@ -30,6 +30,8 @@
 #include <string>
 #include <vector>
 
+#include <c10/macros/Macros.h>
+
 namespace lockstep {
 
 // The exit status of a process that stopped on a signal after saving its
@@ -42,8 +44,7 @@ class StopSignals {
  public:
   StopSignals(std::vector<int> signals, double grace_seconds);
   ~StopSignals();
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(StopSignals);
 
   // The first signal received, 0 while none has come.
   static int received();

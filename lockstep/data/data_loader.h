@@ -56,6 +56,7 @@
 #include <string>
 #include <vector>
 
+#include <c10/macros/Macros.h>
 #include <torch/arg.h>
 
 #include "lockstep/config/config.h"
@@ -107,8 +108,7 @@ class DataLoader {
   DataLoader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Sampler> sampler,
              DataLoaderOptions options = {});
   ~DataLoader();  // stops and joins the workers, even mid-epoch (a stuck one: see the class comment)
-  DataLoader(const DataLoader&) = delete;
-  DataLoader& operator=(const DataLoader&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(DataLoader);
 
   // len(loader) on this rank: ceil(num_samples / batch_size), or the floor with
   // drop_last. For an infinite sampler, num_samples / batch_size (at least 1):

@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include <c10/macros/Macros.h>
 #include <torch/torch.h>
 
 #include "lockstep/core/error.h"
@@ -35,8 +36,7 @@ class GzReader {
   ~GzReader() {
     if (file_ != nullptr) gzclose(file_);
   }
-  GzReader(const GzReader&) = delete;
-  GzReader& operator=(const GzReader&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(GzReader);
 
   // Reads up to `length` bytes; returns how many were read (short only at the end of the data).
   // A gzip stream that ends early reads as a short file and sets cut_short().

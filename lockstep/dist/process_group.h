@@ -38,6 +38,8 @@
 #include <string>
 #include <vector>
 
+#include <c10/macros/Macros.h>
+
 #include "lockstep/compat/c10d.h"
 #include "lockstep/dist/work.h"
 
@@ -78,8 +80,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   };
   explicit ProcessGroup(Parts parts);
   ~ProcessGroup();
-  ProcessGroup(const ProcessGroup&) = delete;
-  ProcessGroup& operator=(const ProcessGroup&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(ProcessGroup);
 
   int rank() const { return parts_.rank; }
   int size() const { return static_cast<int>(parts_.global_ranks.size()); }

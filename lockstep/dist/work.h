@@ -31,6 +31,8 @@
 #include <string>
 #include <vector>
 
+#include <c10/macros/Macros.h>
+
 #include "lockstep/compat/c10d.h"
 #include "lockstep/core/error.h"
 
@@ -61,8 +63,7 @@ class ArrivalToken {
   ArrivalToken() = default;
   ArrivalToken(c10::intrusive_ptr<compat::C10dStore> store, std::string key, std::chrono::milliseconds timeout);
   ~ArrivalToken();
-  ArrivalToken(const ArrivalToken&) = delete;
-  ArrivalToken& operator=(const ArrivalToken&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(ArrivalToken);
   void release();
 
  private:
@@ -82,8 +83,7 @@ std::string format_duration(std::chrono::milliseconds duration);
 class Work {
  public:
   ~Work();
-  Work(const Work&) = delete;
-  Work& operator=(const Work&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(Work);
 
   // Waits up to the group's timeout; throws TimeoutError when it runs out and
   // lockstep::Error when the operation failed (a peer died, bad input). A

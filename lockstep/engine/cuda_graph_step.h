@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include <c10/macros/Macros.h>
 #include <torch/types.h>
 
 #include "lockstep/model/model.h"
@@ -60,8 +61,7 @@ class CudaGraphStep {
  public:
   explicit CudaGraphStep(CudaGraphOptions options);
   ~CudaGraphStep();
-  CudaGraphStep(const CudaGraphStep&) = delete;
-  CudaGraphStep& operator=(const CudaGraphStep&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(CudaGraphStep);
 
   // What one step gives back: what the model's train_step returned (numbers
   // it read itself), and the values it logged, still on the device (Note

@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include <c10/macros/Macros.h>
 #include <torch/types.h>
 
 namespace lockstep {
@@ -109,8 +110,7 @@ class EventStorage {
     NameScope(NameScope&& other) noexcept : storage_(other.storage_), previous_(std::move(other.previous_)) {
       other.storage_ = nullptr;
     }
-    NameScope(const NameScope&) = delete;
-    NameScope& operator=(const NameScope&) = delete;
+    C10_DISABLE_COPY_AND_ASSIGN(NameScope);
     ~NameScope();
 
    private:

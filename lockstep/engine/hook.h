@@ -24,6 +24,8 @@
 #include <map>
 #include <string>
 
+#include <c10/macros/Macros.h>
+
 #include "lockstep/core/state.h"
 #include "lockstep/model/batch.h"
 
@@ -52,8 +54,7 @@ class Hook {
  public:
   explicit Hook(std::string name, int priority = kNormal) : name_(std::move(name)), priority_(priority) {}
   virtual ~Hook() = default;
-  Hook(const Hook&) = delete;
-  Hook& operator=(const Hook&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(Hook);
 
   virtual void before_train() {}
   // Runs even when training failed; trainer().iter() == max_iter tells success.

@@ -26,6 +26,8 @@
 #include <thread>
 #include <vector>
 
+#include <c10/macros/Macros.h>
+
 #include "lockstep/core/state.h"
 #include "lockstep/engine/cuda_graph_step.h"
 #include "lockstep/engine/event_storage.h"
@@ -63,8 +65,7 @@ class Trainer {
           std::shared_ptr<OptimWrapperBase> optim_wrapper, TrainerOptions options = TrainerOptions(),
           MetricsGatherer gather = nullptr);
   virtual ~Trainer();
-  Trainer(const Trainer&) = delete;
-  Trainer& operator=(const Trainer&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(Trainer);
 
   // Adds hooks (null and inactive ones are skipped: Hook::active) by
   // priority, after those of equal priority already registered, and attaches

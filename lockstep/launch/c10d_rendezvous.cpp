@@ -6,6 +6,8 @@
 #include <thread>
 #include <tuple>
 
+#include <c10/macros/Macros.h>
+
 #include "lockstep/compat/c10d.h"
 #include "lockstep/core/error.h"
 #include "lockstep/launch/internal/background_threads.h"
@@ -22,8 +24,7 @@ class C10dRendezvous : public ElasticRendezvous {
  public:
   C10dRendezvous(Options options, bool coordinator);
   ~C10dRendezvous() override;
-  C10dRendezvous(const C10dRendezvous&) = delete;
-  C10dRendezvous& operator=(const C10dRendezvous&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(C10dRendezvous);
 
   std::optional<Round> join(int after_round, bool failed, const std::function<bool()>& interrupted) override;
   void watch(const Round& round) override;

@@ -31,6 +31,8 @@
 #include <string>
 #include <vector>
 
+#include <c10/macros/Macros.h>
+
 #include "lockstep/core/error.h"
 
 namespace lockstep {
@@ -71,8 +73,7 @@ class EtcdClient {
  public:
   explicit EtcdClient(EtcdOptions options);
   ~EtcdClient();
-  EtcdClient(const EtcdClient&) = delete;
-  EtcdClient& operator=(const EtcdClient&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(EtcdClient);
 
   // `revision` receives the store's revision the answer reflects.
   std::optional<EtcdKeyValue> get(const std::string& key, int64_t* revision = nullptr);

@@ -7,6 +7,8 @@
 #include <thread>
 #include <tuple>
 
+#include <c10/macros/Macros.h>
+
 #include "lockstep/compat/c10d.h"
 #include "lockstep/core/internal/internal_error.h"
 #include "lockstep/dist/job_identity.h"
@@ -71,8 +73,7 @@ class EtcdRendezvous : public ElasticRendezvous {
  public:
   EtcdRendezvous(Options options, EtcdRendezvousSettings settings);
   ~EtcdRendezvous() override;
-  EtcdRendezvous(const EtcdRendezvous&) = delete;
-  EtcdRendezvous& operator=(const EtcdRendezvous&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(EtcdRendezvous);
 
   std::optional<Round> join(int after_round, bool failed, const std::function<bool()>& interrupted) override;
   void watch(const Round& round) override;

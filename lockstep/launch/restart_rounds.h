@@ -26,14 +26,15 @@
 #include <string>
 #include <thread>
 
+#include <c10/macros/Macros.h>
+
 namespace lockstep {
 
 class RestartRounds {
  public:
   RestartRounds(std::string host, int port, int nnodes, int node_rank, std::chrono::milliseconds join_timeout);
   ~RestartRounds();
-  RestartRounds(const RestartRounds&) = delete;
-  RestartRounds& operator=(const RestartRounds&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(RestartRounds);
 
   // From now on node_waiting() reports another node that entered round + 1.
   void watch(int round);

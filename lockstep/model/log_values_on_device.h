@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include <c10/macros/Macros.h>
 #include <torch/types.h>
 
 namespace lockstep {
@@ -29,8 +30,7 @@ class LogValuesOnDevice {
  public:
   LogValuesOnDevice();
   ~LogValuesOnDevice();
-  LogValuesOnDevice(const LogValuesOnDevice&) = delete;
-  LogValuesOnDevice& operator=(const LogValuesOnDevice&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(LogValuesOnDevice);
 
   // The innermost one alive on this thread, or null.
   static LogValuesOnDevice* current();

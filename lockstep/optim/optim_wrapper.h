@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include <c10/macros/Macros.h>
 #include <torch/torch.h>
 
 #include "lockstep/core/state.h"
@@ -85,8 +86,7 @@ class OptimWrapperBase {
   class StepScope {
    public:
     StepScope(StepScope&& other) noexcept;
-    StepScope(const StepScope&) = delete;
-    StepScope& operator=(const StepScope&) = delete;
+    C10_DISABLE_COPY_AND_ASSIGN(StepScope);
     ~StepScope();
 
    private:
@@ -139,8 +139,7 @@ class OptimWrapper : public OptimWrapperBase {
   class Context {
    public:
     Context(Context&&) noexcept;
-    Context(const Context&) = delete;
-    Context& operator=(const Context&) = delete;
+    C10_DISABLE_COPY_AND_ASSIGN(Context);
     ~Context();
 
    private:

@@ -46,6 +46,7 @@
 #include <string>
 #include <vector>
 
+#include <c10/macros/Macros.h>
 #include <nlohmann/json.hpp>
 #include <torch/arg.h>
 #include <torch/optim/optimizer.h>
@@ -127,8 +128,7 @@ class ParamScheduler {
   ParamScheduler(torch::optim::Optimizer& optimizer, std::unique_ptr<ScheduleRule> rule,
                  const ScheduleSpan& span, const SchedulerContext& context = SchedulerContext());
   virtual ~ParamScheduler() = default;
-  ParamScheduler(const ParamScheduler&) = delete;
-  ParamScheduler& operator=(const ParamScheduler&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(ParamScheduler);
 
   // Advances one iteration and applies the schedule.
   void step();

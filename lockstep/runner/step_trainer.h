@@ -51,6 +51,8 @@
 #include <memory>
 #include <string>
 
+#include <c10/macros/Macros.h>
+
 #include "lockstep/config/config.h"
 #include "lockstep/model/batch.h"
 #include "lockstep/optim/optim_wrapper.h"
@@ -84,8 +86,7 @@ class StepTrainer {
   // Ends the run as finish() does, unless it was finished already (or an
   // exception is unwinding: then the run is left as it is).
   ~StepTrainer();
-  StepTrainer(const StepTrainer&) = delete;
-  StepTrainer& operator=(const StepTrainer&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(StepTrainer);
 
   // One iteration on `batch` (the model's batch keys, e.g. {"image", "label"}
   // for lockstep's classifiers, or the keys a TorchScriptModel is configured

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include <c10/macros/Macros.h>
 #include <torch/torch.h>
 
 #include "lockstep/writers/event_writer.h"
@@ -38,8 +39,7 @@ class TensorBoardWriter : public EventWriter {
   // smoothing window for scalars put with a smoothing hint.
   explicit TensorBoardWriter(const std::string& log_dir, size_t window = 20);
   ~TensorBoardWriter() override;
-  TensorBoardWriter(const TensorBoardWriter&) = delete;
-  TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(TensorBoardWriter);
 
   void write(EventStorage& storage, int64_t max_iter) override;
   void close() override;

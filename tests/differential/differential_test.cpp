@@ -22,6 +22,7 @@
 // Cost: 40 runs of `lockstep train` (or of the C API's test program) (about 4 s each on 2 cores) plus one
 // Python process for the references when the cache in the build tree is cold.
 #include <fcntl.h>
+#include <c10/macros/Macros.h>
 #include <gtest/gtest.h>
 #include <sys/file.h>
 #include <torch/cuda.h>
@@ -413,8 +414,7 @@ class CacheLock {
   ~CacheLock() {
     if (fd_ >= 0) ::close(fd_);  // closing releases the lock
   }
-  CacheLock(const CacheLock&) = delete;
-  CacheLock& operator=(const CacheLock&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(CacheLock);
 
  private:
   int fd_ = -1;

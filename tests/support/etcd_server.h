@@ -27,6 +27,8 @@
 #include <thread>
 #include <vector>
 
+#include <c10/macros/Macros.h>
+
 namespace lockstep::testing {
 
 class EtcdServer {
@@ -102,8 +104,7 @@ class EtcdServer {
     std::error_code ignored;
     std::filesystem::remove_all(dir_, ignored);
   }
-  EtcdServer(const EtcdServer&) = delete;
-  EtcdServer& operator=(const EtcdServer&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(EtcdServer);
 
   // "127.0.0.1:PORT" (members: comma separated), as --rdzv-endpoint takes it.
   std::string endpoint() const {

@@ -15,6 +15,8 @@
 
 #include <spdlog/sinks/ostream_sink.h>
 
+#include <c10/macros/Macros.h>
+
 #include "lockstep/core/logging.h"
 
 namespace lockstep::testing {
@@ -29,8 +31,7 @@ class LogCapture {
     auto& sinks = logger().sinks();
     sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
   }
-  LogCapture(const LogCapture&) = delete;
-  LogCapture& operator=(const LogCapture&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(LogCapture);
 
   std::string text() const { return out_.str(); }
 

@@ -23,6 +23,7 @@
 // Header-only, so that every test area can use it without build changes.
 #pragma once
 
+#include <c10/macros/Macros.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -140,8 +141,7 @@ class WorkerWorld {
  public:
   explicit WorkerWorld(const std::string& launcher = "pytorch") { lockstep::init_from_env(launcher); }
   ~WorkerWorld() { lockstep::destroy_process_group(); }
-  WorkerWorld(const WorkerWorld&) = delete;
-  WorkerWorld& operator=(const WorkerWorld&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(WorkerWorld);
 };
 
 }  // namespace lockstep::testing

@@ -10,14 +10,15 @@
 #include <string>
 #include <vector>
 
+#include <c10/macros/Macros.h>
+
 namespace lockstep::testing {
 
 class TempDir {
  public:
   TempDir();
   ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(TempDir);
   const std::string& path() const { return path_; }
   std::string file(const std::string& name) const { return path_ + "/" + name; }
 

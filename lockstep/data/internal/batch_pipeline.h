@@ -36,6 +36,8 @@
 #include <thread>
 #include <vector>
 
+#include <c10/macros/Macros.h>
+
 #include "lockstep/data/dataset.h"
 
 namespace lockstep::detail {
@@ -58,8 +60,7 @@ class BatchPipeline {
   BatchPipeline(std::shared_ptr<const Dataset> dataset, TaskSource source, int num_workers, int capacity,
                 bool pin_memory = false, double timeout_s = 0);
   ~BatchPipeline();
-  BatchPipeline(const BatchPipeline&) = delete;
-  BatchPipeline& operator=(const BatchPipeline&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(BatchPipeline);
 
   // The next batch of the stream, or nullopt after its end. Throws when the
   // batch failed, or when it is not ready within timeout_s.

@@ -24,6 +24,8 @@
 #include <memory>
 #include <string>
 
+#include <c10/macros/Macros.h>
+
 #include "lockstep/compat/c10d.h"
 
 namespace lockstep {
@@ -53,8 +55,7 @@ class BlockingStoreWaits {
  public:
   BlockingStoreWaits();
   ~BlockingStoreWaits();
-  BlockingStoreWaits(const BlockingStoreWaits&) = delete;
-  BlockingStoreWaits& operator=(const BlockingStoreWaits&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(BlockingStoreWaits);
   static bool active();  // on the calling thread
 
  private:

@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include <c10/macros/Macros.h>
+
 namespace lockstep {
 
 class StopSignal {
@@ -40,8 +42,7 @@ class BackgroundThreads {
  public:
   explicit BackgroundThreads(std::chrono::milliseconds grace = std::chrono::seconds(1));
   ~BackgroundThreads();
-  BackgroundThreads(const BackgroundThreads&) = delete;
-  BackgroundThreads& operator=(const BackgroundThreads&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(BackgroundThreads);
 
   const std::shared_ptr<StopSignal>& stop_signal() const { return stop_; }
   void start(std::function<void()> body);

@@ -14,14 +14,15 @@
 
 #include <iterator>
 
+#include <c10/macros/Macros.h>
+
 namespace lockstep {
 
 class SignalScope {
  public:
   SignalScope();
   ~SignalScope();
-  SignalScope(const SignalScope&) = delete;
-  SignalScope& operator=(const SignalScope&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(SignalScope);
 
   // The pipe's read end (non-blocking); -1 outside a SignalScope.
   static int read_fd();

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include <c10/macros/Macros.h>
 #include <torch/torch.h>
 
 #include "lockstep/config/config.h"
@@ -95,8 +96,7 @@ class DistributedDataParallel : public GradientSync {
    public:
     explicit NoSync(DistributedDataParallel* ddp) : ddp_(ddp) { ddp_->enter_no_sync(); }
     ~NoSync() { ddp_->leave_no_sync(); }
-    NoSync(const NoSync&) = delete;
-    NoSync& operator=(const NoSync&) = delete;
+    C10_DISABLE_COPY_AND_ASSIGN(NoSync);
 
    private:
     DistributedDataParallel* ddp_;

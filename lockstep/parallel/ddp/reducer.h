@@ -45,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include <c10/macros/Macros.h>
 #include <torch/torch.h>
 
 #include "lockstep/parallel/ddp/comm_hook.h"
@@ -80,8 +81,7 @@ class Reducer {
   Reducer(std::vector<torch::Tensor> params, std::vector<std::string> names, std::shared_ptr<ProcessGroup> group,
           ReducerOptions options);
   ~Reducer();
-  Reducer(const Reducer&) = delete;
-  Reducer& operator=(const Reducer&) = delete;
+  C10_DISABLE_COPY_AND_ASSIGN(Reducer);
 
   void set_comm_hook(std::shared_ptr<CommHook> hook);
   // The registered hook; null when DDP reduces without one.
