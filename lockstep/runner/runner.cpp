@@ -9,6 +9,7 @@
 #include "lockstep/checkpoint/pretrained.h"
 #include "lockstep/core/atomic_file.h"
 #include "lockstep/core/error.h"
+#include "lockstep/core/host_memory_policy.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/core/rng.h"
 #include "lockstep/data/data_loader.h"
@@ -133,12 +134,15 @@ void Runner::setup_environment() {
   work_dir_ = !options_.work_dir().empty() ? options_.work_dir()
                                            : config_.get<std::string>("work_dir", default_work_dir(config_));
   Config env = config_.child("env");
+  bool keep_freed_memory = true;
   if (!env.is_null()) {
     const int64_t threads = env.get<int64_t>("num_threads", 0);
     LOCKSTEP_CHECK(threads >= 0, env.where("num_threads"), ": num_threads must be >= 0 (0: libtorch's default)");
     if (threads > 0) torch::set_num_threads(static_cast<int>(threads));
+    keep_freed_memory = env.get<bool>("keep_freed_host_memory", true);
     env.check_all_used("env");
   }
+  if (keep_freed_memory) keep_freed_host_memory();  // Note [Freed activations stay in the process]
   strategy_ = build_strategy(config_.child("strategy"));
   const Environment environment = current_environment();
   const int launched = launched_world_size(environment);
