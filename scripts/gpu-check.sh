@@ -280,6 +280,8 @@ differential_tests() {
 # cnn_ddp.yaml is DDPStrategy with backend gloo on the CPU; --set moves it to
 # the GPUs: strategy.device (auto|cpu|cuda: cuda is cuda:LOCAL_RANK) and
 # strategy.backend (auto|gloo|nccl). --nproc 1 runs it as one process.
+# strategy.sync_bn=torch: the GPU runs take SyncBatchNorm's fused CUDA path,
+# which the CPU demo (no sync_bn) does not.
 demo() {
   local nproc=$1 root=${FASHION_MNIST_ROOT:-/usr/share/datasets/fashion-mnist}
   ((built)) || { result="not run: no build"; return 2; }
@@ -302,7 +304,7 @@ demo() {
   local work=$WORK_DIR/demo-${nproc}gpu log=demo-${nproc}gpu
   rm -rf "$work"
   if ! logged "$log" "$BUILD_DIR/bin/lockstep" train "$DEMO_CONFIG" --nproc "$nproc" --work-dir "$work" \
-      --set strategy.device=cuda --set strategy.backend=nccl "${data_flags[@]}"; then
+      --set strategy.device=cuda --set strategy.backend=nccl --set strategy.sync_bn=torch "${data_flags[@]}"; then
     result="training failed; see $LOG_DIR/$log.log"
     return 1
   fi
@@ -340,7 +342,7 @@ cuda_runs=(
   "single-gpu|1|metric:memory/cuda_peak_allocated_mib|examples/fashion_mnist/cnn.yaml ${one_epoch[*]} --set strategy={type: SingleDeviceStrategy, device: cuda} --set train_dataloader.pin_memory=true ${memory_hook[*]}"
   "ddp-nccl-fp16|1|loss_scale|examples/fashion_mnist/cnn_ddp.yaml ${one_epoch[*]} ${on_gpu[*]} --set optim_wrapper.amp={dtype: fp16}"
   "bf16|1|Final test accuracy/top1|examples/fashion_mnist/cnn_bf16.yaml ${one_epoch[*]} --set strategy={type: SingleDeviceStrategy, device: cuda}"
-  "ddp-gloo-2-ranks-1-gpu|2|Final test accuracy/top1|examples/fashion_mnist/cnn_ddp.yaml ${one_epoch[*]} --set strategy.device=cuda:0 --set strategy.backend=gloo"
+  "ddp-gloo-2-ranks-1-gpu|2|Final test accuracy/top1|examples/fashion_mnist/cnn_ddp.yaml ${one_epoch[*]} --set strategy.device=cuda:0 --set strategy.backend=gloo --set strategy.sync_bn=torch"
   "ddp-nccl-2-ranks-1-gpu|2|error:share|examples/fashion_mnist/cnn_ddp.yaml ${one_epoch[*]} --set strategy.device=cuda:0 --set strategy.backend=nccl"
   "cuda-graph|1|Final test accuracy/top1|examples/fashion_mnist/cnn.yaml ${one_epoch[*]} --set strategy={type: SingleDeviceStrategy, device: cuda} --set cuda_graph={warmup_iters: 3}"
   "cuda-graph-ddp-refused|1|error:cannot capture this run|examples/fashion_mnist/cnn_ddp.yaml ${one_epoch[*]} ${on_gpu[*]} --set cuda_graph={warmup_iters: 3}"

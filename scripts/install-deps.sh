@@ -12,10 +12,10 @@
 # Note [What make demo installs]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # A newcomer's first command should install what it uses and no more: the
-# compilers (clang for its quick build, Note [The demo's quick build] in the
-# Makefile; g++, which a new machine has, for the rest), CMake, libtorch,
-# Gloo's headers, the config, log and image libraries and Fashion-MNIST. The cluster's tools (SLURM, etcd, MPI,
-# gfortran, libcurl) and the tests' (GoogleTest, the PyTorch reference) come
+# compilers (clang and Ninja for its quick build, Note [The demo's quick build]
+# in the Makefile; g++, which a new machine has, for the rest), CMake,
+# libtorch, Gloo's headers, the config, log and image libraries and
+# Fashion-MNIST. The cluster's tools (SLURM, etcd, MPI, gfortran, libcurl) and the tests' (GoogleTest, the PyTorch reference) come
 # with `make test`. CMake treats the later parts as optional (MPI, Fortran,
 # libcurl for the etcd rendezvous, GoogleTest for the tests) and looks for them
 # again at every configure, so a build folder made by `make demo` gains them
@@ -24,9 +24,9 @@
 set -euo pipefail
 
 # The demo: build the library and bin/lockstep, train the Fashion-MNIST CNN.
-# clang: the demo's quick build (Note [The demo's quick build], Makefile).
+# clang and ninja: the demo's quick build (Note [The demo's quick build], Makefile).
 demo=(
-  g++ clang cmake make ccache pkg-config
+  g++ clang ninja-build cmake make ccache pkg-config
   libtorch-dev libgloo-dev libopenblas0-openmp
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev zlib1g-dev
   libjpeg62-turbo-dev libpng-dev
