@@ -114,7 +114,6 @@ class Hook {
   void set_priority(int priority);
   // The trainer this hook is registered with; an error before registration.
   Trainer& trainer() const;
-  bool registered() const { return trainer_ != nullptr; }
 
  private:
   friend class Trainer;
