@@ -112,7 +112,7 @@ std::function<void(int64_t)> hand_written(const CallerData& data) {
 
 std::function<void(int64_t)> cpp_api(const CallerData& data, const std::string& work_dir) {
   auto trainer =
-      std::make_shared<StepTrainer>(Config::parse(kConfig, "bench.yaml"), StepTrainerOptions().work_dir(work_dir));
+      std::make_shared<StepTrainer>(parse_config(kConfig, "bench.yaml"), StepTrainerOptions().work_dir(work_dir));
   return [&data, trainer](int64_t i) {
     LogVars out = trainer->train_step(Batch{{"image", images_of(data, i)}, {"label", labels_of(data, i)}});
     volatile double value = out.at("loss");

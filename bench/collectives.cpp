@@ -122,8 +122,8 @@ int run_benchmark() {
     std::printf("bench_collectives: libtorch %s, %d ranks, float32, Gloo over loopback, %d cores\n",
                 lockstep::compat::torch_version().c_str(), n, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
     std::printf("reduce_scatter uses '%s', all_gather_into_tensor uses '%s' in the facade\n\n",
-                world->algorithm_for(torch::zeros({1}), true).c_str(),
-                world->algorithm_for(torch::zeros({1}), false).c_str());
+                collective_algorithm(*world, torch::zeros({1}), true).c_str(),
+                collective_algorithm(*world, torch::zeros({1}), false).c_str());
     std::printf("%-15s %8s %11s %11s %12s %12s %9s\n", "op", "size", "facade ms", "raw ms", "facade GB/s",
                 "raw GB/s", "overhead");
   }
@@ -136,8 +136,8 @@ int run_benchmark() {
   };
   std::vector<Row> rows;
   std::vector<std::pair<int64_t, std::vector<double>>> ring_vs_slice, gather_algorithms;
-  const bool native_rs = world->has_native(torch::zeros({1}), true);
-  const bool native_ag = world->has_native(torch::zeros({1}), false);
+  const bool native_rs = has_native_collective(*world, torch::zeros({1}), true);
+  const bool native_ag = has_native_collective(*world, torch::zeros({1}), false);
   auto deadline = [&] { return Clock::now() + world->timeout(); };
   int tag = 0;  // raw ring calls use their own tags, below the facade's
   for (int64_t bytes = 4 << 10; bytes <= max_bytes; bytes *= 4) {
@@ -160,7 +160,7 @@ int run_benchmark() {
 
     // reduce_scatter: facade (default algorithm) vs raw; ring vs all_reduce-then-slice
     std::function<void()> raw_reduce_scatter;
-    if (world->algorithm_for(full, true) == "native") {
+    if (collective_algorithm(*world, full, true) == "native") {
       raw_reduce_scatter = [&] { wait_raw(raw->_reduce_scatter_base(part, full)); };
     } else {
       raw_reduce_scatter = [&] {
@@ -174,7 +174,7 @@ int run_benchmark() {
     using lockstep::CollectiveAlgorithm;
     auto rs_with = [&](CollectiveAlgorithm algorithm) {
       return std::function<void()>([&, algorithm] {
-        world->set_reduce_scatter_algorithm(algorithm);
+        world->set_algorithms({algorithm, CollectiveAlgorithm::kAuto});
         world->reduce_scatter_tensor(part, full);
       });
     };
@@ -182,12 +182,12 @@ int run_benchmark() {
                                                    rs_with(CollectiveAlgorithm::kAllReduce)};
     if (native_rs) rs_variants.push_back(rs_with(CollectiveAlgorithm::kNative));
     times = measure(*world, rs_variants, iters, blocks);
-    world->set_reduce_scatter_algorithm(CollectiveAlgorithm::kAuto);
+    world->set_algorithms({CollectiveAlgorithm::kAuto, CollectiveAlgorithm::kAuto});
     ring_vs_slice.push_back({bytes, times.seconds});
 
     // all_gather_into_tensor
     std::function<void()> raw_all_gather;
-    if (world->algorithm_for(full, false) == "native") {
+    if (collective_algorithm(*world, full, false) == "native") {
       raw_all_gather = [&] { wait_raw(raw->_allgather_base(gathered, piece)); };
     } else {
       raw_all_gather = [&] {
@@ -202,13 +202,13 @@ int run_benchmark() {
     if (native_ag) {
       auto ag_with = [&](CollectiveAlgorithm algorithm) {
         return std::function<void()>([&, algorithm] {
-          world->set_all_gather_algorithm(algorithm);
+          world->set_algorithms({CollectiveAlgorithm::kAuto, algorithm});
           world->all_gather_into_tensor(gathered, piece);
         });
       };
       times = measure(*world, {ag_with(CollectiveAlgorithm::kRing), ag_with(CollectiveAlgorithm::kNative)}, iters,
                       blocks);
-      world->set_all_gather_algorithm(CollectiveAlgorithm::kAuto);
+      world->set_algorithms({CollectiveAlgorithm::kAuto, CollectiveAlgorithm::kAuto});
       gather_algorithms.push_back({bytes, times.seconds});
     }
 

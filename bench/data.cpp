@@ -49,7 +49,7 @@ const std::vector<int> kWorkerCounts = {1, 2};
 std::shared_ptr<const ImageFolder> make_dataset(const std::string& root, bool dct_scaling) {
   ImageDatasetOptions options;
   options.mode = ColorMode::kRGB;
-  options.pipeline = ImagePipeline::build(Config::parse("- {type: RandomResizedCrop, size: 224}\n"
+  options.pipeline = ImagePipeline::build(parse_config("- {type: RandomResizedCrop, size: 224}\n"
                                                         "- {type: RandomHorizontalFlip}\n"));
   options.dct_scaling = dct_scaling;
   return std::make_shared<const ImageFolder>(root, options);

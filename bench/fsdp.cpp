@@ -156,7 +156,7 @@ int worker(const std::string& mode, int steps, int64_t tokens) {
                               .auto_wrap_policy(module_type_wrap_policy({"Block"}));
     fsdp = std::make_shared<FullyShardedDataParallel>(model, world(), options);
     for (const auto& unit : fsdp->units()) {
-      if (!unit->persistent()) unit_bytes.push_back(unit->padded_numel() * unit->full().element_size());
+      if (!unit->setup().persistent) unit_bytes.push_back(unit->layout().padded_numel * unit->full().element_size());
     }
     auto adam = std::make_shared<lockstep::Adam>(fsdp->shard_parameters(), 1e-4);
     optim = std::make_shared<OptimWrapper>(adam);
@@ -248,7 +248,7 @@ int build_worker(const std::string& mode, int64_t n_layer, int64_t n_embd) {
   const int64_t rise = process_memory().peak_rss_bytes - baseline;
   int64_t model_bytes = 0, largest = 0, root = 0;
   for (const auto& unit : fsdp->units()) {
-    const int64_t bytes = unit->numel() * static_cast<int64_t>(sizeof(float));
+    const int64_t bytes = unit->layout().numel * static_cast<int64_t>(sizeof(float));
     model_bytes += bytes;
     if (unit->path().empty()) {
       root = bytes;

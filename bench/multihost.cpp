@@ -84,7 +84,7 @@ double train(const std::string& mode, const std::string& model_name, int iters) 
   if (mode != "none") {
     auto ddp = std::make_shared<DistributedDataParallel>(model, world(), options);
     if (mode == "fp16") ddp->register_comm_hook(make_comm_hook(Config::scalar("fp16_compress")));
-    if (mode == "powersgd") ddp->register_comm_hook(make_comm_hook(Config::parse(kPowerSGD)));
+    if (mode == "powersgd") ddp->register_comm_hook(make_comm_hook(parse_config(kPowerSGD)));
     optim->set_gradient_sync(ddp);
   }
   return bench::median_step_seconds(*model, *optim, kBatch, iters, kWarmup);

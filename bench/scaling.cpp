@@ -100,7 +100,7 @@ int worker(const std::string& out_dir) {
   const double started = bench::wall_now();
   logger().set_level(spdlog::level::warn);
   const DistEnv env = detect_dist_env();
-  Config config = Config::parse(worker_config(env.world_size), "scaling.yaml");
+  Config config = parse_config(worker_config(env.world_size), "scaling.yaml");
   {
     Runner runner(config, RunnerOptions().work_dir(out_dir + "/work"));
     runner.train();

@@ -58,7 +58,7 @@ size_t export_torchscript(const std::string& checkpoint, const std::string& out)
   CheckpointContents contents = read_checkpoint(checkpoint);
   LOCKSTEP_CHECK(contents.meta && !contents.meta->config.empty(), checkpoint,
                  ": --format torchscript needs the run's config, and this checkpoint has none");
-  Config config = Config::parse(contents.meta->config, checkpoint + " (the run's config)");
+  Config config = parse_config(contents.meta->config, checkpoint + " (the run's config)");
   const Config model_config = config.at("model");
   LOCKSTEP_CHECK(model_config.get<std::string>("type", "") == "TorchScriptModel", checkpoint,
                  ": --format torchscript exports a TorchScriptModel; this run trained a ",

@@ -28,7 +28,7 @@ struct TrainArguments {
 };
 
 int run_train(const TrainArguments& args) {
-  Config config = Config::load_file(args.config);
+  Config config = load_config(args.config);
   for (const auto& assignment : args.overrides) config.apply_override(assignment);
   Runner runner(config, RunnerOptions().work_dir(args.work_dir).resume(args.resume).load_from(args.load_from));
   auto val_metrics = runner.train();

@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    lockstep::Config config = lockstep::Config::parse(kConfig, "consumer.yaml");
+    lockstep::Config config = lockstep::parse_config(kConfig, "consumer.yaml");
     if (argc > 2) config.apply_override(std::string("train_cfg.max_iters=") + argv[2]);
     lockstep::Runner runner(config, lockstep::RunnerOptions().work_dir(argv[1]));
     auto metrics = runner.train();

@@ -6,7 +6,7 @@
 // gan.yaml; tests/gan runs the same config for a few iterations.
 //
 //   dcgan::register_components();   // "DCGAN", "WithLatentNoise", "GanSampleGrid"
-//   lockstep::Runner runner(lockstep::Config::load_file("examples/gan/gan.yaml"));
+//   lockstep::Runner runner(lockstep::load_config("examples/gan/gan.yaml"));
 //   runner.train();                  // <work_dir>/samples_0000200.png, ...
 //
 // Noise comes with the data, drawn from the loader's per-batch seed (which

@@ -23,7 +23,7 @@ namespace {
 int64_t parameter_count(lockstep::Strategy& strategy) {
   int64_t count = 0;
   if (auto* fsdp = dynamic_cast<lockstep::FSDPStrategy*>(&strategy)) {
-    for (const auto& unit : fsdp->fsdp()->units()) count += unit->numel();  // parameters are sharded
+    for (const auto& unit : fsdp->fsdp()->units()) count += unit->layout().numel;  // parameters are sharded
     return count;
   }
   for (const auto& p : strategy.model()->parameters()) count += p.numel();

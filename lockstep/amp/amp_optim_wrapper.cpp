@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "lockstep/amp/autocast.h"
+#include "lockstep/config/key_usage.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/optim/optim_wrapper_builder.h"
@@ -91,11 +92,14 @@ bool AmpOptimWrapper::optimizer_step() {
   return stepped;
 }
 
-void AmpOptimWrapper::save_extra_state(State& state) const {
+State AmpOptimWrapper::state() const {
+  State state = OptimWrapper::state();
   if (scaler_) state.put("grad_scaler", scaler_->state());
+  return state;
 }
 
-void AmpOptimWrapper::load_extra_state(const State& state) {
+void AmpOptimWrapper::load_state(const State& state) {
+  OptimWrapper::load_state(state);
   if (!scaler_) return;
   if (!state.contains("grad_scaler")) {
     logger().warn("the checkpoint holds no grad scaler state (saved without loss scaling?); the loss scale "
@@ -111,7 +115,7 @@ namespace {
 const bool kAmpSwitchRegistered = [] {
   register_optim_wrapper_switch("amp", [](const Config& amp) -> std::optional<std::string> {
     if (amp.is_map() || amp.as<bool>()) return std::string("AmpOptimWrapper");
-    amp.mark_used();
+    mark_used(amp);
     return std::nullopt;
   });
   return true;

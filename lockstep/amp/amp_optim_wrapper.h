@@ -68,13 +68,15 @@ class AmpOptimWrapper : public OptimWrapper {
   // Null when running without loss scaling (bf16 without loss_scale).
   GradScaler* grad_scaler() const { return scaler_.get(); }
 
+  // The optim wrapper's state and the grad scaler's ("grad_scaler").
+  State state() const override;
+  void load_state(const State& state) override;
+
  protected:
   std::function<void()> enter_forward_context() override;
   torch::Tensor scale_for_backward(const torch::Tensor& loss) override;
   void unscale_gradients() override;
   bool optimizer_step() override;
-  void save_extra_state(State& state) const override;
-  void load_extra_state(const State& state) override;
 
  private:
   torch::ScalarType dtype_;

@@ -178,7 +178,7 @@ TEST(AmpOptimWrapper, ScalerStateTravelsWithTheOptimizerState) {
 }
 
 std::shared_ptr<AmpOptimWrapper> build_from(const std::string& yaml, torch::nn::Module& model) {
-  Config config = Config::parse(yaml, "amp.yaml");
+  Config config = parse_config(yaml, "amp.yaml");
   return std::dynamic_pointer_cast<AmpOptimWrapper>(build_optim_wrapper(config.at("optim_wrapper"), model));
 }
 
@@ -188,13 +188,18 @@ void expect_build_error(const std::string& yaml, torch::nn::Module& model, const
   EXPECT_NE(message.find(needle), std::string::npos) << yaml << ": " << message;
 }
 
+// `yaml` builds a bf16 wrapper without a loss scaler: bf16 needs none unless asked.
+void expect_bf16_without_scaler(const std::string& yaml, torch::nn::Module& model) {
+  auto bf16 = build_from(yaml, model);
+  ASSERT_NE(bf16, nullptr) << yaml;
+  EXPECT_EQ(bf16->dtype(), torch::kBFloat16) << yaml;
+  EXPECT_EQ(bf16->grad_scaler(), nullptr) << yaml;
+}
+
 TEST(AmpOptimWrapper, BuildsFromConfig) {
   auto model = make_mlp();
   const std::string head = "optim_wrapper:\n  type: AmpOptimWrapper\n  optimizer: {type: SGD, lr: 0.1}\n";
-  auto bf16 = build_from(head + "  dtype: bf16\n", *model);
-  ASSERT_NE(bf16, nullptr);
-  EXPECT_EQ(bf16->dtype(), torch::kBFloat16);
-  EXPECT_EQ(bf16->grad_scaler(), nullptr);
+  expect_bf16_without_scaler(head + "  dtype: bf16\n", *model);
   auto dynamic = build_from(head + "  dtype: bfloat16\n  loss_scale: dynamic\n  device: cpu\n", *model);
   ASSERT_NE(dynamic->grad_scaler(), nullptr);
   EXPECT_TRUE(dynamic->grad_scaler()->options().dynamic());
@@ -220,10 +225,7 @@ TEST(AmpOptimWrapper, BuildsFromAnAmpSwitchOnThePlainWrapper) {
   auto model = make_mlp();
   // `type: OptimWrapper` as a base config would name it: amp upgrades it.
   const std::string head = "optim_wrapper:\n  type: OptimWrapper\n  optimizer: {type: SGD, lr: 0.1}\n";
-  auto bf16 = build_from(head + "  amp: {dtype: bf16}\n", *model);
-  ASSERT_NE(bf16, nullptr);
-  EXPECT_EQ(bf16->dtype(), torch::kBFloat16);
-  EXPECT_EQ(bf16->grad_scaler(), nullptr) << "bf16 needs no scaler unless asked";
+  expect_bf16_without_scaler(head + "  amp: {dtype: bf16}\n", *model);
   auto scaled = build_from("optim_wrapper:\n  optimizer: {type: SGD, lr: 0.1}\n  amp: {dtype: bf16, loss_scale: 512}\n",
                            *model);
   ASSERT_NE(scaled->grad_scaler(), nullptr);
@@ -232,7 +234,7 @@ TEST(AmpOptimWrapper, BuildsFromAnAmpSwitchOnThePlainWrapper) {
   auto defaults = build_from(head + "  amp: true\n", *model);
   ASSERT_NE(defaults, nullptr);
   EXPECT_EQ(defaults->dtype(), torch::kBFloat16) << "cpu's default";
-  Config off = Config::parse(head + "  amp: false\n", "amp.yaml");
+  Config off = parse_config(head + "  amp: false\n", "amp.yaml");
   auto plain = build_optim_wrapper(off.at("optim_wrapper"), *model);
   EXPECT_EQ(std::dynamic_pointer_cast<AmpOptimWrapper>(plain), nullptr);
   EXPECT_NE(std::dynamic_pointer_cast<OptimWrapper>(plain), nullptr);
@@ -265,9 +267,9 @@ TEST(AmpOptimWrapper, CudaFloat16WithDynamicScalingTrains) {
 TEST(OptimWrapperSwitch, AmpTurnsThePlainWrapperIntoItsTypeAndFalseLeavesItPlain) {
   torch::nn::Linear model(2, 1);
   auto sgd = std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1));
-  auto mixed = wrap_optimizer(Config::parse("amp: {dtype: bf16}\n", "w.yaml"), sgd);
+  auto mixed = wrap_optimizer(parse_config("amp: {dtype: bf16}\n", "w.yaml"), sgd);
   EXPECT_NE(dynamic_cast<AmpOptimWrapper*>(mixed.get()), nullptr);
-  auto plain = wrap_optimizer(Config::parse("amp: false\n", "w.yaml"), sgd);
+  auto plain = wrap_optimizer(parse_config("amp: false\n", "w.yaml"), sgd);
   EXPECT_EQ(dynamic_cast<AmpOptimWrapper*>(plain.get()), nullptr);
 }
 

@@ -251,14 +251,14 @@ TEST(GradScaler, ParsesLossScaleConfigs) {
   GradScalerOptions fixed = parse_loss_scale(Config::scalar("512"));
   EXPECT_FALSE(fixed.dynamic());
   EXPECT_EQ(fixed.init_scale(), 512.0);
-  Config map = Config::parse("{init_scale: 256, growth_factor: 4, backoff_factor: 0.25, growth_interval: 10}");
+  Config map = parse_config("{init_scale: 256, growth_factor: 4, backoff_factor: 0.25, growth_interval: 10}");
   GradScalerOptions custom = parse_loss_scale(map);
   EXPECT_TRUE(custom.dynamic());
   EXPECT_EQ(custom.init_scale(), 256.0);
   EXPECT_EQ(custom.growth_factor(), 4.0);
   EXPECT_EQ(custom.backoff_factor(), 0.25);
   EXPECT_EQ(custom.growth_interval(), 10);
-  Config bad = Config::parse("loss_scale: dynamik", "cfg.yaml");
+  Config bad = parse_config("loss_scale: dynamik", "cfg.yaml");
   try {
     parse_loss_scale(bad.at("loss_scale"));
     FAIL() << "'dynamik' accepted";
@@ -266,7 +266,7 @@ TEST(GradScaler, ParsesLossScaleConfigs) {
     EXPECT_NE(std::string(e.what()).find("cfg.yaml:1"), std::string::npos) << e.what();
   }
   EXPECT_THROW(parse_loss_scale(Config::scalar("-4")), Error);
-  EXPECT_THROW(parse_loss_scale(Config::parse("{growth_interval: 0}")), Error);
+  EXPECT_THROW(parse_loss_scale(parse_config("{growth_interval: 0}")), Error);
 }
 
 // The portable kernels against closed forms, and the fused ones (where this

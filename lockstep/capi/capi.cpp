@@ -231,7 +231,7 @@ lockstep_status create_trainer(const char* config_path, const char* const* overr
     if (started != LOCKSTEP_OK) return started;
   }
   const lockstep_status status = guarded(LOCKSTEP_ERR_CONFIG, [&] {
-    Config config = Config::load_file(config_path);
+    Config config = load_config(config_path);
     for (int32_t i = 0; i < count; ++i) {
       config.apply_override(checked_string(overrides[i], str_cat("lockstep_trainer_create_with: overrides[", i, "]")));
     }

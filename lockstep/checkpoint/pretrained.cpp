@@ -9,6 +9,7 @@
 #include "lockstep/checkpoint/pt_file.h"
 #include "lockstep/checkpoint/safetensors_tools.h"
 #include "lockstep/checkpoint/sharded_checkpoint.h"
+#include "lockstep/config/key_usage.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
 
@@ -199,7 +200,7 @@ PretrainedOptions parse_load_from(const Config& node, const std::string& path_ov
     }
     options.rename(std::move(rules));
   }
-  node.check_all_used("load_from");
+  check_all_used(node, "load_from");
   return options;
 }
 

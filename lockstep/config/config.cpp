@@ -1,5 +1,5 @@
-// Config's tree access, mutation and read tracking. Loading lives in
-// yaml_loader.cpp, overrides in config_override.cpp, as<T>() in
+// Config's tree access and mutation. Loading lives in yaml_loader.cpp, the
+// checks of what was read in key_usage.cpp, overrides in config_override.cpp, as<T>() in
 // config_convert.cpp, to_yaml() in yaml_dumper.cpp.
 #include "lockstep/config/config.h"
 
@@ -7,7 +7,6 @@
 #include <functional>
 
 #include "lockstep/config/internal/config_node.h"
-#include "lockstep/core/spelling.h"
 
 namespace lockstep {
 
@@ -142,54 +141,16 @@ bool contains_node(const ConfigNode& root, const ConfigNode* target) {
   return false;
 }
 
-void mark_subtree(const ConfigNode& node) {
-  node.used = true;
-  for (const auto& entry : node.entries) mark_subtree(*entry.second);
-  for (const auto& item : node.items) mark_subtree(*item);
-}
-
-// One line per unread key under `node`, each naming the keys that were read
-// beside it.
-void collect_unused(const ConfigNode& node, const std::string& component,
-                    std::vector<std::string>& problems) {
-  if (node.kind == Config::Kind::kMap) {
-    std::string known;
-    for (const auto& key : node.requested) known += (known.empty() ? "" : ", ") + key;
-    for (const auto& entry : node.entries) {
-      const ConfigNode& child = *entry.second;
-      if (child.used) {
-        collect_unused(child, component, problems);
-      } else {
-        const std::vector<std::string> candidates(node.requested.begin(), node.requested.end());
-        problems.push_back(str_cat(detail::location_text(child.source, child.path), ": unknown key for ",
-                                   component, did_you_mean(entry.first, candidates), "; it reads: ",
-                                   known.empty() ? "(no keys here)" : known));
-      }
-    }
-  } else if (node.kind == Config::Kind::kSequence) {
-    for (const auto& item : node.items) {
-      if (item->used) {
-        collect_unused(*item, component, problems);
-      } else {
-        problems.push_back(str_cat(detail::location_text(item->source, item->path),
-                                   ": entry never read by ", component));
-      }
-    }
-  }
-}
-
 }  // namespace
 
 Config::Config() : node_(ConfigNode::make(Kind::kNull)) {}
 
 Config::Config(std::shared_ptr<detail::ConfigNode> node) : node_(std::move(node)) {}
 
-Config Config::load_file(const std::string& path) {
-  return Config(detail::load_config_file(path));
-}
+Config load_config(const std::string& path) { return ConfigNode::wrap(detail::load_config_file(path)); }
 
-Config Config::parse(const std::string& yaml_text, const std::string& source_name) {
-  return Config(detail::load_config_text(yaml_text, source_name));
+Config parse_config(const std::string& yaml_text, const std::string& source_name) {
+  return ConfigNode::wrap(detail::load_config_text(yaml_text, source_name));
 }
 
 void Config::apply_override(const std::string& assignment) {
@@ -334,35 +295,5 @@ void Config::erase(const std::string& key) {
 Config Config::clone() const { return Config(node_->deep_copy()); }
 
 std::string Config::to_yaml() const { return detail::dump_yaml(*node_); }
-
-void Config::check_all_used(const std::string& component) const {
-  std::vector<std::string> problems;
-  collect_unused(*node_, component, problems);
-  if (problems.empty()) return;
-  if (problems.size() == 1) throw Error(problems.front());
-  std::string message = str_cat(problems.size(), " unknown keys for ", component, ":");
-  for (const auto& problem : problems) message += "\n  " + problem;
-  throw Error(message);
-}
-
-void Config::check_known_keys(const std::vector<std::string>& known, const std::string& component) const {
-  if (node_->kind != Kind::kMap) return;
-  std::vector<std::string> problems;
-  std::string listed;
-  for (const auto& key : known) listed += (listed.empty() ? "" : ", ") + key;
-  for (const auto& entry : node_->entries) {
-    if (std::find(known.begin(), known.end(), entry.first) != known.end()) continue;
-    const ConfigNode& child = *entry.second;
-    problems.push_back(str_cat(detail::location_text(child.source, child.path), ": unknown ", component,
-                               did_you_mean(entry.first, known), "; known keys: ", listed));
-  }
-  if (problems.empty()) return;
-  if (problems.size() == 1) throw Error(problems.front());
-  std::string message = str_cat(problems.size(), " unknown ", component, "s:");
-  for (const auto& problem : problems) message += "\n  " + problem;
-  throw Error(message);
-}
-
-void Config::mark_used() const { mark_subtree(*node_); }
 
 }  // namespace lockstep

@@ -3,7 +3,7 @@
 // A whole run is one YAML file (plus `--set` overrides). Every node knows its
 // file, line and key path, so any error about a value names all three:
 //
-//   auto cfg = lockstep::Config::load_file("examples/fashion_mnist/cnn.yaml");
+//   auto cfg = lockstep::load_config("examples/fashion_mnist/cnn.yaml");
 //   cfg.apply_override("optimizer.lr=0.05");         // from `--set`
 //   double lr = cfg.at("optimizer").get<double>("lr");
 //   int epochs = cfg.get<int>("max_epochs", 3);      // with a default
@@ -15,7 +15,8 @@
 // key by key; a map that says `_delete_: true` replaces the inherited one.
 //
 // Reads are tracked: every key read through at()/get()/has() is marked used,
-// and `check_all_used()` names the keys nobody read (typos such as `momentun`).
+// and check_all_used() (key_usage.h) names the keys nobody read (typos such
+// as `momentun`).
 #pragma once
 
 #include <cstdint>
@@ -46,11 +47,6 @@ class Config {
   // A null node.
   Config();
 
-  // Loads a YAML file, resolving `_base_` and `_delete_`.
-  static Config load_file(const std::string& path);
-  // Parses YAML text; `source_name` stands in for the file name in messages
-  // (and its directory anchors a `_base_`). Any kind of root is accepted.
-  static Config parse(const std::string& yaml_text, const std::string& source_name = "<string>");
   // Applies one `a.b.c=value` override; value is parsed as YAML (so `[1, 2]`
   // and `{x: 1}` work). Missing intermediate maps are created. Sequences are
   // indexed by number: `param_scheduler.1.T_max=10`. A map value merges into
@@ -126,29 +122,20 @@ class Config {
   // Block-style YAML of the resolved tree (what gets written to the work dir).
   std::string to_yaml() const;
 
-  // Throws naming every key under this node (recursively) that was never read,
-  // e.g. "cnn.yaml:14 (key optimizer.momentun): unknown key for SGD; it reads:
-  // lr, momentum, nesterov, weight_decay". "It reads" lists the keys looked
-  // up at that level, present or not. Several unread keys give one error
-  // headed "N unknown keys for SGD:" with one such line each.
-  void check_all_used(const std::string& component) const;
-  // Throws naming every key of this map that is not in `known`, where it was
-  // set and the nearest known key: "cnn.yaml:3 (key train): unknown
-  // top-level key (did you mean 'train_cfg'?); known keys: ...". For maps
-  // whose keys are read at different times (the top level of a run), where
-  // check_all_used cannot wait for every reader.
-  void check_known_keys(const std::vector<std::string>& known, const std::string& component) const;
-  // Marks this node and everything under it as read.
-  void mark_used() const;
-
-  bool same_node(const Config& other) const { return node_ == other.node_; }
+  // Whether both handles are one node of one tree.
+  friend bool same_node(const Config& a, const Config& b) { return a.node_ == b.node_; }
 
  private:
   explicit Config(std::shared_ptr<detail::ConfigNode> node);
   std::shared_ptr<detail::ConfigNode> node_;
   friend struct detail::ConfigNode;
-  friend class ConfigLoader;
 };
+
+// Loads a YAML file, resolving `_base_` and `_delete_`.
+Config load_config(const std::string& path);
+// Parses YAML text; `source_name` stands in for the file name in messages
+// (and its directory anchors a `_base_`). Any kind of root is accepted.
+Config parse_config(const std::string& yaml_text, const std::string& source_name = "<string>");
 
 // as<T>() is defined (explicitly instantiated) in config_convert.cpp for these.
 extern template bool Config::as<bool>() const;

@@ -12,7 +12,7 @@ using config_test::testdata;
 
 class ConfigOverrideTest : public ::testing::Test {
  protected:
-  Config cfg_ = Config::load_file(testdata("base.yaml"));
+  Config cfg_ = load_config(testdata("base.yaml"));
   const std::string base_ = testdata("base.yaml");
 };
 
@@ -49,7 +49,7 @@ TEST_F(ConfigOverrideTest, ValueIsYaml) {
 // counted in iterations instead of failing with "give max_iters or
 // max_epochs, not both".
 TEST_F(ConfigOverrideTest, NullRemovesTheKey) {
-  Config cfg = Config::parse("train_cfg: {max_epochs: 3, val_interval: 1}\nlist: [1, 2]\n", "base.yaml");
+  Config cfg = parse_config("train_cfg: {max_epochs: 3, val_interval: 1}\nlist: [1, 2]\n", "base.yaml");
   cfg.apply_override("train_cfg.max_epochs=null");
   cfg.apply_override("train_cfg.max_iters=30");
   EXPECT_EQ(cfg.at("train_cfg").keys(), (std::vector<std::string>{"val_interval", "max_iters"}));
@@ -87,7 +87,7 @@ TEST_F(ConfigOverrideTest, MissingMapsAreCreated) {
   EXPECT_EQ(empty.at("a").get<int>("b"), 1);
   EXPECT_EQ(empty.at("a").at("b").path(), "a.b");
 
-  Config with_null = Config::parse("model:\n", "n.yaml");
+  Config with_null = parse_config("model:\n", "n.yaml");
   with_null.apply_override("model.depth=50");
   EXPECT_EQ(with_null.at("model").get<int>("depth"), 50);
 }
@@ -129,7 +129,7 @@ TEST_F(ConfigOverrideTest, MalformedOverridesNameTheWholeText) {
   EXPECT_EQ(error_of([&] { cfg_.apply_override("new.map={_delete_: maybe}"); }),
             "--set (key new.map._delete_): _delete_ must be true or false, got 'maybe'");
   // Nothing half-applied by the failures above.
-  EXPECT_EQ(cfg_.to_yaml(), Config::load_file(base_).to_yaml());
+  EXPECT_EQ(cfg_.to_yaml(), load_config(base_).to_yaml());
 }
 
 }  // namespace

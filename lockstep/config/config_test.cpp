@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "lockstep/config/config_test_util.h"
+#include "lockstep/config/key_usage.h"
 
 namespace lockstep {
 namespace {
@@ -18,7 +19,7 @@ using config_test::testdata;
 std::vector<std::string> keys_of(const Config& config) { return config.keys(); }
 
 TEST(ConfigLoadTest, GrandchildMergesThreeFilesAndKeepsEachValuesLine) {
-  Config cfg = Config::load_file(testdata("grandchild.yaml"));
+  Config cfg = load_config(testdata("grandchild.yaml"));
   const std::string base = testdata("base.yaml");
   const std::string child = testdata("child.yaml");
   const std::string grandchild = testdata("grandchild.yaml");
@@ -44,7 +45,7 @@ TEST(ConfigLoadTest, GrandchildMergesThreeFilesAndKeepsEachValuesLine) {
 }
 
 TEST(ConfigLoadTest, DeleteReplacesTheInheritedMapAndDisappears) {
-  Config cfg = Config::load_file(testdata("grandchild.yaml"));
+  Config cfg = load_config(testdata("grandchild.yaml"));
   Config optimizer = cfg.at("optimizer");
   EXPECT_EQ(keys_of(optimizer), (std::vector<std::string>{"type", "lr"}));
   EXPECT_EQ(optimizer.get<std::string>("type"), "Adam");
@@ -56,7 +57,7 @@ TEST(ConfigLoadTest, DeleteReplacesTheInheritedMapAndDisappears) {
 }
 
 TEST(ConfigLoadTest, SeveralBasesMergeInOrderThenTheFileItself) {
-  Config cfg = Config::load_file(testdata("two_bases.yaml"));
+  Config cfg = load_config(testdata("two_bases.yaml"));
   EXPECT_EQ(cfg.get<int>("max_epochs"), 30);       // runtime.yaml beats base.yaml
   EXPECT_EQ(cfg.get<int>("log_interval"), 10);     // the file beats both
   EXPECT_EQ(cfg.at("model").get<int>("hidden"), 512);
@@ -69,7 +70,7 @@ TEST(ConfigLoadTest, SeveralBasesMergeInOrderThenTheFileItself) {
 
 TEST(ConfigLoadTest, BasePathsAreRelativeToTheIncludingFile) {
   // nested/leaf.yaml -> ../child.yaml -> base.yaml (next to child, not to leaf).
-  Config cfg = Config::load_file(testdata("nested/leaf.yaml"));
+  Config cfg = load_config(testdata("nested/leaf.yaml"));
   EXPECT_EQ(cfg.get<std::string>("work_dir"), "runs/leaf");
   EXPECT_EQ(cfg.at("model").get<std::string>("type"), "MLP");
   EXPECT_EQ(cfg.at("model").where("type"), testdata("base.yaml") + ":3 (key model.type)");
@@ -81,7 +82,7 @@ TEST(ConfigLoadTest, DiamondIncludesAreNotACycle) {
   testing::write_file(dir.file("left.yaml"), "_base_: bottom.yaml\na: 2\n");
   testing::write_file(dir.file("right.yaml"), "_base_: " + dir.file("bottom.yaml") + "\nb: 3\n");
   testing::write_file(dir.file("top.yaml"), "_base_: [left.yaml, right.yaml]\n");
-  Config cfg = Config::load_file(dir.file("top.yaml"));
+  Config cfg = load_config(dir.file("top.yaml"));
   // right.yaml re-reads bottom (a: 1) but only sets b; its a: 1 comes later than left's a: 2.
   EXPECT_EQ(cfg.get<int>("a"), 1);
   EXPECT_EQ(cfg.get<int>("b"), 3);
@@ -90,66 +91,66 @@ TEST(ConfigLoadTest, DiamondIncludesAreNotACycle) {
 TEST(ConfigLoadTest, IncludeCycleNamesTheChain) {
   const std::string a = testdata("cycle_a.yaml");
   const std::string b = testdata("cycle_b.yaml");
-  EXPECT_EQ(error_of([&] { Config::load_file(a); }),
+  EXPECT_EQ(error_of([&] { load_config(a); }),
             b + ":1: _base_ include cycle: " + a + " -> " + b + " -> " + a);
 }
 
 TEST(ConfigLoadTest, MissingBaseNamesTheFileAndWhoIncludedIt) {
-  EXPECT_EQ(error_of([] { Config::load_file(testdata("missing_base.yaml")); }),
+  EXPECT_EQ(error_of([] { load_config(testdata("missing_base.yaml")); }),
             "cannot open config file '" + testdata("does_not_exist.yaml") + "' (named in _base_ at " +
                 testdata("missing_base.yaml") + ":2): no such file");
 }
 
 TEST(ConfigLoadTest, MissingOrUnreadableFileIsNamed) {
-  EXPECT_EQ(error_of([] { Config::load_file(testdata("nope.yaml")); }),
+  EXPECT_EQ(error_of([] { load_config(testdata("nope.yaml")); }),
             "cannot open config file '" + testdata("nope.yaml") + "': no such file");
-  EXPECT_EQ(error_of([] { Config::load_file(testdata("nested")); }),
+  EXPECT_EQ(error_of([] { load_config(testdata("nested")); }),
             "cannot open config file '" + testdata("nested") + "': not a regular file");
 }
 
 TEST(ConfigLoadTest, MalformedYamlGivesFileLineColumnAndYamlCppsMessage) {
-  EXPECT_EQ(error_of([] { Config::load_file(testdata("malformed.yaml")); }),
+  EXPECT_EQ(error_of([] { load_config(testdata("malformed.yaml")); }),
             testdata("malformed.yaml") + ":4:20: illegal map value");
-  EXPECT_EQ(error_of([] { Config::parse("a: [1, 2\nb: 3\n", "inline.yaml"); }),
+  EXPECT_EQ(error_of([] { parse_config("a: [1, 2\nb: 3\n", "inline.yaml"); }),
             "inline.yaml:2:2: end of sequence flow not found");
 }
 
 TEST(ConfigLoadTest, StructuralMistakesAreReportedWithTheirLine) {
-  EXPECT_EQ(error_of([] { Config::parse("a: 1\nb: 2\na: 3\n", "dup.yaml"); }),
+  EXPECT_EQ(error_of([] { parse_config("a: 1\nb: 2\na: 3\n", "dup.yaml"); }),
             "dup.yaml:3: duplicate key 'a' (first at line 1)");
-  EXPECT_EQ(error_of([] { Config::parse("x:\n  _delete_: maybe\n", "d.yaml"); }),
+  EXPECT_EQ(error_of([] { parse_config("x:\n  _delete_: maybe\n", "d.yaml"); }),
             "d.yaml:2 (key x._delete_): _delete_ must be true or false, got 'maybe'");
-  EXPECT_EQ(error_of([] { Config::parse("_base_: {a: 1}\n", "b.yaml"); }),
+  EXPECT_EQ(error_of([] { parse_config("_base_: {a: 1}\n", "b.yaml"); }),
             "b.yaml:1 (key _base_): _base_ holds a file name or a list of file names, got a map");
-  EXPECT_EQ(error_of([] { Config::parse("[1, 2]: x\n", "k.yaml"); }),
+  EXPECT_EQ(error_of([] { parse_config("[1, 2]: x\n", "k.yaml"); }),
             "k.yaml:1: a map key must be a plain text, got a map or sequence");
   testing::TempDir dir;
   testing::write_file(dir.file("list.yaml"), "- 1\n- 2\n");
-  EXPECT_EQ(error_of([&] { Config::load_file(dir.file("list.yaml")); }),
+  EXPECT_EQ(error_of([&] { load_config(dir.file("list.yaml")); }),
             dir.file("list.yaml") + ": a config file holds a map at the top, got a sequence");
 }
 
 TEST(ConfigLoadTest, EmptyFileIsAnEmptyMapAndParseKeepsTheSourceName) {
   testing::TempDir dir;
   testing::write_file(dir.file("empty.yaml"), "# nothing\n");
-  Config empty = Config::load_file(dir.file("empty.yaml"));
+  Config empty = load_config(dir.file("empty.yaml"));
   EXPECT_TRUE(empty.is_map());
   EXPECT_EQ(empty.size(), 0u);
-  Config parsed = Config::parse("a:\n  b: 1\n", "cli");
+  Config parsed = parse_config("a:\n  b: 1\n", "cli");
   EXPECT_EQ(parsed.at("a").where("b"), "cli:2 (key a.b)");
   EXPECT_EQ(parsed.at("a").at("b").source().column, 3);
   EXPECT_EQ(parsed.where(), "cli");
 }
 
 TEST(ConfigLoadTest, ParsedTextResolvesBasesNextToItsSourceName) {
-  Config cfg = Config::parse("_base_: base.yaml\nmax_epochs: 1\n", testdata("inline.yaml"));
+  Config cfg = parse_config("_base_: base.yaml\nmax_epochs: 1\n", testdata("inline.yaml"));
   EXPECT_EQ(cfg.get<int>("max_epochs"), 1);
   EXPECT_EQ(cfg.where("max_epochs"), testdata("inline.yaml") + ":2 (key max_epochs)");
   EXPECT_EQ(cfg.at("model").where("type"), testdata("base.yaml") + ":3 (key model.type)");
 }
 
 TEST(ConfigLoadTest, DeleteFalseMergesAndAnchorsResolve) {
-  Config cfg = Config::parse(
+  Config cfg = parse_config(
       "defaults: &d {lr: 0.1, momentum: 0.9}\n"
       "optimizer: *d\n"
       "nested:\n  _delete_: false\n  x: 1\n",
@@ -161,7 +162,7 @@ TEST(ConfigLoadTest, DeleteFalseMergesAndAnchorsResolve) {
 // ---- access errors and where() ---------------------------------------------
 
 TEST(ConfigErrorTest, MissingKeyNamesTheMapsLineAndPath) {
-  Config cfg = Config::load_file(testdata("types.yaml"));
+  Config cfg = load_config(testdata("types.yaml"));
   const std::string file = testdata("types.yaml");
   EXPECT_EQ(error_of([&] { cfg.at("optimizer").at("momentum"); }),
             file + ":1 (key optimizer): missing key 'momentum'");
@@ -173,7 +174,7 @@ TEST(ConfigErrorTest, MissingKeyNamesTheMapsLineAndPath) {
 }
 
 TEST(ConfigErrorTest, WhereFormatsFileLineAndKeyPath) {
-  Config cfg = Config::load_file(testdata("types.yaml"));
+  Config cfg = load_config(testdata("types.yaml"));
   const std::string file = testdata("types.yaml");
   Config optimizer = cfg.at("optimizer");
   EXPECT_EQ(optimizer.at("lr").where(), file + ":2 (key optimizer.lr)");
@@ -188,7 +189,7 @@ TEST(ConfigErrorTest, WhereFormatsFileLineAndKeyPath) {
 }
 
 TEST(ConfigErrorTest, WrongShapeAccessIsAnErrorNotACrash) {
-  Config cfg = Config::load_file(testdata("types.yaml"));
+  Config cfg = load_config(testdata("types.yaml"));
   const std::string file = testdata("types.yaml");
   EXPECT_EQ(error_of([&] { cfg.at("optimizer").at("lr").at("x"); }),
             file + ":2 (key optimizer.lr): expected a map with key 'x', got 'fast'");
@@ -205,7 +206,7 @@ TEST(ConfigErrorTest, WrongShapeAccessIsAnErrorNotACrash) {
 // ---- as<T>() ---------------------------------------------------------------
 
 TEST(ConfigConvertTest, WrongTypesNameTheKeyAndTheText) {
-  Config cfg = Config::load_file(testdata("types.yaml"));
+  Config cfg = load_config(testdata("types.yaml"));
   const std::string file = testdata("types.yaml");
   Config optimizer = cfg.at("optimizer");
   EXPECT_EQ(error_of([&] { optimizer.get<double>("lr"); }),
@@ -227,7 +228,7 @@ TEST(ConfigConvertTest, WrongTypesNameTheKeyAndTheText) {
 }
 
 TEST(ConfigConvertTest, SequencesBooleansIntegersAndFallbacks) {
-  Config cfg = Config::load_file(testdata("types.yaml"));
+  Config cfg = load_config(testdata("types.yaml"));
   EXPECT_EQ(cfg.get<std::vector<bool>>("flags"), (std::vector<bool>{true, false, true, false, true, false}));
   EXPECT_EQ(cfg.get<std::vector<int>>("ints"), (std::vector<int>{1, -2, 16, 15, 7}));
   EXPECT_EQ(cfg.get<std::vector<int64_t>>("ints"), (std::vector<int64_t>{1, -2, 16, 15, 7}));
@@ -245,7 +246,7 @@ TEST(ConfigConvertTest, SequencesBooleansIntegersAndFallbacks) {
 // Reads `text` as T through a one-key config.
 template <typename T>
 T read_as(const std::string& text) {
-  return Config::parse("v: " + text, "n.yaml").get<T>("v");
+  return parse_config("v: " + text, "n.yaml").get<T>("v");
 }
 
 TEST(ConfigConvertTest, NumbersFollowYamlCoreSchema) {
@@ -305,24 +306,24 @@ TEST(ConfigConvertTest, BooleansAcceptYamlWordsOnly) {
 }
 
 TEST(ConfigKeysTest, CheckKnownKeysNamesTheKeyItsLineAndTheNearestKnownKey) {
-  Config config = Config::parse("model: {type: MLP}\ntrian_cfg: {max_iters: 3}\n", "run.yaml");
+  Config config = parse_config("model: {type: MLP}\ntrian_cfg: {max_iters: 3}\n", "run.yaml");
   const std::vector<std::string> known{"model", "train_cfg", "optim_wrapper"};
-  EXPECT_EQ(error_of([&] { config.check_known_keys(known, "top-level key"); }),
+  EXPECT_EQ(error_of([&] { check_known_keys(config, known, "top-level key"); }),
             "run.yaml:2 (key trian_cfg): unknown top-level key (did you mean 'train_cfg'?); known keys: model, "
             "train_cfg, optim_wrapper");
   config.apply_override("foo=3");
-  const std::string both = error_of([&] { config.check_known_keys(known, "top-level key"); });
+  const std::string both = error_of([&] { check_known_keys(config, known, "top-level key"); });
   EXPECT_EQ(both.rfind("2 unknown top-level keys:", 0), 0u) << both;
   EXPECT_NE(both.find("--set (key foo): unknown top-level key; known keys"), std::string::npos) << both;
-  Config::parse("model: 1\n").check_known_keys(known, "top-level key");  // all known: no error
+  check_known_keys(parse_config("model: 1\n"), known, "top-level key");  // all known: no error
 }
 
 TEST(ConfigKeysTest, UnreadKeysSuggestTheNearestKeyTheReaderAskedFor) {
-  Config config = Config::parse("optimizer: {lr: 0.1, momentun: 0.9}\n", "run.yaml");
+  Config config = parse_config("optimizer: {lr: 0.1, momentun: 0.9}\n", "run.yaml");
   Config optimizer = config.at("optimizer");
   optimizer.get<double>("lr");
   optimizer.get<double>("momentum", 0.0);
-  const std::string message = error_of([&] { optimizer.check_all_used("SGD"); });
+  const std::string message = error_of([&] { check_all_used(optimizer, "SGD"); });
   EXPECT_NE(message.find("(key optimizer.momentun): unknown key for SGD (did you mean 'momentum'?); it reads: "),
             std::string::npos)
       << message;

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "lockstep/config/config.h"
+#include "lockstep/config/key_usage.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep {
@@ -81,7 +82,7 @@ class Registry {
     }
     LOCKSTEP_CHECK(product != nullptr, config.where(), ": the factory of ", kind_, " '", type,
                    "' returned nothing");
-    config.check_all_used(str_cat(kind_, " '", type, "'"));
+    check_all_used(config, str_cat(kind_, " '", type, "'"));
     return product;
   }
 

@@ -46,7 +46,7 @@ LOCKSTEP_REGISTER(widget_registry(), "Empty", [](const Config& cfg) { return std
 
 // A config with the widget under `widget:` (line 1), its keys from line 2 on.
 Config widget_config(const std::string& body) {
-  return Config::parse("widget:\n" + body, "w.yaml").at("widget");
+  return parse_config("widget:\n" + body, "w.yaml").at("widget");
 }
 
 // The error building the widget `body` configures.
@@ -76,7 +76,7 @@ TEST(RegistryTest, UnknownTypeListsRegisteredNamesAndTheLocation) {
 }
 
 TEST(RegistryTest, ConfigMustBeAMapWithAType) {
-  EXPECT_EQ(error_of([] { widget_registry().build(Config::parse("widget: Knob\n", "w.yaml").at("widget")); }),
+  EXPECT_EQ(error_of([] { widget_registry().build(parse_config("widget: Knob\n", "w.yaml").at("widget")); }),
             "w.yaml:1 (key widget): a widget is configured as a map with a 'type' key");
   EXPECT_EQ(build_error("  size: 1\n"), "w.yaml:1 (key widget): missing key 'type'");
   EXPECT_EQ(build_error("  type: [Knob]\n"), "w.yaml:2 (key widget.type): expected a string, got a sequence");

@@ -1,5 +1,5 @@
 // Config::to_yaml(): the resolved tree as block-style YAML, in insertion
-// order, such that Config::parse(to_yaml()) reads back the same values.
+// order, such that parse_config(to_yaml()) reads back the same values.
 #include <yaml-cpp/yaml.h>
 
 #include "lockstep/config/internal/config_node.h"

@@ -5,6 +5,7 @@
 //   closest_name("trian_cfg", {"train_cfg", "val_cfg"});   // "train_cfg"
 //   did_you_mean("train", {"train_cfg", "trainer"});         // " (did you mean 'trainer' or 'train_cfg'?)"
 //   closest_name("foo", {"train_cfg", "model"});           // "" (nothing close)
+//   known_names(wrappers_);                                  // "discriminator, generator"
 #pragma once
 
 #include <string>
@@ -28,5 +29,13 @@ std::string closest_name(const std::string& name, const std::vector<std::string>
 
 // " (did you mean 'X'?)", " (did you mean 'X', 'Y' or 'Z'?)", or "" when nothing is close.
 std::string did_you_mean(const std::string& name, const std::vector<std::string>& candidates);
+
+// The keys of `map`, comma-separated, for a message that lists what is known.
+template <typename Map>
+std::string known_names(const Map& map) {
+  std::string names;
+  for (const auto& entry : map) names += (names.empty() ? "" : ", ") + std::string(entry.first);
+  return names;
+}
 
 }  // namespace lockstep

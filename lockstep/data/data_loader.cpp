@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "lockstep/compat/cuda.h"
+#include "lockstep/config/key_usage.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/core/rng.h"
 #include "lockstep/data/internal/batch_pipeline.h"
@@ -358,10 +359,10 @@ std::unique_ptr<DataLoader> build_data_loader(const Config& cfg, const SamplerCo
   // `indices` is read after the dataset is built (it needs its size), so it is
   // marked read now, before the dataset's builder rejects keys it did not read.
   const Config indices = dataset_cfg.is_map() ? dataset_cfg.child("indices") : Config();
-  if (!indices.is_null()) indices.mark_used();
+  if (!indices.is_null()) mark_used(indices);
   std::shared_ptr<Dataset> dataset = subset_from_config(dataset_registry().build(dataset_cfg), indices);
   std::shared_ptr<Sampler> sampler = sampler_registry().build(cfg.at("sampler"), dataset->size(), ctx);
-  cfg.check_all_used("data loader");
+  check_all_used(cfg, "data loader");
   return std::make_unique<DataLoader>(std::move(dataset), std::move(sampler), options);
 }
 

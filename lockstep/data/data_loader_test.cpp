@@ -553,7 +553,7 @@ TEST(BuildDataLoader, FromAnMmengineStyleSection) {
       "sampler: {type: DefaultSampler, shuffle: false}\n"
       "dataset: {type: FashionMNIST, split: test}\n";
   SamplerContext ctx;
-  auto loader = build_data_loader(Config::parse(yaml, "loader.yaml"), ctx);
+  auto loader = build_data_loader(parse_config(yaml, "loader.yaml"), ctx);
   EXPECT_EQ(loader->dataset().size(), 10000);
   EXPECT_EQ(loader->batches_per_epoch(), 157);  // ceil(10000 / 64)
   EXPECT_EQ(loader->options().timeout(), 2.5);
@@ -566,7 +566,7 @@ TEST(BuildDataLoader, FromAnMmengineStyleSection) {
   ctx.world_size = 2;
   ctx.seed = 17;
   auto shard = build_data_loader(
-      Config::parse("{batch_size: 10, sampler: {type: DefaultSampler, seed: 5}, dataset: {type: FashionMNIST, "
+      parse_config("{batch_size: 10, sampler: {type: DefaultSampler, seed: 5}, dataset: {type: FashionMNIST, "
                     "split: test}}"),
       ctx);
   EXPECT_EQ(shard->sampler().num_samples(), 5000);
@@ -576,17 +576,17 @@ TEST(BuildDataLoader, FromAnMmengineStyleSection) {
 
 TEST(BuildDataLoader, ErrorsNameTheKey) {
   const std::string rest = "sampler: {type: SequentialSampler}\ndataset: {type: FashionMNIST, split: test}\n";
-  const std::string zero = error_of([&] { build_data_loader(Config::parse("batch_size: 0\n" + rest, "l.yaml"), {}); });
+  const std::string zero = error_of([&] { build_data_loader(parse_config("batch_size: 0\n" + rest, "l.yaml"), {}); });
   EXPECT_THAT(zero, HasSubstr("l.yaml:1"));
   EXPECT_THAT(zero, HasSubstr("batch_size must be positive, got 0"));
   const std::string typo = error_of(
-      [&] { build_data_loader(Config::parse("batch_size: 8\nnum_wrokers: 2\n" + rest, "l.yaml"), {}); });
+      [&] { build_data_loader(parse_config("batch_size: 8\nnum_wrokers: 2\n" + rest, "l.yaml"), {}); });
   EXPECT_THAT(typo, HasSubstr("num_wrokers"));
   const std::string negative =
-      error_of([&] { build_data_loader(Config::parse("batch_size: 8\ntimeout: -1\n" + rest, "l.yaml"), {}); });
+      error_of([&] { build_data_loader(parse_config("batch_size: 8\ntimeout: -1\n" + rest, "l.yaml"), {}); });
   EXPECT_THAT(negative, HasSubstr("l.yaml:2 (key timeout)"));
   EXPECT_THAT(negative, HasSubstr("timeout must be >= 0 seconds (0 waits without limit), got -1"));
-  EXPECT_THAT(error_of([&] { build_data_loader(Config::parse(rest, "l.yaml"), {}); }), HasSubstr("batch_size"));
+  EXPECT_THAT(error_of([&] { build_data_loader(parse_config(rest, "l.yaml"), {}); }), HasSubstr("batch_size"));
 }
 
 }  // namespace

@@ -18,24 +18,24 @@ using testing::error_of;
 // examples in its order; both are checked against the dataset's size.
 TEST(BuildDataLoader, IndicesTakePartOfTheDatasetAsMmengineDoes) {
   const std::string loader = "{batch_size: 4, sampler: {type: SequentialSampler}, dataset: ";
-  auto whole = build_data_loader(Config::parse(loader + "{type: FashionMNIST, split: test}}"), {});
+  auto whole = build_data_loader(parse_config(loader + "{type: FashionMNIST, split: test}}"), {});
   const Batch reference = whole->dataset().get_batch({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, 0);
 
-  auto first = build_data_loader(Config::parse(loader + "{type: FashionMNIST, split: test, indices: 10}}"), {});
+  auto first = build_data_loader(parse_config(loader + "{type: FashionMNIST, split: test, indices: 10}}"), {});
   EXPECT_EQ(first->dataset().size(), 10);
   EXPECT_EQ(first->batches_per_epoch(), 3);
   Batch batch = first->next();
   EXPECT_TRUE(torch::equal(batch.at("image"), reference.at("image").slice(0, 0, 4)));
 
   auto chosen =
-      build_data_loader(Config::parse(loader + "{type: FashionMNIST, split: test, indices: [12, 0, 7, 7]}}"), {});
+      build_data_loader(parse_config(loader + "{type: FashionMNIST, split: test, indices: [12, 0, 7, 7]}}"), {});
   EXPECT_EQ(chosen->dataset().size(), 4);
   batch = chosen->next();
   EXPECT_TRUE(torch::equal(batch.at("label"), reference.at("label").index_select(0, torch::tensor({12, 0, 7, 7}))));
 
   const auto error = [&](const std::string& indices) {
     return error_of([&] {
-      build_data_loader(Config::parse(loader + "{type: FashionMNIST, split: test, indices: " + indices + "}}", "l.yaml"),
+      build_data_loader(parse_config(loader + "{type: FashionMNIST, split: test, indices: " + indices + "}}", "l.yaml"),
                         {});
     });
   };

@@ -121,15 +121,15 @@ TEST(FashionMNIST, SmallFixtureLoads) {
 }
 
 TEST(FashionMNIST, BuiltFromConfig) {
-  Config cfg = Config::parse("type: FashionMNIST\nsplit: test\n", "data.yaml");
+  Config cfg = parse_config("type: FashionMNIST\nsplit: test\n", "data.yaml");
   auto data = dataset_registry().build(cfg);
   EXPECT_EQ(data->size(), 10000);
 
-  Config bad = Config::parse("type: FashionMNIST\nsplit: validation\n", "data.yaml");
+  Config bad = parse_config("type: FashionMNIST\nsplit: validation\n", "data.yaml");
   EXPECT_THAT(error_of([&] { dataset_registry().build(bad); }),
               AllOf(HasSubstr("data.yaml:2"), HasSubstr("unknown FashionMNIST split 'validation'")));
 
-  Config missing = Config::parse("type: FashionMNIST\nroot: /nonexistent\nsplit: train\n", "data.yaml");
+  Config missing = parse_config("type: FashionMNIST\nroot: /nonexistent\nsplit: train\n", "data.yaml");
   EXPECT_THAT(error_of([&] { dataset_registry().build(missing); }),
               AllOf(HasSubstr("data.yaml:2"), HasSubstr("/nonexistent/train-images-idx3-ubyte.gz")));
 }

@@ -150,22 +150,22 @@ TEST(SamplerRegistry, BuildsFromConfigWithContext) {
   ctx.rank = 1;
   ctx.world_size = 2;
   ctx.seed = 11;
-  auto built = sampler_registry().build(Config::parse("type: DefaultSampler\nshuffle: true\n"), 9, ctx);
+  auto built = sampler_registry().build(parse_config("type: DefaultSampler\nshuffle: true\n"), 9, ctx);
   EXPECT_EQ(built->epoch_indices(2), DefaultSampler(9, true, 11, 1, 2).epoch_indices(2));
   // A seed in the config wins over the run's seed.
-  auto seeded = sampler_registry().build(Config::parse("type: DefaultSampler\nseed: 3\n"), 9, ctx);
+  auto seeded = sampler_registry().build(parse_config("type: DefaultSampler\nseed: 3\n"), 9, ctx);
   EXPECT_EQ(seeded->epoch_indices(0), DefaultSampler(9, true, 3, 1, 2).epoch_indices(0));
-  auto eval = sampler_registry().build(Config::parse("{type: DefaultSampler, shuffle: false, round_up: false}"), 9,
+  auto eval = sampler_registry().build(parse_config("{type: DefaultSampler, shuffle: false, round_up: false}"), 9,
                                        ctx);
   EXPECT_EQ(eval->epoch_indices(0), (Indices{1, 3, 5, 7}));
-  auto sequential = sampler_registry().build(Config::parse("type: SequentialSampler"), 5, ctx);
+  auto sequential = sampler_registry().build(parse_config("type: SequentialSampler"), 5, ctx);
   EXPECT_EQ(sequential->epoch_indices(0), (Indices{1, 3}));
-  auto infinite = sampler_registry().build(Config::parse("type: InfiniteSampler"), 9, ctx);
+  auto infinite = sampler_registry().build(parse_config("type: InfiniteSampler"), 9, ctx);
   EXPECT_TRUE(infinite->infinite());
   EXPECT_EQ(infinite->epoch_indices(1), DefaultSampler(9, true, 11, 1, 2).epoch_indices(1));
 
   try {
-    sampler_registry().build(Config::parse("type: DefaultSampler\nshufle: true\n", "s.yaml"), 9, ctx);
+    sampler_registry().build(parse_config("type: DefaultSampler\nshufle: true\n", "s.yaml"), 9, ctx);
     ADD_FAILURE() << "a misspelt key was accepted";
   } catch (const Error& error) {
     EXPECT_THAT(error.what(), HasSubstr("shufle"));

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "lockstep/core/error.h"
+#include "lockstep/dist/internal/group_checks.h"
 #include "lockstep/dist/internal/node_hierarchy.h"
 #include "lockstep/dist/internal/store_views.h"
 #include "lockstep/dist/process_group.h"
@@ -25,14 +26,6 @@ std::mutex& child_naming() {
   return mutex;
 }
 
-// "[0,2,5]": a group's ranks in its store key.
-std::string ranks_key(const std::vector<int>& ranks) {
-  std::ostringstream out;
-  out << "[";
-  for (size_t i = 0; i < ranks.size(); ++i) out << (i ? "," : "") << ranks[i];
-  out << "]";
-  return out.str();
-}
 
 }  // namespace
 
@@ -40,7 +33,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks, st
   LOCKSTEP_CHECK(!ranks.empty(), "new_group on group '", name(), "': no ranks given");
   std::sort(ranks.begin(), ranks.end());
   for (size_t i = 0; i < ranks.size(); ++i) {
-    check_rank(ranks[i], "new_group");
+    detail::check_rank(*this, ranks[i], "new_group");
     LOCKSTEP_CHECK(i == 0 || ranks[i] != ranks[i - 1], "new_group on group '", name(), "': rank ", ranks[i],
                    " is listed twice");
   }
@@ -57,7 +50,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks, st
     // The store connection has the same trap; see the exchange below.
     std::lock_guard<std::mutex> lock(child_naming());
     if (group_name.empty()) {
-      std::string base = str_cat(name() == "world" ? "" : name() + "/", "ranks", ranks_key(ranks));
+      std::string base = str_cat(name() == "world" ? "" : name() + "/", "ranks", format_ranks(ranks));
       int count = ++child_names_[base];
       group_name = count > 1 ? str_cat(base, "#", count) : base;
     } else {
@@ -140,16 +133,15 @@ std::shared_ptr<ProcessGroup> ProcessGroup::side_channel(std::string group_name)
   return std::make_shared<ProcessGroup>(std::move(parts));
 }
 
-bool ProcessGroup::enable_hierarchical_all_reduce(const std::vector<int>& node_of_rank) {
+std::optional<std::string> ProcessGroup::enable_hierarchical_all_reduce(const std::vector<int>& node_of_rank) {
   LOCKSTEP_CHECK(static_cast<int>(node_of_rank.size()) == size(), "enable_hierarchical_all_reduce on group '", name(),
                  "': ", node_of_rank.size(), " node ids for ", size(), " ranks");
   LOCKSTEP_CHECK(!hierarchy_, "group '", name(), "' already reduces hierarchically");
-  require_ordered(true, "enable_hierarchical_all_reduce");
+  detail::require_ordered(parts_, true, "enable_hierarchical_all_reduce");
   hierarchy_ = detail::NodeHierarchy::create(*this, node_of_rank);
-  return hierarchy_ != nullptr;
+  if (!hierarchy_) return std::nullopt;
+  return hierarchy_->description;
 }
-
-std::string ProcessGroup::hierarchy_description() const { return hierarchy_ ? hierarchy_->description : ""; }
 
 std::string next_group_name(const std::string& kind) {
   static std::mutex mutex;

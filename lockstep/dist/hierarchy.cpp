@@ -40,9 +40,8 @@ bool configure_hierarchical_all_reduce(ProcessGroup& group, const std::string& m
                    "rank runs on (no GROUP_RANK or SLURM_NODEID); set ranks_per_node");
     return false;
   }
-  if (group.enable_hierarchical_all_reduce(nodes)) {
-    logger().info("{} reduces gradients hierarchically: {} (within each node, then across nodes)", who,
-                  group.hierarchy_description());
+  if (auto hierarchy = group.enable_hierarchical_all_reduce(nodes)) {
+    logger().info("{} reduces gradients hierarchically: {} (within each node, then across nodes)", who, *hierarchy);
     return true;
   }
   if (mode == "on") {

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "lockstep/core/error.h"
+#include "lockstep/dist/internal/group_checks.h"
 #include "lockstep/dist/internal/node_hierarchy.h"
 #include "lockstep/dist/internal/ring.h"
 
@@ -95,21 +96,58 @@ std::string format_ranks(const std::vector<int>& ranks) {
   return out.str();
 }
 
+namespace detail {
+
+bool on_nccl(const ProcessGroup& group, const torch::Tensor& tensor) {
+  return tensor.is_cuda() && group.raw(tensor).get() != group.raw().get();
+}
+
+void check_rank(const ProcessGroup& group, int rank, const char* what) {
+  LOCKSTEP_CHECK(rank >= 0 && rank < group.size(), what, ": rank ", rank, " is not in group '", group.name(), "' of ",
+                 group.size(), " ranks");
+}
+
+void require_ordered(const ProcessGroup::Parts& parts, bool on_gloo, const char* op) {
+  const std::string& connections_of = parts.connections_of.empty() ? parts.name : parts.connections_of;
+  LOCKSTEP_CHECK(!parts.out_of_order || !on_gloo || parts.global_ranks.size() == 1, op, " on group '", parts.name,
+                 "': this group is a side channel of group '", connections_of,
+                 "' (Note [One mesh per process]): on Gloo it runs only all_gather, all_gather_into_tensor and "
+                 "reduce_scatter_tensor, which move over send/recv with tags of their own; a c10d ", op,
+                 " would take a place in group '", connections_of, "''s order from another thread. Use a "
+                 "view() from the thread that issues that group's collectives, or a group of its own (new_group)");
+}
+
+OpInfo collective_info(const ProcessGroup& group, const char* op_name, long long seq) {
+  OpInfo info;
+  info.name = op_name;
+  info.seq = seq;
+  for (int r = 0; r < group.size(); ++r) {
+    if (r != group.rank()) info.peers.push_back(r);
+  }
+  info.timeout = group.timeout();
+  return info;
+}
+
+OpInfo p2p_info(std::string op_name, int peer, std::chrono::milliseconds timeout) {
+  OpInfo info;
+  info.name = std::move(op_name);
+  info.peers = {peer};
+  info.timeout = timeout;
+  return info;
+}
+
+std::shared_ptr<Work> finish_issue(std::shared_ptr<Work> work, bool async) {
+  if (!async) work->wait();
+  return work;
+}
+
+}  // namespace detail
 
 ProcessGroup::ProcessGroup(Parts parts) : parts_(std::move(parts)) {
   LOCKSTEP_CHECK(parts_.gloo, "ProcessGroup '", parts_.name, "': no Gloo backend");
   LOCKSTEP_CHECK(parts_.rank >= 0 && parts_.rank < size(), "ProcessGroup '", parts_.name, "': rank ", parts_.rank,
                  " is outside [0, ", size(), ")");
   if (!parts_.tag_spaces) parts_.tag_spaces = std::make_shared<std::atomic<int>>(parts_.tag_space + 1);
-}
-
-void ProcessGroup::require_ordered(bool on_gloo, const char* op) const {
-  LOCKSTEP_CHECK(!parts_.out_of_order || !on_gloo || size() == 1, op, " on group '", name(),
-                 "': this group is a side channel of group '", connections_of(),
-                 "' (Note [One mesh per process]): on Gloo it runs only all_gather, all_gather_into_tensor and "
-                 "reduce_scatter_tensor, which move over send/recv with tags of their own; a c10d ", op,
-                 " would take a place in group '", connections_of(), "''s order from another thread. Use a view() "
-                 "from the thread that issues that group's collectives, or a group of its own (new_group)");
 }
 
 ProcessGroup::~ProcessGroup() = default;
@@ -119,19 +157,8 @@ int ProcessGroup::global_rank(int group_rank) const {
   return parts_.global_ranks[static_cast<size_t>(group_rank)];
 }
 
-void ProcessGroup::check_rank(int rank, const char* what) const {
-  LOCKSTEP_CHECK(rank >= 0 && rank < size(), what, ": rank ", rank, " is not in group '", name(), "' of ", size(),
-                 " ranks");
-}
-
-bool ProcessGroup::uses_nccl(const torch::Tensor& tensor) const { return tensor.is_cuda() && parts_.nccl; }
-
-c10::intrusive_ptr<compat::C10dGroup> ProcessGroup::raw(const torch::Tensor& tensor) const {
-  return uses_nccl(tensor) ? parts_.nccl : parts_.gloo;
-}
-
-bool ProcessGroup::has_native(const torch::Tensor& tensor, bool reduce_scatter, ReduceOp op) const {
-  if (uses_nccl(tensor)) return true;
+bool has_native_collective(const ProcessGroup& group, const torch::Tensor& tensor, bool reduce_scatter, ReduceOp op) {
+  if (detail::on_nccl(group, tensor)) return true;
   auto caps = compat::gloo_capabilities();
   if (!reduce_scatter) return caps.allgather_base;
   bool sums = op == ReduceOp::kSum || op == ReduceOp::kAvg;
@@ -139,40 +166,17 @@ bool ProcessGroup::has_native(const torch::Tensor& tensor, bool reduce_scatter, 
          (sums || caps.reduce_scatter_base_max_min);
 }
 
-std::string ProcessGroup::algorithm_for(const torch::Tensor& tensor, bool reduce_scatter, ReduceOp op) const {
+std::string collective_algorithm(const ProcessGroup& group, const torch::Tensor& tensor, bool /*reduce_scatter*/,
+                                 ReduceOp /*op*/) {
   // Gloo's native ops (libtorch 2.x) lose to the ring on 2 ranks: its
   // _reduce_scatter_base costs what all_reduce-then-slice costs (2.2x the
   // ring) and its _allgather_base 1.2-4x the ring (bench/collectives), so
   // Gloo always takes the ring; NCCL's native ops are the real thing.
-  return uses_nccl(tensor) ? "native" : "ring";
-}
-
-detail::OpInfo ProcessGroup::collective_info(const char* op_name) {
-  detail::OpInfo info;
-  info.name = op_name;
-  info.seq = ++seq_;
-  for (int r = 0; r < size(); ++r) {
-    if (r != rank()) info.peers.push_back(r);
-  }
-  info.timeout = parts_.timeout;
-  return info;
-}
-
-detail::OpInfo ProcessGroup::p2p_info(std::string op_name, int peer) {
-  detail::OpInfo info;
-  info.name = std::move(op_name);
-  info.peers = {peer};
-  info.timeout = parts_.timeout;
-  return info;
+  return detail::on_nccl(group, tensor) ? "native" : "ring";
 }
 
 std::shared_ptr<Work> ProcessGroup::make_work(detail::OpInfo info) {
   return std::shared_ptr<Work>(new Work(shared_from_this(), std::move(info)));
-}
-
-std::shared_ptr<Work> ProcessGroup::finish_issue(std::shared_ptr<Work> work, bool async) {
-  if (!async) work->wait();
-  return work;
 }
 
 std::shared_ptr<Work> ProcessGroup::run_algorithm(detail::OpInfo info, bool async, std::function<void()> body,
@@ -201,8 +205,8 @@ std::shared_ptr<Work> ProcessGroup::all_reduce(torch::Tensor& tensor, ReduceOp o
   check_reduce_op(op, tensor, "all_reduce");
   const bool average = op == ReduceOp::kAvg;
   const int world = size();
-  if (uses_nccl(tensor)) {
-    auto work = make_work(collective_info("all_reduce"));
+  if (detail::on_nccl(*this, tensor)) {
+    auto work = make_work(detail::collective_info(*this, "all_reduce", ++seq_));
     auto staged = contiguous(tensor);
     std::vector<at::Tensor> tensors{staged.tensor};
     c10d::AllreduceOptions options;
@@ -212,9 +216,9 @@ std::shared_ptr<Work> ProcessGroup::all_reduce(torch::Tensor& tensor, ReduceOp o
       if (average) staged.tensor.div_(world);
       if (staged.copied) tensor.copy_(staged.tensor);
     };
-    return finish_issue(work, async);
+    return detail::finish_issue(std::move(work), async);
   }
-  require_ordered(true, "all_reduce");
+  detail::require_ordered(parts_, true, "all_reduce");
   at::ScalarType reduce_type = gloo_reduce_dtype(tensor.scalar_type());
   Staged staged = reduce_type == tensor.scalar_type() ? contiguous(tensor)
                                                       : Staged{tensor.to(reduce_type).contiguous(), true};
@@ -225,13 +229,13 @@ std::shared_ptr<Work> ProcessGroup::all_reduce(torch::Tensor& tensor, ReduceOp o
   if (hierarchy_) {
     // Synchronous ones queue behind the asynchronous ones too: the stages'
     // order is the order of issue, on every rank.
-    auto work = make_work(collective_info("hierarchical all_reduce"));
+    auto work = make_work(detail::collective_info(*this, "hierarchical all_reduce", ++seq_));
     work->finish_ = finish;
     work->has_future_ = true;
     work->future_ = hierarchy_->all_reduce(staged.tensor, average ? ReduceOp::kSum : op);
-    return finish_issue(work, async);
+    return detail::finish_issue(std::move(work), async);
   }
-  auto work = make_work(collective_info("all_reduce"));
+  auto work = make_work(detail::collective_info(*this, "all_reduce", ++seq_));
   if (world > 1) {
     std::vector<at::Tensor> tensors{staged.tensor};
     c10d::AllreduceOptions options;
@@ -239,17 +243,18 @@ std::shared_ptr<Work> ProcessGroup::all_reduce(torch::Tensor& tensor, ReduceOp o
     work->raw_.push_back(parts_.gloo->allreduce(tensors, options));
   }
   work->finish_ = finish;
-  return finish_issue(work, async);
+  return detail::finish_issue(std::move(work), async);
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce(torch::Tensor& tensor, int root, ReduceOp op, bool async) {
   check_reduce_op(op, tensor, "reduce");
-  check_rank(root, "reduce");
-  require_ordered(!uses_nccl(tensor), "reduce");
-  auto work = make_work(collective_info("reduce"));
+  detail::check_rank(*this, root, "reduce");
+  detail::require_ordered(parts_, !detail::on_nccl(*this, tensor), "reduce");
+  auto work = make_work(detail::collective_info(*this, "reduce", ++seq_));
   const bool average = op == ReduceOp::kAvg;
   const int world = size();
-  at::ScalarType reduce_type = uses_nccl(tensor) ? tensor.scalar_type() : gloo_reduce_dtype(tensor.scalar_type());
+  at::ScalarType reduce_type =
+      detail::on_nccl(*this, tensor) ? tensor.scalar_type() : gloo_reduce_dtype(tensor.scalar_type());
   Staged staged = reduce_type == tensor.scalar_type() ? contiguous(tensor)
                                                       : Staged{tensor.to(reduce_type).contiguous(), true};
   if (world > 1) {
@@ -265,19 +270,19 @@ std::shared_ptr<Work> ProcessGroup::reduce(torch::Tensor& tensor, int root, Redu
       if (staged.copied) tensor.copy_(staged.tensor);
     };
   }
-  return finish_issue(work, async);
+  return detail::finish_issue(std::move(work), async);
 }
 
 std::shared_ptr<Work> ProcessGroup::broadcast(torch::Tensor& tensor, int root, bool async) {
   LOCKSTEP_CHECK(tensor.defined(), "broadcast: the tensor is undefined");
-  check_rank(root, "broadcast");
-  require_ordered(!uses_nccl(tensor), "broadcast");
-  auto info = collective_info("broadcast");
+  detail::check_rank(*this, root, "broadcast");
+  detail::require_ordered(parts_, !detail::on_nccl(*this, tensor), "broadcast");
+  auto info = detail::collective_info(*this, "broadcast", ++seq_);
   info.peers = rank() == root ? info.peers : std::vector<int>{root};
   auto work = make_work(std::move(info));
   Staged staged = contiguous(tensor);
   if (size() > 1) {
-    std::vector<at::Tensor> tensors{uses_nccl(tensor) ? staged.tensor : gloo_move_view(staged.tensor)};
+    std::vector<at::Tensor> tensors{detail::on_nccl(*this, tensor) ? staged.tensor : gloo_move_view(staged.tensor)};
     c10d::BroadcastOptions options;
     options.rootRank = root;
     work->raw_.push_back(raw(tensor)->broadcast(tensors, options));
@@ -285,7 +290,7 @@ std::shared_ptr<Work> ProcessGroup::broadcast(torch::Tensor& tensor, int root, b
   if (staged.copied && rank() != root) {
     work->finish_ = [tensor, staged]() mutable { tensor.copy_(staged.tensor); };
   }
-  return finish_issue(work, async);
+  return detail::finish_issue(std::move(work), async);
 }
 
 std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(torch::Tensor& out, const torch::Tensor& in, bool async) {
@@ -295,35 +300,38 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(torch::Tensor& out, c
   LOCKSTEP_CHECK(out.numel() == in.numel() * size(), "all_gather_into_tensor on group '", name(), "': output has ",
                  out.numel(), " elements, expected ", size(), " x ", in.numel());
   LOCKSTEP_CHECK(out.device() == in.device(), "all_gather_into_tensor: tensors on different devices");
-  auto info = collective_info("all_gather_into_tensor");
+  auto info = detail::collective_info(*this, "all_gather_into_tensor", ++seq_);
   Staged staged_out = contiguous(out);
   at::Tensor flat_out = staged_out.tensor.view(-1);
   at::Tensor flat_in = in.contiguous().view(-1);
   auto finish = [out, staged_out]() mutable {
     if (staged_out.copied) out.copy_(staged_out.tensor);
   };
-  std::string algorithm = algorithm_for(in, false);
-  if (all_gather_algorithm_ == CollectiveAlgorithm::kRing) algorithm = "ring";
-  if (all_gather_algorithm_ == CollectiveAlgorithm::kNative) {
-    LOCKSTEP_CHECK(has_native(in, false), "all_gather_into_tensor: this backend has no native op (libtorch ",
+  std::string algorithm = collective_algorithm(*this, in, false);
+  if (algorithms_.all_gather == CollectiveAlgorithm::kRing) algorithm = "ring";
+  if (algorithms_.all_gather == CollectiveAlgorithm::kNative) {
+    LOCKSTEP_CHECK(has_native_collective(*this, in, false),
+                   "all_gather_into_tensor: this backend has no native op (libtorch ",
                    compat::torch_version(), ")");
     algorithm = "native";
   }
-  LOCKSTEP_CHECK(all_gather_algorithm_ != CollectiveAlgorithm::kAllReduce,
+  LOCKSTEP_CHECK(algorithms_.all_gather != CollectiveAlgorithm::kAllReduce,
                  "all_gather_into_tensor: CollectiveAlgorithm::kAllReduce applies to reduce_scatter only");
-  if (algorithm == "native") require_ordered(!uses_nccl(in), "all_gather_into_tensor (native)");
+  if (algorithm == "native") {
+    detail::require_ordered(parts_, !detail::on_nccl(*this, in), "all_gather_into_tensor (native)");
+  }
   if (size() == 1 || algorithm == "native") {
     auto work = make_work(std::move(info));
     if (size() == 1) {
       flat_out.copy_(flat_in);
     } else {
-      bool nccl = uses_nccl(in);
+      bool nccl = detail::on_nccl(*this, in);
       at::Tensor gather_out = nccl ? flat_out : gloo_move_view(flat_out);
       at::Tensor gather_in = nccl ? flat_in : gloo_move_view(flat_in);
       work->raw_.push_back(raw(in)->_allgather_base(gather_out, gather_in));
     }
     work->finish_ = finish;
-    return finish_issue(work, async);
+    return detail::finish_issue(std::move(work), async);
   }
   const int64_t n = flat_in.numel();
   std::vector<at::Tensor> chunks;
@@ -347,7 +355,7 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(torch::Tensor& out, co
   LOCKSTEP_CHECK(in.numel() == out.numel() * size(), "reduce_scatter_tensor on group '", name(), "': input has ",
                  in.numel(), " elements, expected ", size(), " x ", out.numel());
   LOCKSTEP_CHECK(out.device() == in.device(), "reduce_scatter_tensor: tensors on different devices");
-  auto info = collective_info("reduce_scatter_tensor");
+  auto info = detail::collective_info(*this, "reduce_scatter_tensor", ++seq_);
   const bool average = op == ReduceOp::kAvg;
   const int world = size();
   Staged staged_out = contiguous(out);
@@ -357,13 +365,14 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(torch::Tensor& out, co
     if (average && world > 1) staged_out.tensor.div_(world);
     if (staged_out.copied) out.copy_(staged_out.tensor);
   };
-  std::string algorithm = algorithm_for(in, true, op);
-  switch (reduce_scatter_algorithm_) {
+  std::string algorithm = collective_algorithm(*this, in, true, op);
+  switch (algorithms_.reduce_scatter) {
     case CollectiveAlgorithm::kAuto: break;
     case CollectiveAlgorithm::kRing: algorithm = "ring"; break;
     case CollectiveAlgorithm::kAllReduce: algorithm = "all_reduce"; break;
     case CollectiveAlgorithm::kNative:
-      LOCKSTEP_CHECK(has_native(in, true, op), "reduce_scatter_tensor: this backend has no native op for ",
+      LOCKSTEP_CHECK(has_native_collective(*this, in, true, op),
+                     "reduce_scatter_tensor: this backend has no native op for ",
                      in.scalar_type(), " with ReduceOp ", to_string(op), " (libtorch ", compat::torch_version(), ")");
       algorithm = "native";
       break;
@@ -372,21 +381,23 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(torch::Tensor& out, co
     auto work = make_work(std::move(info));
     flat_out.copy_(flat_in);
     work->finish_ = finish;
-    return finish_issue(work, async);
+    return detail::finish_issue(std::move(work), async);
   }
-  if (algorithm != "ring") require_ordered(!uses_nccl(in), "reduce_scatter_tensor (native or all_reduce)");
+  if (algorithm != "ring") {
+    detail::require_ordered(parts_, !detail::on_nccl(*this, in), "reduce_scatter_tensor (native or all_reduce)");
+  }
   if (algorithm == "native") {
     auto work = make_work(std::move(info));
     c10d::ReduceScatterOptions options;
     options.reduceOp = to_c10d(op);
     work->raw_.push_back(raw(in)->_reduce_scatter_base(flat_out, flat_in, options));
     work->finish_ = finish;
-    return finish_issue(work, async);
+    return detail::finish_issue(std::move(work), async);
   }
   if (algorithm == "all_reduce") {
     // The baseline the ring is measured against: reduce everything, keep a slice.
     auto work = make_work(std::move(info));
-    at::ScalarType reduce_type = uses_nccl(in) ? in.scalar_type() : gloo_reduce_dtype(in.scalar_type());
+    at::ScalarType reduce_type = detail::on_nccl(*this, in) ? in.scalar_type() : gloo_reduce_dtype(in.scalar_type());
     at::Tensor everything = flat_in.to(reduce_type, /*non_blocking=*/false, /*copy=*/true);
     std::vector<at::Tensor> tensors{everything};
     c10d::AllreduceOptions options;
@@ -398,7 +409,7 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(torch::Tensor& out, co
       flat_out.copy_(everything.narrow(0, my_rank * n, n));
       finish();
     };
-    return finish_issue(work, async);
+    return detail::finish_issue(std::move(work), async);
   }
   auto group = raw(in);
   int my_rank = rank(), tag = detail::ring_tag(info.seq, parts_.tag_space);
@@ -410,19 +421,23 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(torch::Tensor& out, co
   return run_algorithm(std::move(info), async, std::move(body), std::move(finish));
 }
 
-std::vector<int64_t> ProcessGroup::gather_shapes(const torch::Tensor& in) {
-  // One row per rank: dtype, number of dimensions, then the sizes.
+namespace {
+
+// One row per rank: dtype, number of dimensions, then the sizes.
+std::vector<int64_t> gather_shapes(ProcessGroup& group, const torch::Tensor& in) {
   constexpr int64_t kRow = 18;
   LOCKSTEP_CHECK(in.dim() <= kRow - 2, "all_gather: tensors with more than ", kRow - 2, " dimensions");
   auto mine = torch::zeros({kRow}, torch::kLong);
   mine[0] = static_cast<int64_t>(in.scalar_type());
   mine[1] = in.dim();
   for (int64_t d = 0; d < in.dim(); ++d) mine[2 + d] = in.size(d);
-  auto all = torch::empty({size() * kRow}, torch::kLong);
-  all_gather_into_tensor(all, mine);
+  auto all = torch::empty({group.size() * kRow}, torch::kLong);
+  group.all_gather_into_tensor(all, mine);
   std::vector<int64_t> flat(all.data_ptr<int64_t>(), all.data_ptr<int64_t>() + all.numel());
   return flat;
 }
+
+}  // namespace
 
 std::shared_ptr<Work> ProcessGroup::all_gather(std::vector<torch::Tensor>& outs, const torch::Tensor& in,
                                                bool async) {
@@ -439,7 +454,7 @@ std::shared_ptr<Work> ProcessGroup::all_gather(std::vector<torch::Tensor>& outs,
     }
   } else {
     constexpr int kRow = 18;
-    auto rows = gather_shapes(in);
+    auto rows = gather_shapes(*this, in);
     outs.clear();
     for (int r = 0; r < size(); ++r) {
       const int64_t* row = rows.data() + r * kRow;
@@ -452,7 +467,7 @@ std::shared_ptr<Work> ProcessGroup::all_gather(std::vector<torch::Tensor>& outs,
       outs.push_back(torch::empty(shape, in.options()));
     }
   }
-  auto info = collective_info("all_gather");
+  auto info = detail::collective_info(*this, "all_gather", ++seq_);
   std::vector<at::Tensor> chunks;
   std::vector<Staged> staged;
   for (auto& out : outs) {
@@ -476,39 +491,41 @@ std::shared_ptr<Work> ProcessGroup::all_gather(std::vector<torch::Tensor>& outs,
 }
 
 std::shared_ptr<Work> ProcessGroup::barrier(bool async) {
-  require_ordered(true, "barrier");
-  auto work = make_work(collective_info("barrier"));
+  detail::require_ordered(parts_, true, "barrier");
+  auto work = make_work(detail::collective_info(*this, "barrier", ++seq_));
   if (size() > 1) work->raw_.push_back(parts_.gloo->barrier());
-  return finish_issue(work, async);
+  return detail::finish_issue(std::move(work), async);
 }
 
 std::shared_ptr<Work> ProcessGroup::send(const torch::Tensor& tensor, int dst, int tag, bool async) {
   LOCKSTEP_CHECK(tensor.defined(), "send: the tensor is undefined");
-  check_rank(dst, "send");
+  detail::check_rank(*this, dst, "send");
   LOCKSTEP_CHECK(dst != rank(), "send: rank ", global_rank(rank()), " cannot send to itself");
-  require_ordered(!uses_nccl(tensor), "send");
+  detail::require_ordered(parts_, !detail::on_nccl(*this, tensor), "send");
   LOCKSTEP_CHECK(tag >= 0 && tag < detail::kFirstReservedTag, "send: tag ", tag, " is outside [0, 2^30)");
-  auto work = make_work(p2p_info(str_cat("send to rank ", global_rank(dst), " (tag ", tag, ")"), dst));
+  auto work =
+      make_work(detail::p2p_info(str_cat("send to rank ", global_rank(dst), " (tag ", tag, ")"), dst, timeout()));
   auto group = raw(tensor);
   std::vector<at::Tensor> tensors{detail::p2p_tensor(*group, tensor.contiguous())};
   work->raw_.push_back(group->send(tensors, dst, tag));
-  return finish_issue(work, async);
+  return detail::finish_issue(std::move(work), async);
 }
 
 std::shared_ptr<Work> ProcessGroup::recv(torch::Tensor& tensor, int src, int tag, bool async) {
   LOCKSTEP_CHECK(tensor.defined(), "recv: the tensor is undefined");
-  check_rank(src, "recv");
+  detail::check_rank(*this, src, "recv");
   LOCKSTEP_CHECK(src != rank(), "recv: rank ", global_rank(rank()), " cannot receive from itself");
-  require_ordered(!uses_nccl(tensor), "recv");
+  detail::require_ordered(parts_, !detail::on_nccl(*this, tensor), "recv");
   LOCKSTEP_CHECK(tag >= 0 && tag < detail::kFirstReservedTag, "recv: tag ", tag, " is outside [0, 2^30)");
-  auto work = make_work(p2p_info(str_cat("recv from rank ", global_rank(src), " (tag ", tag, ")"), src));
+  auto work =
+      make_work(detail::p2p_info(str_cat("recv from rank ", global_rank(src), " (tag ", tag, ")"), src, timeout()));
   auto group = raw(tensor);
   Staged staged = contiguous(tensor);
   at::Tensor buffer = detail::p2p_tensor(*group, staged.tensor, /*for_receiving=*/true);
   std::vector<at::Tensor> tensors{buffer};
   work->raw_.push_back(group->recv(tensors, src, tag));
   if (!buffer.is_same(tensor)) work->finish_ = [tensor, buffer]() mutable { tensor.copy_(buffer); };
-  return finish_issue(work, async);
+  return detail::finish_issue(std::move(work), async);
 }
 
 }  // namespace lockstep

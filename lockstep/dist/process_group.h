@@ -28,6 +28,7 @@
 //   auto ddp = world->view("world.ddp0");          // world's connections, world's order
 //   auto metrics = world->side_channel("metrics");  // world's connections, any thread
 //   world->enable_hierarchical_all_reduce({0, 0, 1, 1});       // ranks 0,1 on one node, 2,3 on another
+//   world->set_algorithms({CollectiveAlgorithm::kRing, CollectiveAlgorithm::kAuto});  // for benchmarks
 #pragma once
 
 #include <atomic>
@@ -35,6 +36,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +54,10 @@ const char* to_string(ReduceOp op);
 // NCCL's native ops, and the ring on Gloo (faster there than Gloo's own ops,
 // see algorithm_for). The others exist for benchmarks and tests.
 enum class CollectiveAlgorithm { kAuto, kNative, kRing, kAllReduce };
+struct CollectiveAlgorithms {
+  CollectiveAlgorithm reduce_scatter = CollectiveAlgorithm::kAuto;
+  CollectiveAlgorithm all_gather = CollectiveAlgorithm::kAuto;
+};
 
 namespace detail {
 class SerialExecutor;
@@ -86,7 +92,6 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   int size() const { return static_cast<int>(parts_.global_ranks.size()); }
   const std::string& name() const { return parts_.name; }
   std::chrono::milliseconds timeout() const { return parts_.timeout; }
-  void set_timeout(std::chrono::milliseconds timeout) { parts_.timeout = timeout; }
   // The world rank of group rank `group_rank`.
   int global_rank(int group_rank) const;
   const std::vector<int>& global_ranks() const { return parts_.global_ranks; }
@@ -167,24 +172,22 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // fails at once with that error (the subgroups are out of step).
   // `node_of_rank[r]` is the node of group rank r (equal values = one node);
   // every rank passes the same vector. Collective (creates the subgroups).
-  // Returns false and changes nothing when the split has one node or no node
-  // with more than one rank, where the hierarchy would only add steps.
+  // Returns the hierarchy, for logs ("2 nodes of 2, 2 ranks"); returns
+  // nothing and changes nothing when the split has one node or no node with
+  // more than one rank, where the hierarchy would only add steps.
   // CUDA tensors keep NCCL's own (topology-aware) all_reduce.
-  bool enable_hierarchical_all_reduce(const std::vector<int>& node_of_rank);
+  std::optional<std::string> enable_hierarchical_all_reduce(const std::vector<int>& node_of_rank);
   bool hierarchical_all_reduce() const { return hierarchy_ != nullptr; }
-  // "2 nodes of 2, 2 ranks", for logs; empty without a hierarchy.
-  std::string hierarchy_description() const;
 
   // --- for benchmarks and advanced users -----------------------------------
-  // The Gloo backend (what a CPU tensor uses), or the one `tensor` would use.
-  c10::intrusive_ptr<compat::C10dGroup> raw() const { return parts_.gloo; }
-  c10::intrusive_ptr<compat::C10dGroup> raw(const torch::Tensor& tensor) const;
-  void set_reduce_scatter_algorithm(CollectiveAlgorithm algorithm) { reduce_scatter_algorithm_ = algorithm; }
-  void set_all_gather_algorithm(CollectiveAlgorithm algorithm) { all_gather_algorithm_ = algorithm; }
-  // The algorithm kAuto resolves to for `tensor` ("native" or "ring").
-  std::string algorithm_for(const torch::Tensor& tensor, bool reduce_scatter, ReduceOp op = ReduceOp::kSum) const;
-  // Whether kNative is available for `tensor` (and `op`).
-  bool has_native(const torch::Tensor& tensor, bool reduce_scatter, ReduceOp op = ReduceOp::kSum) const;
+  // The c10d backend `tensor` would use; without one, the Gloo backend (what
+  // a CPU tensor uses).
+  c10::intrusive_ptr<compat::C10dGroup> raw(const torch::Tensor& tensor = torch::Tensor()) const {
+    return tensor.defined() && tensor.is_cuda() && parts_.nccl ? parts_.nccl : parts_.gloo;
+  }
+  // How reduce_scatter_tensor and all_gather_into_tensor move data from now
+  // on (collective_algorithm() says what kAuto picks).
+  void set_algorithms(CollectiveAlgorithms algorithms) { algorithms_ = algorithms; }
 
   // The store of this group (keys are private to it).
   const c10::intrusive_ptr<compat::C10dStore>& store() const { return parts_.store; }
@@ -192,30 +195,30 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
  private:
   friend class Work;
 
-  detail::OpInfo collective_info(const char* name);
-  detail::OpInfo p2p_info(std::string name, int peer);
+  // A Work for the op `info` describes; a collective's takes the next
+  // sequence number (detail::collective_info(*this, name, ++seq_)).
   std::shared_ptr<Work> make_work(detail::OpInfo info);
-  std::shared_ptr<Work> finish_issue(std::shared_ptr<Work> work, bool async);
   // Runs `body` (which may block) inline for a sync op, on the group's
   // executor thread for an async one.
   std::shared_ptr<Work> run_algorithm(detail::OpInfo info, bool async, std::function<void()> body,
                                       std::function<void()> finish);
-  bool uses_nccl(const torch::Tensor& tensor) const;
-  // Fails on a side channel for an op that Gloo would number in the shared
-  // order (Note [One mesh per process]); `on_gloo` says whether it runs there.
-  void require_ordered(bool on_gloo, const char* op) const;
+  // The parts of a view or side channel named `name` of this group.
   Parts shared_parts(std::string name);
-  void check_rank(int rank, const char* what) const;
-  std::vector<int64_t> gather_shapes(const torch::Tensor& in);
 
   Parts parts_;
   long long seq_ = 0;
-  CollectiveAlgorithm reduce_scatter_algorithm_ = CollectiveAlgorithm::kAuto;
-  CollectiveAlgorithm all_gather_algorithm_ = CollectiveAlgorithm::kAuto;
+  CollectiveAlgorithms algorithms_;
   std::unique_ptr<detail::SerialExecutor> executor_;
   std::map<std::string, int> child_names_;
   std::shared_ptr<detail::NodeHierarchy> hierarchy_;
 };
+
+// The algorithm kAuto resolves to for `tensor` on `group` ("native" or "ring").
+std::string collective_algorithm(const ProcessGroup& group, const torch::Tensor& tensor, bool reduce_scatter,
+                                 ReduceOp op = ReduceOp::kSum);
+// Whether kNative is available for `tensor` (and `op`) on `group`.
+bool has_native_collective(const ProcessGroup& group, const torch::Tensor& tensor, bool reduce_scatter,
+                           ReduceOp op = ReduceOp::kSum);
 
 // "[0, 2, 5]": ranks as error and log messages show them.
 std::string format_ranks(const std::vector<int>& ranks);

@@ -5,8 +5,10 @@
 
 #include "lockstep/compat/cuda_graph.h"
 #include "lockstep/config/config.h"
+#include "lockstep/config/key_usage.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
+#include "lockstep/core/spelling.h"
 #include "lockstep/model/log_values_on_device.h"
 #include "lockstep/optim/device_side_step.h"
 
@@ -63,16 +65,14 @@ CudaGraphOptions parse_cuda_graph_options(const Config& section) {
   LOCKSTEP_CHECK(options.warmup_iters() >= 1, section.where("warmup_iters"),
                  ": warmup_iters must be at least 1 (the optimizer's states and the kernels' handles are made by "
                  "eager steps before the capture), got ", options.warmup_iters());
-  section.check_all_used("cuda_graph");
+  check_all_used(section, "cuda_graph");
   return options;
 }
 
 std::string prepare_optimizer_for_cuda_graph(OptimWrapperBase& optim_wrapper, const std::string& optimizer_type) {
   const auto wrappers = optim_wrapper.wrappers();
   if (optim_wrapper.as_dict() != nullptr || wrappers.size() != 1) {
-    std::string names;
-    for (const auto& entry : wrappers) names += (names.empty() ? "" : ", ") + entry.first;
-    return str_cat("the model trains with several optimizers (", names,
+    return str_cat("the model trains with several optimizers (", known_names(wrappers),
                    ") in a train_step of its own; cuda_graph captures the step of one optimizer");
   }
   DeviceSideStep* device = device_side_step(wrappers.front().second->optimizer());
@@ -114,8 +114,8 @@ std::string CudaGraphStep::step_kind(const Batch& batch, OptimWrapper& optim_wra
   std::ostringstream kind;
   for (const auto& [name, tensor] : batch) kind << name << ':' << tensor.scalar_type() << tensor.sizes() << ' ';
   // should_sync(): this backward is the last of its window, so the step follows it.
-  kind << "| updates " << optim_wrapper.should_sync() << " | divisor " << optim_wrapper.loss_divisor()
-       << " | gradients";
+  const AccumulationWindow& window = optim_wrapper.accumulation();
+  kind << "| updates " << window.should_sync() << " | divisor " << window.loss_divisor() << " | gradients";
   // Where the gradients are matters, not only whether there are any: a
   // backward into existing gradients adds to those very tensors.
   bool any = false;
@@ -155,7 +155,7 @@ CudaGraphStep::Captured& CudaGraphStep::capture(Model& model, OptimWrapper& opti
   DeviceSideStep& device_step = *device_side_step(optim_wrapper.optimizer());
   device_step.stage_host_values();
   captured->baked_options = device_step.baked_options();
-  captured->updates = optim_wrapper.should_sync();  // this backward closes its window: the step follows
+  captured->updates = optim_wrapper.accumulation().should_sync();  // this backward closes its window: the step follows
   {
     LogValuesOnDevice logged;
     captured->graph.capture([&] { captured->returned = model.run_train_step(captured->inputs, optim_wrapper, step); });

@@ -43,7 +43,7 @@ Batch batch_of(int64_t rows, uint64_t seed) {
   return {{"x", torch::randn({rows, 4})}, {"y", torch::randn({rows})}};
 }
 
-Config graph_yaml(const std::string& text) { return Config::parse(text, "run.yaml"); }
+Config graph_yaml(const std::string& text) { return parse_config(text, "run.yaml"); }
 
 std::string graph_error_of(const std::function<void()>& body) {
   try {

@@ -85,7 +85,7 @@ class Hook {
   virtual void before_save_checkpoint(State& /*checkpoint*/) {}
   virtual void after_load_checkpoint(const State& /*checkpoint*/) {}
 
-  // A hook that may call trainer().request_stop() returns true. In a
+  // A hook that may call trainer().stop().request() returns true. In a
   // distributed run the trainer then agrees on stops after every iteration
   // (one tiny all-reduce), so that every rank stops at the same one; a stop
   // requested where no registered hook declares this is an error there.
@@ -116,7 +116,7 @@ class Hook {
   Trainer& trainer() const;
 
  private:
-  friend class Trainer;
+  friend class HookList;  // attaches the hook to its trainer
   std::string name_;
   int priority_;
   Trainer* trainer_ = nullptr;

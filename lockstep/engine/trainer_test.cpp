@@ -276,7 +276,7 @@ struct EveryPointHook : Hook {
   std::vector<std::string>* log_;
 };
 
-std::vector<std::string> names_in_order(const Trainer& trainer) {
+std::vector<std::string> names_in_order(Trainer& trainer) {
   std::vector<std::string> names;
   for (const auto& hook : trainer.hooks()) names.push_back(hook->name());
   return names;
@@ -327,12 +327,12 @@ TEST(HookPoints, EpochPointsBracketEachEpochAndCheckpointPointsSeeTheState) {
   // Evaluation passes reach the val_* or test_* points.
   log.clear();
   Batch batch{{"x", torch::zeros({1, 4})}};
-  trainer.before_eval_epoch(false);
-  trainer.before_eval_iter(false, 0, batch);
-  trainer.after_eval_iter(false, 0, batch, batch);
-  trainer.after_eval_epoch(false, {{"acc", 1.0}});
-  trainer.before_eval_epoch(true);
-  trainer.after_eval_epoch(true, {});
+  trainer.hooks().before_eval_epoch(false);
+  trainer.hooks().before_eval_iter(false, 0, batch);
+  trainer.hooks().after_eval_iter(false, 0, batch, batch);
+  trainer.hooks().after_eval_epoch(false, {{"acc", 1.0}});
+  trainer.hooks().before_eval_epoch(true);
+  trainer.hooks().after_eval_epoch(true, {});
   EXPECT_EQ(log, (std::vector<std::string>{"h.before_val_epoch@9", "h.before_val_iter0@9", "h.after_val_iter0@9",
                                            "h.after_val_epoch:1@9", "h.before_test_epoch@9", "h.after_test_epoch@9"}));
 }
@@ -341,7 +341,7 @@ TEST(HookPoints, EpochPointsBracketEachEpochAndCheckpointPointsSeeTheState) {
 struct StopAt : Hook {
   explicit StopAt(int64_t iteration) : Hook("StopAt"), iteration_(iteration) {}
   void after_step() override {
-    if (trainer().iter() == iteration_) trainer().request_stop("test");
+    if (trainer().iter() == iteration_) trainer().stop().request("test");
   }
   void after_train() override { seen_at_end = trainer().iter(); }
   int64_t iteration_;
@@ -354,7 +354,7 @@ TEST(HookPoints, RequestStopEndsTheRunAfterTheCurrentIteration) {
   auto stop = std::make_shared<StopAt>(5);
   trainer.register_hooks({stop});
   trainer.train(0, 20);
-  EXPECT_TRUE(trainer.stopped_early());
+  EXPECT_TRUE(trainer.stop().stopped_early());
   EXPECT_EQ(trainer.iter(), 6);
   EXPECT_EQ(trainer.max_iter(), 6);
   EXPECT_EQ(stop->seen_at_end, 6);
@@ -363,7 +363,7 @@ TEST(HookPoints, RequestStopEndsTheRunAfterTheCurrentIteration) {
 struct StopsAlone : Hook {
   StopsAlone() : Hook("StopsAlone") {}
   void after_step() override {
-    if (trainer().iter() == 2) trainer().request_stop("this rank alone");
+    if (trainer().iter() == 2) trainer().stop().request("this rank alone");
   }
 };
 
@@ -375,9 +375,9 @@ struct StopsAt : Hook {
   void after_step() override {
     if (trainer().iter() != at_) return;
     if (preemption_) {
-      trainer().request_preemption_stop("SIGTERM received");
+      trainer().stop().request_preemption("SIGTERM received");
     } else {
-      trainer().request_stop("declared");
+      trainer().stop().request("declared");
     }
   }
   int64_t at_;
@@ -392,7 +392,7 @@ TEST(HookPoints, StopsAreAgreedAcrossRanks) {
   {
     auto model = std::make_shared<LinearModel>();
     Trainer trainer(model, make_loader(), make_wrapper(*model));
-    trainer.set_stop_agreement([](bool local) { return local; });
+    trainer.stop().set_agreement([](bool local) { return local; });
     trainer.register_hooks({std::make_shared<StopsAlone>()});
     EXPECT_NE(testing::error_of([&] { trainer.train(0, 10); }).find("no registered hook declares may_request_stop()"),
               std::string::npos);
@@ -401,18 +401,18 @@ TEST(HookPoints, StopsAreAgreedAcrossRanks) {
   Trainer trainer(model, make_loader(), make_wrapper(*model));
   std::vector<bool> asked;
   // "Another rank" asks after iteration 3; this one never does.
-  trainer.set_stop_agreement([&](bool local) {
+  trainer.stop().set_agreement([&](bool local) {
     asked.push_back(local);
     return local || asked.size() == 5;  // votes: after before_train, then after iterations 0, 1, 2, 3
   });
   trainer.register_hooks({std::make_shared<StopsAt>(/*at=*/100, /*preemption=*/false)});
   trainer.train(0, 10);
-  EXPECT_TRUE(trainer.stopped_early());
+  EXPECT_TRUE(trainer.stop().stopped_early());
   EXPECT_EQ(trainer.iter(), 4);
   // The stopping iteration votes once more: was it a preemption? (no)
   ASSERT_EQ(asked.size(), 6u);
   EXPECT_FALSE(asked[5]);
-  EXPECT_FALSE(trainer.preempted());
+  EXPECT_FALSE(trainer.stop().preempted());
 }
 
 // A preemption is a vote: this rank, told after iteration 2, trains on until
@@ -423,7 +423,7 @@ TEST(HookPoints, APreemptionIsAVoteAndEveryRankLearnsIt) {
   Trainer trainer(model, make_loader(), make_wrapper(*model));
   std::vector<bool> asked;
   int votes_after_iteration_3 = 0;
-  trainer.set_stop_agreement([&](bool local) {
+  trainer.stop().set_agreement([&](bool local) {
     asked.push_back(local);
     // votes: before_train, iterations 0, 1, 2 (this rank's preemption, the
     // other rank outvotes it), then iteration 3: stop, and preemption.
@@ -434,7 +434,7 @@ TEST(HookPoints, APreemptionIsAVoteAndEveryRankLearnsIt) {
   trainer.register_hooks({std::make_shared<StopsAt>(/*at=*/2, /*preemption=*/true)});
   trainer.train(0, 10);
   EXPECT_EQ(trainer.iter(), 4);
-  EXPECT_TRUE(trainer.preempted());
+  EXPECT_TRUE(trainer.stop().preempted());
   EXPECT_EQ(votes_after_iteration_3, 2);
 
   // On the last iteration a preemption changes nothing: the run finishes.
@@ -442,13 +442,13 @@ TEST(HookPoints, APreemptionIsAVoteAndEveryRankLearnsIt) {
   last.register_hooks({std::make_shared<StopsAt>(/*at=*/9, /*preemption=*/true)});
   last.train(0, 10);
   EXPECT_EQ(last.iter(), 10);
-  EXPECT_FALSE(last.preempted());
+  EXPECT_FALSE(last.stop().preempted());
   // One process: the stop is at once.
   Trainer alone(model, make_loader(), make_wrapper(*model));
   alone.register_hooks({std::make_shared<StopsAt>(/*at=*/2, /*preemption=*/true)});
   alone.train(0, 10);
   EXPECT_EQ(alone.iter(), 3);
-  EXPECT_TRUE(alone.preempted());
+  EXPECT_TRUE(alone.stop().preempted());
 }
 
 }  // namespace

@@ -13,7 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // The first line, when it holds '=', is also tried as a --set override.
   const std::string text(reinterpret_cast<const char*>(data), size);
   try {
-    lockstep::Config config = lockstep::Config::parse(text, "fuzz.yaml");
+    lockstep::Config config = lockstep::parse_config(text, "fuzz.yaml");
     const size_t newline = text.find('\n');
     const std::string first_line = text.substr(0, newline);
     if (first_line.find('=') != std::string::npos) {
@@ -34,7 +34,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       } catch (const lockstep::Error&) {
       }
     }
-    (void)lockstep::Config::parse(config.to_yaml(), "dumped.yaml");
+    (void)lockstep::parse_config(config.to_yaml(), "dumped.yaml");
   } catch (const lockstep::Error&) {
   }
   return 0;

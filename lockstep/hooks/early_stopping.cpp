@@ -7,6 +7,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
+#include "lockstep/core/spelling.h"
 #include "lockstep/engine/trainer.h"
 #include "lockstep/hooks/hook_registry.h"
 
@@ -61,7 +62,7 @@ bool EarlyStoppingHook::check_stop(double score, std::string* reason) {
 
 void EarlyStoppingHook::before_train() {
   // A run resumed after it stopped early stays stopped.
-  if (stopped_) trainer().request_stop("it stopped early before it was resumed (" + stop_reason_ + ")");
+  if (stopped_) trainer().stop().request("it stopped early before it was resumed (" + stop_reason_ + ")");
 }
 
 void EarlyStoppingHook::after_val_epoch(const std::map<std::string, double>& metrics) {
@@ -70,8 +71,7 @@ void EarlyStoppingHook::after_val_epoch(const std::map<std::string, double>& met
   bool stop = false;
   std::string reason;
   if (found == metrics.end()) {
-    std::string names;
-    for (const auto& entry : metrics) names += (names.empty() ? "" : ", ") + entry.first;
+    const std::string names = known_names(metrics);
     LOCKSTEP_CHECK(!options_.strict, "EarlyStoppingHook: the validation metrics hold no '", options_.monitor,
                    "' (they are: ", names, ")");
     logger().warn("EarlyStoppingHook: the validation metrics hold no '{}' (they are: {}); not checked",
@@ -84,7 +84,7 @@ void EarlyStoppingHook::after_val_epoch(const std::map<std::string, double>& met
   if (!stop) return;
   stopped_ = true;
   stop_reason_ = reason.empty() ? "another rank stopped" : reason;
-  trainer().request_stop(stop_reason_);
+  trainer().stop().request(stop_reason_);
 }
 
 State EarlyStoppingHook::state() const {

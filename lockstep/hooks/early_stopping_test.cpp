@@ -26,7 +26,7 @@ struct ScriptedRun {
     auto eval = std::make_shared<EvalHook>(2, [this] {
       std::map<std::string, double> metrics{{"acc", scores_.at(std::min(evaluations_, scores_.size() - 1))}};
       ++evaluations_;
-      trainer_->after_eval_epoch(false, metrics);
+      trainer_->hooks().after_eval_epoch(false, metrics);
       return metrics;
     });
     eval->set_priority(kLow);
@@ -57,7 +57,7 @@ TEST(EarlyStopping, StopsAfterPatienceEvaluationsWithoutImprovement) {
   // 0.62 waits 1; 0.64 waits 2; 0.58 waits 3 = patience: stop after the 6th evaluation, iteration 12.
   ScriptedRun run(accuracy(0.05, 3), {0.5, 0.52, 0.60, 0.62, 0.64, 0.58, 0.9});
   EXPECT_EQ(run.run(), 12);
-  EXPECT_TRUE(run.trainer_->stopped_early());
+  EXPECT_TRUE(run.trainer_->stop().stopped_early());
   EXPECT_EQ(run.evaluations_, 6u);  // the final evaluation is the one that stopped it
   EXPECT_DOUBLE_EQ(run.hook_->best_score(), 0.60);
   EXPECT_EQ(run.hook_->wait_count(), 3);

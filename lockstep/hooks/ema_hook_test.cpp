@@ -73,17 +73,17 @@ TEST(EMAHook, EvaluationSeesTheAverageAndTrainingGetsItsWeightsBack) {
   for (const auto& item : rig.trainer->model().named_parameters()) weights[item.key()] = item.value().detach().clone();
   std::map<std::string, torch::Tensor> average;
   for (const auto& [name, tensor] : rig.ema->average()) average[name] = tensor.clone();
-  rig.trainer->before_eval_epoch(/*test=*/false);
+  rig.trainer->hooks().before_eval_epoch(/*test=*/false);
   for (const auto& item : rig.trainer->model().named_parameters()) {
     EXPECT_TRUE(torch::equal(item.value(), average.at("param/" + item.key()))) << item.key();
   }
-  rig.trainer->after_eval_epoch(false, {});
+  rig.trainer->hooks().after_eval_epoch(false, {});
   for (const auto& item : rig.trainer->model().named_parameters()) {
     EXPECT_TRUE(torch::equal(item.value(), weights.at(item.key()))) << item.key();
   }
-  rig.trainer->before_eval_epoch(/*test=*/true);
+  rig.trainer->hooks().before_eval_epoch(/*test=*/true);
   EXPECT_THROW(rig.trainer->state(), Error);  // no checkpoint of swapped weights
-  rig.trainer->after_eval_epoch(true, {});
+  rig.trainer->hooks().after_eval_epoch(true, {});
 }
 
 TEST(EMAHook, StateRoundTripsBitwise) {

@@ -27,8 +27,8 @@ struct Rig {
     auto data = std::make_shared<SyntheticImages>(SyntheticImagesOptions().size(64).height(8).width(8));
     loader = std::make_shared<DataLoader>(data, std::make_shared<SequentialSampler>(64), DataLoaderOptions().batch_size(8));
     strategy = std::make_shared<SingleDeviceStrategy>();
-    strategy->prepare(model, Config::parse("optimizer: {type: SGD, lr: 0.1}"),
-                      Config::parse("- {type: StepLR, step_size: 3, gamma: 0.5, by_epoch: false}"),
+    strategy->prepare(model, parse_config("optimizer: {type: SGD, lr: 0.1}"),
+                      parse_config("- {type: StepLR, step_size: 3, gamma: 0.5, by_epoch: false}"),
                       SchedulerContext{8, 10});
     trainer = std::make_unique<Trainer>(strategy->model(), loader, strategy->optim_wrapper());
   }

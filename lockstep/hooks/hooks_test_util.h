@@ -29,7 +29,7 @@ struct TrainerRig {
     auto loader = std::make_shared<DataLoader>(data, std::make_shared<SequentialSampler>(examples),
                                                DataLoaderOptions().batch_size(4));
     strategy = std::make_shared<SingleDeviceStrategy>();
-    strategy->prepare(model, Config::parse("optimizer: {type: SGD, lr: " + std::to_string(lr) + "}"), Config(),
+    strategy->prepare(model, parse_config("optimizer: {type: SGD, lr: " + std::to_string(lr) + "}"), Config(),
                       SchedulerContext{examples / 4, 100});
     trainer = std::make_unique<Trainer>(strategy->model(), loader, strategy->optim_wrapper());
   }

@@ -27,7 +27,7 @@ PeriodicCheckpointer::PeriodicCheckpointer(std::shared_ptr<Checkpointer> checkpo
 void PeriodicCheckpointer::after_step() {
   const int64_t iteration = trainer().iter();
   if ((iteration + 1) % period_ == 0) save_periodic(iteration);
-  if (save_final_ && iteration >= trainer().max_iter() - 1 && !trainer().preempted()) {
+  if (save_final_ && iteration >= trainer().max_iter() - 1 && !trainer().stop().preempted()) {
     checkpointer_->save(file_prefix_ + "_final", trainer());
     final_saved_ = true;
   }
@@ -57,7 +57,7 @@ void PeriodicCheckpointer::after_train() {
   // Hooks tell a run that ended (finished, or stopped by agreement) from one
   // that failed by iter() == max_iter().
   if (run.iter() < run.max_iter()) return;
-  if (run.preempted()) {
+  if (run.stop().preempted()) {
     // Note [Saving on preemption]: the job is being stopped to run again later,
     // so the checkpoint is an ordinary periodic one (resume finds it through
     // last_checkpoint), not the final one, and only if this run trained at all.
@@ -67,7 +67,7 @@ void PeriodicCheckpointer::after_train() {
   }
   // A stop agreed after this hook's after_step (early stopping on another
   // rank): the final checkpoint is written here instead.
-  if (save_final_ && !final_saved_ && run.stopped_early()) {
+  if (save_final_ && !final_saved_ && run.stop().stopped_early()) {
     checkpointer_->save(file_prefix_ + "_final", run);
     final_saved_ = true;
   }

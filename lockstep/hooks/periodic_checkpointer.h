@@ -1,7 +1,7 @@
 // PeriodicCheckpointer: saves "model_{iter:07d}" every `period` iterations and
 // "model_final" at the end, keeping only the newest `max_to_keep` periodic
 // files. The list of kept files is hook state, so the limit holds across a
-// resume (mmengine's max_keep_ckpts). A preempted run (Trainer::preempted())
+// resume (mmengine's max_keep_ckpts). A preempted run (RunStop::preempted())
 // saves one more periodic checkpoint at the iteration it stopped after.
 //
 //   auto hook = std::make_shared<lockstep::PeriodicCheckpointer>(checkpointer, /*period=*/1000,

@@ -12,7 +12,7 @@ PreemptionHook::PreemptionHook(int64_t check_interval) : Hook("PreemptionHook"),
 
 void PreemptionHook::check() {
   const int signal_number = StopSignals::received();
-  if (signal_number != 0) trainer().request_preemption_stop(signal_name(signal_number) + " received");
+  if (signal_number != 0) trainer().stop().request_preemption(signal_name(signal_number) + " received");
 }
 
 }  // namespace lockstep

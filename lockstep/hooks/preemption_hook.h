@@ -5,7 +5,7 @@
 //
 // The signal itself is caught by a StopSignals the Runner installs for the
 // run (core/stop_signals.h, config key `preemption`); this hook reads it after
-// every iteration and turns it into Trainer::request_preemption_stop(): the
+// every iteration and turns it into RunStop::request_preemption(): the
 // ranks vote on it every check_interval iterations (a 4-byte all-reduce,
 // which costs a 6 ms step 20% when done every iteration: bench/stop_vote.sh),
 // agree on the iteration, PeriodicCheckpointer saves a checkpoint there

@@ -51,7 +51,7 @@ TEST(SyncBuffersHook, AveragesFloatingBuffersAndBroadcastsTheRest) {
   };
   auto hook = std::make_shared<SyncBuffersHook>(/*mean=*/true, average, broadcast);
   run.trainer_ptr()->register_hooks({hook});
-  run.trainer_ptr()->before_eval_epoch(false);
+  run.trainer_ptr()->hooks().before_eval_epoch(false);
   int floating = 0, integral = 0;
   for (const auto& item : run.model->named_buffers()) {
     if (item.value().is_floating_point()) {
@@ -70,7 +70,7 @@ TEST(SyncBuffersHook, AveragesFloatingBuffersAndBroadcastsTheRest) {
   calls.clear();
   SmallRun second;
   second.trainer_ptr()->register_hooks({broadcasting, std::make_shared<SyncBuffersHook>(true, nullptr, nullptr)});
-  second.trainer_ptr()->before_eval_epoch(true);
+  second.trainer_ptr()->hooks().before_eval_epoch(true);
   EXPECT_EQ(std::count(calls.begin(), calls.end(), "broadcast"), static_cast<long>(floating + integral));
 }
 
@@ -80,7 +80,7 @@ TEST(EmptyCacheHook, RunsAtTheChosenPoints) {
   auto every_iteration = std::make_shared<EmptyCacheHook>(true, false, true);
   run.trainer_ptr()->register_hooks({defaults, every_iteration});
   run.trainer_ptr()->train(0, 8);  // 2 epochs of 4 iterations
-  run.trainer_ptr()->after_eval_epoch(false, {});
+  run.trainer_ptr()->hooks().after_eval_epoch(false, {});
   EXPECT_EQ(defaults->calls(), 3);         // after each epoch and the evaluation
   EXPECT_EQ(every_iteration->calls(), 10);  // before each epoch and after each iteration
 }

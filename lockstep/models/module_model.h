@@ -6,7 +6,7 @@
 //   torch::nn::Sequential net(torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 8, 3).padding(1)), torch::nn::Tanh(),
 //                             torch::nn::Conv2d(torch::nn::Conv2dOptions(8, 1, 3).padding(1)));
 //   auto model = std::make_shared<lockstep::ModuleModel>(net, lockstep::ModuleModelOptions().loss("mse"));
-//   lockstep::StepTrainer trainer(model, lockstep::Config::parse("optim_wrapper: {optimizer: {type: Adam}}"));
+//   lockstep::StepTrainer trainer(model, lockstep::parse_config("optim_wrapper: {optimizer: {type: Adam}}"));
 //   trainer.train_step({{"input", x}, {"target", y}});
 //
 // The module's parameters and buffers are the model's, under "net.<its own

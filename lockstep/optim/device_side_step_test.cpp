@@ -211,7 +211,7 @@ TEST(DeviceSideStepTest, TheStepCountACheckpointHoldsIsTheDevicesAndAPlainOptimi
   }
 }
 
-Config capturable_yaml(const std::string& text) { return Config::parse(text, "optim.yaml"); }
+Config capturable_yaml(const std::string& text) { return parse_config(text, "optim.yaml"); }
 
 TEST(DeviceSideStepTest, TheYamlKeyCapturableTurnsItOnAndSgdRefusesDampening) {
   auto net = torch::nn::Linear(3, 2);

@@ -5,10 +5,9 @@
 #include <cmath>
 
 #include "lockstep/core/error.h"
-#include "lockstep/core/internal/internal_error.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/core/scalars_to_host.h"
-#include "lockstep/optim/internal/optim_step_phase.h"
+#include "lockstep/core/spelling.h"
 #include "lockstep/optim/optimizer_state.h"
 #include "lockstep/optim/param_groups.h"
 
@@ -25,45 +24,37 @@ OptimWrapperBase::StepScope OptimWrapperBase::begin_step(const StepContext& cont
   return StepScope(this);
 }
 
-void OptimWrapper::open_step(const StepContext* context) {
-  LOCKSTEP_CHECK(step_ == nullptr, "an optim wrapper serves one step at a time: a step began while another was "
-                 "still running (two trainers driving one optim wrapper?)");
-  step_ = context;
-  move_optim_step_phase(step_phase_, StepPhase::kRunning);
+namespace {
+
+// GradientSync::step_failed, once per step.
+void report_failure(StepProgress& progress, GradientSync* sync, const std::exception_ptr& error, bool synchronised,
+                    int64_t iteration) {
+  bool reduced = false;
+  if (sync == nullptr || !progress.fail(reduced)) return;
+  sync->step_failed(error, reduced, synchronised, iteration);
 }
 
-int64_t OptimWrapper::current_iteration() const {
-  return step_ != nullptr && step_->iteration >= 0 ? step_->iteration : inner_count_;
+// The param group whose lr is reported (the one with the most elements).
+size_t main_param_group(const torch::optim::Optimizer& optimizer) {
+  size_t best = 0;
+  int64_t best_count = -1;
+  const auto& groups = optimizer.param_groups();
+  for (size_t i = 0; i < groups.size(); ++i) {
+    int64_t count = 0;
+    for (const auto& p : groups[i].params()) count += p.numel();
+    if (count > best_count) {
+      best_count = count;
+      best = i;
+    }
+  }
+  return best;
 }
 
-void OptimWrapper::report_failure(const std::exception_ptr& error, bool sync, int64_t iteration) {
-  if (step_phase_ == StepPhase::kFailed || !gradient_sync_) return;
-  const bool reduced = step_phase_ == StepPhase::kReduced;
-  move_optim_step_phase(step_phase_, StepPhase::kFailed);
-  gradient_sync_->step_failed(error, reduced, sync, iteration);
-}
-
-void OptimWrapper::mark_reduced() {
-  LOCKSTEP_CHECK(step_phase_ != StepPhase::kFailed, "a backward pass completed in a step whose failure was already "
-                 "reported (GradientSync::step_failed): the step is dropped on every rank, so rethrow its error "
-                 "instead of going on with it");
-  move_optim_step_phase(step_phase_, StepPhase::kReduced);
-}
-
-// The edges of the step's phases (OptimWrapper::StepPhase).
-void move_optim_step_phase(OptimWrapper::StepPhase& phase, OptimWrapper::StepPhase to) {
-  using Phase = OptimWrapper::StepPhase;
-  constexpr unsigned kMayComeFrom[] = {
-      kFromAny,                                               // running: a step begins
-      phase_bit(Phase::kRunning) | phase_bit(Phase::kReduced),  // reduced (again: two updates in one step)
-      phase_bit(Phase::kRunning) | phase_bit(Phase::kReduced),  // failed, reported once
-  };
-  constexpr const char* kNames[] = {"running", "reduced", "failed"};
-  move_phase("the optim wrapper's step", phase, to, kMayComeFrom, kNames);
-}
+}  // namespace
 
 void OptimWrapper::abandon_step(const std::exception_ptr& error) {
-  report_failure(error, sync_for_current_step(), current_iteration());
+  report_failure(progress_, gradient_sync_.get(), error, accumulation_.should_sync(),
+                 progress_.iteration(accumulation_.inner_count()));
 }
 
 void check_optim_wrapper_options(const OptimWrapperOptions& options,
@@ -80,10 +71,18 @@ void check_optim_wrapper_options(const OptimWrapperOptions& options,
   }
 }
 
+namespace {
+
+const OptimWrapperOptions& checked(const OptimWrapperOptions& options) {
+  check_optim_wrapper_options(options, [](const std::string& key) { return "OptimWrapperOptions " + key; });
+  return options;
+}
+
+}  // namespace
+
 OptimWrapper::OptimWrapper(std::shared_ptr<torch::optim::Optimizer> optimizer, OptimWrapperOptions options)
-    : optimizer_(std::move(optimizer)), options_(options) {
+    : optimizer_(std::move(optimizer)), options_(checked(options)), accumulation_(options_.accumulative_counts()) {
   LOCKSTEP_CHECK(optimizer_ != nullptr, "OptimWrapper needs an optimizer");
-  check_optim_wrapper_options(options_, [](const std::string& key) { return "OptimWrapperOptions " + key; });
 }
 
 OptimWrapper::~OptimWrapper() = default;
@@ -99,7 +98,7 @@ OptimWrapper::Context::~Context() {
 OptimWrapper::Context OptimWrapper::optim_context() {
   LOCKSTEP_CHECK(!forward_context_open_, "optim_context() entered twice: close the first context "
                  "(it must cover exactly one forward pass) before opening another");
-  if (gradient_sync_) gradient_sync_->begin_forward(should_sync());
+  if (gradient_sync_) gradient_sync_->begin_forward(accumulation_.should_sync());
   std::function<void()> leave_autocast = enter_forward_context();
   forward_context_open_ = true;
   return Context([this, leave_autocast]() {
@@ -108,53 +107,18 @@ OptimWrapper::Context OptimWrapper::optim_context() {
   });
 }
 
-bool OptimWrapper::sync_for_current_step() const { return should_sync(); }
-
 void OptimWrapper::initialize_count_status(int64_t start_iter, int64_t max_iters) {
-  const int64_t accumulation = options_.accumulative_counts();
-  inner_count_ = start_iter;
-  max_counts_ = max_iters;
-  if (start_iter % accumulation != 0) {
-    // Resuming inside an accumulation window: gradients of the window's first
-    // micro-steps were not saved, so the first update sees fewer micro-batches
-    // (mmengine warns the same way).
-    const int64_t window_start = start_iter - start_iter % accumulation;
-    logger().warn("Starting at iteration {}, inside an accumulation window of {} micro-steps (iterations {}-{}): "
-                  "the gradients of its first {} micro-step(s) were not saved, so this window's update sums only {} "
-                  "of them and the run is no longer the uninterrupted one. Save checkpoints at multiples of "
-                  "accumulative_counts ({}) to resume exactly.",
-                  start_iter, accumulation, window_start, window_start + accumulation - 1, start_iter - window_start,
-                  window_start + accumulation - start_iter, accumulation);
-  }
-  if (max_iters >= 0) {
-    remainder_counts_ = max_iters % accumulation;
-    divisible_counts_ = max_iters - remainder_counts_;
-  }
-}
-
-int64_t OptimWrapper::loss_divisor() const {
-  const int64_t accumulation = options_.accumulative_counts();
-  if (accumulation == 1) return 1;
-  if (max_counts_ < 0 || inner_count_ < divisible_counts_) return accumulation;
-  return remainder_counts_;  // the last, shorter window
+  accumulation_.start(start_iter, max_iters);
 }
 
 torch::Tensor OptimWrapper::scale_loss(const torch::Tensor& loss) const {
-  const int64_t factor = loss_divisor();
+  const int64_t factor = accumulation_.loss_divisor();
   return factor == 1 ? loss : loss / static_cast<double>(factor);
 }
 
 void OptimWrapper::count_replayed_backward() {
-  if (should_sync()) mark_reduced();
-  inner_count_ += 1;
-}
-
-bool OptimWrapper::should_update() const {
-  return inner_count_ % options_.accumulative_counts() == 0 || inner_count_ == max_counts_;
-}
-
-bool OptimWrapper::should_sync() const {
-  return (inner_count_ + 1) % options_.accumulative_counts() == 0 || inner_count_ + 1 == max_counts_;
+  if (accumulation_.should_sync()) progress_.mark_reduced();
+  accumulation_.count();
 }
 
 void OptimWrapper::backward(const torch::Tensor& loss) {
@@ -162,10 +126,10 @@ void OptimWrapper::backward(const torch::Tensor& loss) {
                  loss.defined() ? loss.sizes() : c10::IntArrayRef{});
   LOCKSTEP_CHECK(loss.requires_grad(), "the loss does not require grad: no parameter took part in computing it "
                  "(was the forward run under torch::NoGradGuard, or are all parameters frozen?)");
-  const bool sync = sync_for_current_step();
-  if (step_ == nullptr) move_optim_step_phase(step_phase_, StepPhase::kRunning);  // no trainer: a step of its own
+  const bool sync = accumulation_.should_sync();
+  progress_.begin_backward();
   torch::Tensor to_differentiate = scale_for_backward(loss);
-  const int64_t iteration = current_iteration();
+  const int64_t iteration = progress_.iteration(accumulation_.inner_count());
   try {
     {
       RECORD_USER_SCOPE("lockstep::backward");
@@ -178,17 +142,18 @@ void OptimWrapper::backward(const torch::Tensor& loss) {
     }
   } catch (...) {
     // The gradient sync may replace the error with the one every rank agrees on.
-    report_failure(std::current_exception(), sync, iteration);
+    report_failure(progress_, gradient_sync_.get(), std::current_exception(), sync, iteration);
     throw;
   }
-  if (sync) mark_reduced();
-  inner_count_ += 1;
-  if (step_ != nullptr && step_->after_backward) step_->after_backward();
+  if (sync) progress_.mark_reduced();
+  accumulation_.count();
+  const StepContext* step = progress_.context();
+  if (step != nullptr && step->after_backward) step->after_backward();
 }
 
 void OptimWrapper::update_params(const torch::Tensor& loss) {
   backward(scale_loss(loss));
-  if (should_update()) {
+  if (accumulation_.should_update()) {
     RECORD_USER_SCOPE("lockstep::optimizer_step");
     step();
     zero_grad();
@@ -203,11 +168,15 @@ std::vector<torch::Tensor> OptimWrapper::parameters() const {
   return params;
 }
 
-void OptimWrapper::clip_gradients() {
-  const auto& clip = options_.clip_grad();
+namespace {
+
+// Clips the gradients of `params` as `clip` says; a norm clip records the
+// norm in `metrics` ("grad_norm").
+void clip_gradients(const std::vector<torch::Tensor>& params, const ClipGradOptions& clip, GradientSync* sync,
+                    std::map<std::string, torch::Tensor>& metrics) {
   if (clip.kind == ClipGradOptions::Kind::kNone) return;
   std::vector<torch::Tensor> grads;
-  for (auto& p : parameters()) {
+  for (const auto& p : params) {
     // Empty ones hold nothing to clip (FSDP's use_orig_params gives a
     // parameter held wholly by other ranks an empty part here), and the
     // infinity norm of an empty tensor is an error.
@@ -232,12 +201,14 @@ void OptimWrapper::clip_gradients() {
     for (const auto& g : grads) norms.push_back(torch::norm(g.detach(), clip.norm_type));
     total = torch::norm(torch::stack(norms), clip.norm_type);
   }
-  if (gradient_sync_) total = gradient_sync_->reduce_grad_norm(total, clip.norm_type);
-  last_metrics_["grad_norm"] = total.detach();
+  if (sync != nullptr) total = sync->reduce_grad_norm(total, clip.norm_type);
+  metrics["grad_norm"] = total.detach();
   // Python's `max_norm / tensor` is tensor.reciprocal() * max_norm (two roundings, unlike C++'s division).
   torch::Tensor coefficient = torch::clamp((total + 1e-6).reciprocal() * clip.max_norm, c10::nullopt, 1.0);
   for (auto& g : grads) g.mul_(coefficient.to(g.device()));
 }
+
+}  // namespace
 
 bool OptimWrapper::optimizer_step() {
   optimizer_->step();
@@ -246,7 +217,7 @@ bool OptimWrapper::optimizer_step() {
 
 void OptimWrapper::step() {
   unscale_gradients();
-  clip_gradients();
+  clip_gradients(parameters(), options_.clip_grad(), gradient_sync_.get(), last_metrics_);
   optimizer_step();
   if (gradient_sync_) gradient_sync_->after_step();
 }
@@ -260,30 +231,14 @@ void OptimWrapper::zero_grad() {
   for (auto& p : parameters()) p.mutable_grad().reset();
 }
 
-size_t OptimWrapper::main_group() const {
-  size_t best = 0;
-  int64_t best_count = -1;
-  const auto& groups = optimizer_->param_groups();
-  for (size_t i = 0; i < groups.size(); ++i) {
-    int64_t count = 0;
-    for (const auto& p : groups[i].params()) count += p.numel();
-    if (count > best_count) {
-      best_count = count;
-      best = i;
-    }
-  }
-  return best;
-}
-
 std::map<std::string, double> OptimWrapper::learning_rates() const {
-  return {{"", get_group_option(optimizer_->param_groups().at(main_group()), "lr")}};
+  return {{"", get_group_option(optimizer_->param_groups().at(main_param_group(*optimizer_)), "lr")}};
 }
 
 
 State OptimWrapper::state() const {
   State state;
   state.put("optimizer", save_optimizer_state(*optimizer_));
-  save_extra_state(state);
   if (gradient_sync_) {
     State sync = gradient_sync_->state();
     if (!sync.empty()) state.put("gradient_sync", std::move(sync));
@@ -295,7 +250,6 @@ void OptimWrapper::load_state(const State& state) {
   LOCKSTEP_CHECK(state.contains("optimizer"), "the checkpoint holds no optimizer state");
   load_optimizer_state(*optimizer_, state.get("optimizer"));
   ++state_generation_;
-  load_extra_state(state);
   // Absent from checkpoints written without a parallel wrapper (or before it existed): the sync starts afresh.
   if (gradient_sync_ && state.contains("gradient_sync")) gradient_sync_->load_state(state.get("gradient_sync"));
 }
@@ -310,11 +264,8 @@ void OptimWrapperDict::add(const std::string& name, std::shared_ptr<OptimWrapper
 
 OptimWrapper& OptimWrapperDict::operator[](const std::string& name) const {
   auto found = wrappers_.find(name);
-  if (found == wrappers_.end()) {
-    std::string known;
-    for (const auto& entry : wrappers_) known += (known.empty() ? "" : ", ") + entry.first;
-    LOCKSTEP_FAIL("no optim wrapper named '", name, "'; the dict holds: ", known);
-  }
+  LOCKSTEP_CHECK(found != wrappers_.end(), "no optim wrapper named '", name, "'; the dict holds: ",
+                 known_names(wrappers_));
   return *found->second;
 }
 

@@ -32,7 +32,9 @@
 #include <torch/torch.h>
 
 #include "lockstep/core/state.h"
+#include "lockstep/optim/accumulation_window.h"
 #include "lockstep/optim/gradient_sync.h"
+#include "lockstep/optim/step_progress.h"
 
 namespace lockstep {
 
@@ -158,11 +160,9 @@ class OptimWrapper : public OptimWrapperBase {
   void step();
   void zero_grad() override;
 
-  bool should_update() const;
-  bool should_sync() const;
-  // What scale_loss divides this micro-step's loss by: accumulative_counts,
-  // the last shorter window's length, or 1.
-  int64_t loss_divisor() const;
+  // Where this micro-step sits in its accumulation window: whether it
+  // synchronises and updates, and what scale_loss divides its loss by.
+  const AccumulationWindow& accumulation() const { return accumulation_; }
   // A replayed CUDA graph ran a backward pass (and maybe the step) that this
   // wrapper's host code did not see run (engine/cuda_graph_step.h): counts
   // it as backward() counts one.
@@ -173,15 +173,10 @@ class OptimWrapper : public OptimWrapperBase {
   // Changes each time load_state() replaces the optimizer's state (whose
   // tensors a captured step must not outlive).
   int64_t state_generation() const { return state_generation_; }
-  int64_t inner_count() const { return inner_count_; }
   void initialize_count_status(int64_t start_iter, int64_t max_iters) override;
 
-  torch::optim::Optimizer& optimizer() { return *optimizer_; }
-  const torch::optim::Optimizer& optimizer() const { return *optimizer_; }
+  torch::optim::Optimizer& optimizer() const { return *optimizer_; }
   std::shared_ptr<torch::optim::Optimizer> optimizer_ptr() const { return optimizer_; }
-  const OptimWrapperOptions& options() const { return options_; }
-  // The param group whose lr is reported (the one with the most elements).
-  size_t main_group() const;
   std::vector<torch::Tensor> parameters() const;
 
   void set_gradient_sync(std::shared_ptr<GradientSync> sync) { gradient_sync_ = std::move(sync); }
@@ -196,13 +191,10 @@ class OptimWrapper : public OptimWrapperBase {
   std::vector<std::pair<std::string, OptimWrapper*>> wrappers() override { return {{"", this}}; }
   void abandon_step(const std::exception_ptr& error) override;
 
-  // Where the step in progress is, for the GradientSync's step_failed: running
-  // (no synchronised backward has completed), reduced (one has: every rank's
-  // gradients are summed), failed (its failure was reported, once). A trainer's
-  // step begins at begin_step; without one, each backward() begins one.
-  // Moved by move_phase, each move asserted against its edges (optim_wrapper.cpp).
-  enum class StepPhase { kRunning, kReduced, kFailed };
-  StepPhase step_phase() const { return step_phase_; }
+  // Where the step in progress is, for the GradientSync's step_failed
+  // (optim/step_progress.h): running, reduced or failed.
+  using StepPhase = StepProgress::Phase;
+  StepPhase step_phase() const { return progress_.phase(); }
 
  protected:
   // Mixed-precision seams (amp/amp_optim_wrapper.h overrides them).
@@ -211,34 +203,20 @@ class OptimWrapper : public OptimWrapperBase {
   virtual void unscale_gradients() {}
   // Steps the optimizer; returns false if the step was skipped.
   virtual bool optimizer_step();
-  virtual void save_extra_state(State& state) const {}
-  virtual void load_extra_state(const State& state) {}
-  void open_step(const StepContext* context) override;
-  void close_step() override { step_ = nullptr; }
+  void open_step(const StepContext* context) override { progress_.begin(context); }
+  void close_step() override { progress_.end(); }
   // The last update's metrics (grad_norm, loss_scale), one-element tensors on
   // whatever device computed them.
   std::map<std::string, torch::Tensor> last_metrics_;
 
  private:
-  void clip_gradients();
-  bool sync_for_current_step() const;
-  // GradientSync::step_failed, once per step.
-  void report_failure(const std::exception_ptr& error, bool sync, int64_t iteration);
-  // A synchronised backward completed in the step in progress.
-  void mark_reduced();
-  int64_t current_iteration() const;
-
   std::shared_ptr<torch::optim::Optimizer> optimizer_;
   OptimWrapperOptions options_;
   std::shared_ptr<GradientSync> gradient_sync_;
-  const StepContext* step_ = nullptr;  // while a trainer's step runs
-  int64_t inner_count_ = 0;
+  AccumulationWindow accumulation_;
+  StepProgress progress_;
   int64_t state_generation_ = 0;
-  int64_t max_counts_ = -1;
-  int64_t divisible_counts_ = 0;
-  int64_t remainder_counts_ = 0;
   bool forward_context_open_ = false;
-  StepPhase step_phase_ = StepPhase::kRunning;
 };
 
 // Several named OptimWrappers, for models that update several networks in

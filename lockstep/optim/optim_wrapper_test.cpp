@@ -74,9 +74,9 @@ TEST(OptimWrapperTest, LastShorterWindowIsScaledByItsRealLength) {
   Batch data = make_data(8);
   for (int i = 0; i < 6; ++i) {
     factors.push_back(1.0 / wrapper.scale_loss(torch::ones({})).item<double>());
-    syncs.push_back(wrapper.should_sync());
+    syncs.push_back(wrapper.accumulation().should_sync());
     net->train_step(data, wrapper);
-    updates.push_back(wrapper.should_update());
+    updates.push_back(wrapper.accumulation().should_update());
   }
   EXPECT_EQ(factors, (std::vector<double>{4, 4, 4, 4, 2, 2}));
   EXPECT_EQ(syncs, (std::vector<bool>{false, false, false, true, false, true}));
@@ -322,11 +322,11 @@ TEST(OptimWrapperDictTest, HoldsNamedWrappersAndReportsEachLr) {
 TEST(OptimWrapperOptionsCheck, OneCheckNamesTheConfigLineOrTheOption) {
   torch::nn::Linear model(2, 1);
   auto sgd = std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1));
-  const std::string counts = testing::error_of([&] { wrap_optimizer(Config::parse("accumulative_counts: 0\n", "w.yaml"), sgd); });
+  const std::string counts = testing::error_of([&] { wrap_optimizer(parse_config("accumulative_counts: 0\n", "w.yaml"), sgd); });
   EXPECT_NE(counts.find("w.yaml:1"), std::string::npos) << counts;
   EXPECT_NE(counts.find("accumulative_counts must be at least 1, got 0"), std::string::npos) << counts;
   const std::string clip =
-      testing::error_of([&] { wrap_optimizer(Config::parse("clip_grad:\n  max_norm: -1\n", "w.yaml"), sgd); });
+      testing::error_of([&] { wrap_optimizer(parse_config("clip_grad:\n  max_norm: -1\n", "w.yaml"), sgd); });
   EXPECT_NE(clip.find("w.yaml:2"), std::string::npos) << clip;
   EXPECT_NE(clip.find("max_norm must be positive, got -1"), std::string::npos) << clip;
   const std::string direct = testing::error_of([&] { OptimWrapper(sgd, OptimWrapperOptions().accumulative_counts(0)); });

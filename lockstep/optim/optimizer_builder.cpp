@@ -15,6 +15,7 @@
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 
+#include "lockstep/config/key_usage.h"
 #include "lockstep/core/error.h"
 #include "lockstep/optim/adam.h"
 #include "lockstep/optim/sgd.h"
@@ -288,7 +289,7 @@ ParamwiseOptions parse_paramwise_options(const Config& cfg) {
       options.custom_keys().push_back(key);
     }
   }
-  cfg.check_all_used("paramwise_cfg");
+  check_all_used(cfg, "paramwise_cfg");
   return options;
 }
 

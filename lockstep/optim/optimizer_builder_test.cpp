@@ -37,7 +37,7 @@ struct NetImpl : nn::Module {
 };
 TORCH_MODULE(Net);
 
-Config yaml(const std::string& text) { return Config::parse(text, "optim.yaml"); }
+Config yaml(const std::string& text) { return parse_config(text, "optim.yaml"); }
 
 double lr_of(const optim::Optimizer& o, size_t g) { return get_group_option(o, g, "lr"); }
 double wd_of(const optim::Optimizer& o, size_t g) { return get_group_option(o, g, "weight_decay"); }

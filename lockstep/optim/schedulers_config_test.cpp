@@ -19,7 +19,7 @@ std::vector<torch::Tensor> scheduled_params() { return {torch::zeros({2}, torch:
 
 std::vector<std::shared_ptr<ParamScheduler>> build_all(const std::string& yaml, optim::Optimizer& optimizer,
                                                        const SchedulerContext& context) {
-  Config list = Config::parse(yaml, "sched.yaml");
+  Config list = parse_config(yaml, "sched.yaml");
   std::vector<std::shared_ptr<ParamScheduler>> schedulers;
   for (size_t i = 0; i < list.size(); ++i) {
     schedulers.push_back(scheduler_registry().build(list.at(i), optimizer, context));

@@ -129,7 +129,7 @@ TEST(ReduceOnPlateau, AMissingMetricAndBadOptionsAreNamed) {
               ::testing::HasSubstr("no 'loss' to monitor (they are: accuracy)"));
   EXPECT_THROW(ReduceOnPlateauScheduler(sgd, PlateauOptions().factor(1.5), ScheduleSpan()), OptionError);
   EXPECT_THAT(testing::error_of([&] {
-                scheduler_registry().build(Config::parse("{type: ReduceOnPlateauLR, rule: up}", "s.yaml"), sgd, SchedulerContext{});
+                scheduler_registry().build(parse_config("{type: ReduceOnPlateauLR, rule: up}", "s.yaml"), sgd, SchedulerContext{});
               }),
               ::testing::HasSubstr("s.yaml:1"));
 }

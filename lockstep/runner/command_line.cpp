@@ -48,7 +48,7 @@ std::optional<CommandLine> parse_command_line(int argc, char** argv, const std::
       command.flags[name] = value;
     }
   }
-  command.config = Config::load_file(argv[1]);
+  command.config = load_config(argv[1]);
   for (const auto& assignment : overrides) command.config.apply_override(assignment);
   return command;
 }

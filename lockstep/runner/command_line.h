@@ -44,7 +44,7 @@ std::string command_line_usage(const std::string& program, const std::vector<std
 // program reads itself. An unknown or incomplete flag, or no CONFIG, prints
 // the problem and the usage line to stderr and returns nullopt. A config that
 // does not load throws lockstep::Error naming its file and line, as
-// Config::load_file does.
+// load_config does.
 std::optional<CommandLine> parse_command_line(int argc, char** argv,
                                               const std::vector<std::string>& program_flags = {});
 

@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "lockstep/config/key_usage.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep {
@@ -52,7 +53,7 @@ std::optional<Config> section_of(const Config& default_hooks, const Slot& slot) 
   Config section = default_hooks.at(slot.key);
   if (section.is_null()) return std::nullopt;
   if (section.is_scalar() && section.text() == "false") {
-    section.mark_used();
+    mark_used(section);
     return std::nullopt;
   }
   LOCKSTEP_CHECK(section.is_map(), section.where(), ": default_hooks.", slot.key, " must be a map, null or false");
@@ -90,7 +91,7 @@ std::vector<std::shared_ptr<Hook>> build_default_hooks(const Config& default_hoo
                                                        const HookContext& context) {
   if (!default_hooks.is_null()) {
     LOCKSTEP_CHECK(default_hooks.is_map(), default_hooks.where(), ": default_hooks must be a map of slots");
-    default_hooks.check_known_keys({kTimer.key, kScheduler.key, kCheckpoint.key, kLogger.key, kProgress.key},
+    check_known_keys(default_hooks, {kTimer.key, kScheduler.key, kCheckpoint.key, kLogger.key, kProgress.key},
                                    "default hook slot");
   }
   std::vector<std::shared_ptr<Hook>> hooks;

@@ -31,7 +31,7 @@ TEST(DefaultHooks, SaveBestTakesAnyMetricName) {
   testing::TempDir dir;
   // A quote in the metric's name broke the hook's config when it was built
   // by pasting YAML text together.
-  Config config = Config::parse("checkpoint: {interval: 2, save_best: 'val/\"odd\" metric', rule: less}\n", "cfg.yaml");
+  Config config = parse_config("checkpoint: {interval: 2, save_best: 'val/\"odd\" metric', rule: less}\n", "cfg.yaml");
   auto names = names_of(build_default_hooks(config, Config(), context_with_evaluation(dir.path())));
   EXPECT_NE(std::find(names.begin(), names.end(), "BestCheckpointer"), names.end());
   EXPECT_NE(std::find(names.begin(), names.end(), "EvalHook"), names.end());
@@ -39,7 +39,7 @@ TEST(DefaultHooks, SaveBestTakesAnyMetricName) {
 
 TEST(DefaultHooks, SaveBestErrorsNameTheUsersFileAndLine) {
   testing::TempDir dir;
-  Config bad_rule = Config::parse("checkpoint:\n  interval: 2\n  save_best: accuracy/top1\n  rule: sideways\n", "cfg.yaml");
+  Config bad_rule = parse_config("checkpoint:\n  interval: 2\n  save_best: accuracy/top1\n  rule: sideways\n", "cfg.yaml");
   const std::string error = testing::error_of([&] {
     build_default_hooks(bad_rule, Config(), context_with_evaluation(dir.path()));
   });
@@ -48,7 +48,7 @@ TEST(DefaultHooks, SaveBestErrorsNameTheUsersFileAndLine) {
 
   HookContext without_evaluation = context_with_evaluation(dir.path());
   without_evaluation.evaluate = nullptr;
-  Config needs_eval = Config::parse("checkpoint: {interval: 2, save_best: accuracy/top1}\n", "cfg.yaml");
+  Config needs_eval = parse_config("checkpoint: {interval: 2, save_best: accuracy/top1}\n", "cfg.yaml");
   const std::string missing = testing::error_of([&] { build_default_hooks(needs_eval, Config(), without_evaluation); });
   EXPECT_NE(missing.find("cfg.yaml:1"), std::string::npos) << missing;
   EXPECT_NE(missing.find("save_best needs evaluation"), std::string::npos) << missing;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "lockstep/config/key_usage.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/stop_signals.h"
 
@@ -34,7 +35,7 @@ PreemptionSettings parse_preemption(const Config& section) {
   LOCKSTEP_CHECK(settings.check_interval >= 1, section.where("check_interval"),
                  ": check_interval must be at least 1 iteration, got ", settings.check_interval);
   settings.auto_requeue = section.get<bool>("auto_requeue", false);
-  section.check_all_used("preemption");
+  check_all_used(section, "preemption");
   return settings;
 }
 

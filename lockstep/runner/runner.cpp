@@ -7,6 +7,7 @@
 
 #include "lockstep/checkpoint/checkpoint_layout.h"
 #include "lockstep/checkpoint/pretrained.h"
+#include "lockstep/config/key_usage.h"
 #include "lockstep/core/atomic_file.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/host_memory_policy.h"
@@ -37,7 +38,7 @@ TrainerOptions parse_trainer_options(const Config& config) {
       .async_write_metrics(config.get<bool>("async_write_metrics", false));
   LOCKSTEP_CHECK(options.gather_metric_period() >= 1, config.where("gather_metric_period"),
                  ": gather_metric_period must be at least 1, got ", options.gather_metric_period());
-  config.check_all_used("trainer");
+  check_all_used(config, "trainer");
   return options;
 }
 
@@ -100,7 +101,7 @@ Runner::Runner(Config config, RunnerOptions options) : config_(std::move(config)
   // train_cfg.max_iters) must not silently train the default run.
   std::vector<std::string> known = runner_config_keys();
   known.insert(known.end(), options_.extra_config_keys().begin(), options_.extra_config_keys().end());
-  config_.check_known_keys(known, "top-level key");
+  check_known_keys(config_, known, "top-level key");
   try {
     setup_environment();
   } catch (...) {
@@ -140,7 +141,7 @@ void Runner::setup_environment() {
     LOCKSTEP_CHECK(threads >= 0, env.where("num_threads"), ": num_threads must be >= 0 (0: libtorch's default)");
     if (threads > 0) torch::set_num_threads(static_cast<int>(threads));
     keep_freed_memory = env.get<bool>("keep_freed_host_memory", true);
-    env.check_all_used("env");
+    check_all_used(env, "env");
   }
   if (keep_freed_memory) keep_freed_host_memory();  // Note [Freed activations stay in the process]
   strategy_ = build_strategy(config_.child("strategy"));
@@ -197,7 +198,7 @@ void Runner::setup_environment() {
   checkpointer_->set_run_info(Checkpointer::RunInfo{seed_, config_.to_yaml()});
   const bool diff_rank_seed = randomness.is_null() ? false : randomness.get<bool>("diff_rank_seed", false);
   const bool deterministic = randomness.is_null() ? false : randomness.get<bool>("deterministic", false);
-  if (!randomness.is_null()) randomness.check_all_used("randomness");
+  if (!randomness.is_null()) check_all_used(randomness, "randomness");
   seed_everything(seed_ + (diff_rank_seed ? static_cast<uint64_t>(strategy_->rank()) : 0));
   if (deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
   logger().info("Work dir {}; seed {}; strategy {} ({} process{})", work_dir_, seed_, strategy_->name(),
@@ -251,7 +252,7 @@ void Runner::build_for_training(bool with_train_data) {
   int64_t val_interval = train_cfg.is_null() ? 1 : train_cfg.get<int64_t>("val_interval", 1);
   LOCKSTEP_CHECK(val_interval >= 1, train_cfg.where("val_interval"), ": val_interval must be at least 1");
   if (by_epoch) val_interval *= iters_per_epoch;
-  if (!train_cfg.is_null()) train_cfg.check_all_used("train_cfg");
+  if (!train_cfg.is_null()) check_all_used(train_cfg, "train_cfg");
   max_iters_ = max_iters;
   by_epoch_ = by_epoch;
 
@@ -270,7 +271,7 @@ void Runner::build_for_training(bool with_train_data) {
                                        strategy_->collectives()->metrics_gatherer());
   if (strategy_->world_size() > 1) {
     std::shared_ptr<Collectives> ranks = strategy_->collectives();
-    trainer_->set_stop_agreement([ranks](bool local) { return ranks->any_rank(local); });
+    trainer_->stop().set_agreement([ranks](bool local) { return ranks->any_rank(local); });
   }
 
   HookContext context;
@@ -308,7 +309,7 @@ bool Runner::apply_activation_checkpointing_config(Model& model) {
   if (section.is_null()) return false;
   LOCKSTEP_CHECK(section.is_map(), section.where(), ": activation_checkpointing is a map: {module_types: [Block]}");
   const auto types = section.get<std::vector<std::string>>("module_types");
-  section.check_all_used("activation_checkpointing");
+  check_all_used(section, "activation_checkpointing");
   std::vector<std::string> paths;
   try {
     paths = apply_activation_checkpointing(model, types);
@@ -331,7 +332,7 @@ std::map<std::string, double> Runner::train() {
   }
   const int64_t start_iter = restore(resume_plan_);
   trainer_->train(std::min(start_iter, max_iters_), max_iters_);
-  if (trainer_->preempted()) {
+  if (trainer_->stop().preempted()) {
     logger().warn("Preempted after iteration {} of {}: the checkpoint to resume from is saved; exiting with status {} "
                   "to be started again (resume: true continues the run bitwise)",
                   trainer_->iter() - 1, max_iters_, kExitRequeue);
@@ -415,7 +416,7 @@ std::map<std::string, double> Runner::evaluate(const std::string& split) {
   Model& model = *strategy_->model();
   Evaluator& evaluator = *evaluators_.at(split);
   // The trainer's hooks see the pass (EMA weights swap in, early stopping reads the metrics).
-  Trainer* hooks = trainer_.get();
+  HookList* hooks = trainer_ ? &trainer_->hooks() : nullptr;
   const bool test = split == "test";
   const bool was_training = model.is_training();
   model.eval();

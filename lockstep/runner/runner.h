@@ -4,7 +4,7 @@
 // work directory, seeds, the strategy (single device, DDP, FSDP), model, data,
 // optim wrapper, schedulers, evaluator and hooks, then trains with resume.
 //
-//   auto config = lockstep::Config::load_file("examples/fashion_mnist/cnn.yaml");
+//   auto config = lockstep::load_config("examples/fashion_mnist/cnn.yaml");
 //   lockstep::Runner runner(config, lockstep::RunnerOptions().work_dir("work_dirs/demo").resume(true));
 //   runner.train();
 //   auto metrics = runner.test();   // {"accuracy/top1": 0.91}
@@ -94,7 +94,7 @@ class Runner {
   uint64_t seed() const { return seed_; }
   // Whether train() stopped early for a stop signal, saved, and the process
   // should exit with kExitRequeue (runner/preemption.h).
-  bool preempted() const { return trainer_ != nullptr && trainer_->preempted(); }
+  bool preempted() const { return trainer_ != nullptr && trainer_->stop().preempted(); }
   // For a run that failed before it began (the constructor, or StepTrainer's
   // begin_steps, the C API's create): closes this rank's log file and removes
   // the work dir this runner created, outermost new directory first, so that

@@ -54,7 +54,7 @@ bool same(const std::map<std::string, torch::Tensor>& a, const std::map<std::str
 
 TEST(StepTrainer, TrainsOneIterationPerCallAndCountsIt) {
   testing::TempDir dir;
-  StepTrainer trainer(Config::parse(config_text(), "steps.yaml"), StepTrainerOptions().work_dir(dir.path()));
+  StepTrainer trainer(parse_config(config_text(), "steps.yaml"), StepTrainerOptions().work_dir(dir.path()));
   EXPECT_EQ(trainer.iteration(), 0);
   const auto before = weights_of(trainer);
   LogVars first = trainer.train_step(batch_for(0));
@@ -76,7 +76,7 @@ TEST(StepTrainer, TrainsOneIterationPerCallAndCountsIt) {
 
 TEST(StepTrainer, AFailedStepIsNotCountedAndTheNextOneRuns) {
   testing::TempDir dir;
-  StepTrainer trainer(Config::parse(config_text(), "steps.yaml"), StepTrainerOptions().work_dir(dir.path()));
+  StepTrainer trainer(parse_config(config_text(), "steps.yaml"), StepTrainerOptions().work_dir(dir.path()));
   trainer.train_step(batch_for(0));
   EXPECT_THROW(trainer.train_step(Batch{{"image", torch::randn({6, 5})}, {"label", torch::zeros({6}, torch::kLong)}}),
                std::exception);
@@ -90,22 +90,22 @@ TEST(StepTrainer, AFailedStepIsNotCountedAndTheNextOneRuns) {
 // uninterrupted run's, bitwise.
 TEST(StepTrainer, ACheckpointSavedBetweenStepsResumesBitwise) {
   testing::TempDir dir;
-  StepTrainer straight(Config::parse(config_text(), "steps.yaml"), StepTrainerOptions().work_dir(dir.file("a")));
+  StepTrainer straight(parse_config(config_text(), "steps.yaml"), StepTrainerOptions().work_dir(dir.file("a")));
   for (int64_t step = 0; step < 8; ++step) straight.train_step(batch_for(step));
 
   {
-    StepTrainer first(Config::parse(config_text(), "steps.yaml"), StepTrainerOptions().work_dir(dir.file("b")));
+    StepTrainer first(parse_config(config_text(), "steps.yaml"), StepTrainerOptions().work_dir(dir.file("b")));
     for (int64_t step = 0; step < 4; ++step) first.train_step(batch_for(step));
     EXPECT_EQ(first.save_checkpoint("after_four"), dir.file("b/after_four.ckpt"));
   }
-  StepTrainer second(Config::parse(config_text(), "steps.yaml"), StepTrainerOptions().work_dir(dir.file("c")));
+  StepTrainer second(parse_config(config_text(), "steps.yaml"), StepTrainerOptions().work_dir(dir.file("c")));
   EXPECT_EQ(second.load_checkpoint(dir.file("b/after_four.ckpt")), 3);  // written after iteration 3
   EXPECT_EQ(second.iteration(), 4);
   for (int64_t step = 4; step < 8; ++step) second.train_step(batch_for(step));
   EXPECT_TRUE(same(weights_of(straight), weights_of(second)));
 
   // `resume: true` finds it the way lockstep train --resume does.
-  StepTrainer third(Config::parse(config_text(), "steps.yaml"),
+  StepTrainer third(parse_config(config_text(), "steps.yaml"),
                     StepTrainerOptions().work_dir(dir.file("b")).resume(true));
   EXPECT_EQ(third.iteration(), 4);
 }
@@ -117,7 +117,7 @@ TEST(StepTrainer, AModuleBuiltInCodeTrainsWithTheConfigsOptimizer) {
   torch::manual_seed(4);
   torch::nn::Linear net(1, 1);
   auto model = std::make_shared<ModuleModel>(net, ModuleModelOptions().loss("mse"));
-  StepTrainer trainer(model, Config::parse("optim_wrapper: {optimizer: {type: SGD, lr: 0.1}}\n", "code.yaml"),
+  StepTrainer trainer(model, parse_config("optim_wrapper: {optimizer: {type: SGD, lr: 0.1}}\n", "code.yaml"),
                       StepTrainerOptions().work_dir(dir.path()));
   double first = 0, last = 0;
   for (int64_t step = 0; step < 200; ++step) {
@@ -130,23 +130,23 @@ TEST(StepTrainer, AModuleBuiltInCodeTrainsWithTheConfigsOptimizer) {
   EXPECT_NEAR(predicted.item<double>(), 1.0, 0.05);
   EXPECT_NE(testing::error_of([&] {
               StepTrainer both(std::make_shared<ModuleModel>(torch::nn::Linear(1, 1)),
-                               Config::parse(config_text(), "steps.yaml"), StepTrainerOptions().work_dir(dir.path()));
+                               parse_config(config_text(), "steps.yaml"), StepTrainerOptions().work_dir(dir.path()));
             }).find("give it there or in the config, not both"),
             std::string::npos);
 }
 
 TEST(StepTrainer, EpochsAndTrainingDataAreRefusedWithTheKey) {
   EXPECT_NE(testing::error_of([] {
-              StepTrainer trainer(Config::parse(config_text("train_cfg: {max_epochs: 3}\n"), "steps.yaml"));
+              StepTrainer trainer(parse_config(config_text("train_cfg: {max_epochs: 3}\n"), "steps.yaml"));
             }).find("(key train_cfg.max_epochs)"),
             std::string::npos);
   EXPECT_NE(testing::error_of([] {
-              StepTrainer trainer(Config::parse(
+              StepTrainer trainer(parse_config(
                   config_text("train_dataloader: {batch_size: 4, dataset: {type: SyntheticImages}}\n"), "steps.yaml"));
             }).find("feeds its own batches"),
             std::string::npos);
   EXPECT_NE(testing::error_of([] {
-              Config config = Config::parse(config_text(), "steps.yaml");
+              Config config = parse_config(config_text(), "steps.yaml");
               config.apply_override("default_hooks.checkpoint.by_epoch=true");
               StepTrainer trainer(config);
             }).find("count in iterations with by_epoch: false"),
@@ -156,7 +156,7 @@ TEST(StepTrainer, EpochsAndTrainingDataAreRefusedWithTheKey) {
 TEST(StepTrainer, CudaGraphOnTheCpuIsRefusedBeforeTheFirstStepNamingTheKey) {
   testing::TempDir dir;
   const std::string error = testing::error_of([&] {
-    StepTrainer trainer(Config::parse(config_text("cuda_graph: {warmup_iters: 2}\n"), "steps.yaml"),
+    StepTrainer trainer(parse_config(config_text("cuda_graph: {warmup_iters: 2}\n"), "steps.yaml"),
                         StepTrainerOptions().work_dir(dir.path()));
   });
   EXPECT_NE(error.find("(key cuda_graph)"), std::string::npos) << error;

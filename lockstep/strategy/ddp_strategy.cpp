@@ -1,5 +1,6 @@
 #include "lockstep/strategy/ddp_strategy.h"
 
+#include "lockstep/config/key_usage.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/model/model.h"
@@ -28,7 +29,7 @@ DDPStrategyOptions parse_ddp_strategy_options(const Config& config) {
       options.comm_hook = wrapper.at("comm_hook");
       make_comm_hook(options.comm_hook);  // a bad name or option fails here, before any process group exists
     }
-    wrapper.check_all_used("model_wrapper");
+    check_all_used(wrapper, "model_wrapper");
   }
   return options;
 }

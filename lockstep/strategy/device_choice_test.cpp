@@ -121,13 +121,13 @@ TEST(PlaceOnDevice, MakesTheChosenGpuCurrent) {
 }
 
 TEST(BuildStrategy, NcclOnACpuDeviceIsRefusedBeforeAnyGroupExists) {
-  Config config = Config::parse("type: DDPStrategy\ndevice: cpu\nbackend: nccl\n", "run.yaml");
+  Config config = parse_config("type: DDPStrategy\ndevice: cpu\nbackend: nccl\n", "run.yaml");
   EXPECT_THAT(error_of([&] { build_strategy(config); }),
               AllOf(HasSubstr("nccl"), HasSubstr("cpu"), HasSubstr("use backend gloo")));
 }
 
 TEST(BuildStrategy, ABadDeviceNameIsRefusedWithItsLine) {
-  Config config = Config::parse("type: DDPStrategy\ndevice: gpu0\n", "run.yaml");
+  Config config = parse_config("type: DDPStrategy\ndevice: gpu0\n", "run.yaml");
   EXPECT_THAT(error_of([&] { build_strategy(config); }), AllOf(HasSubstr("run.yaml:2"), HasSubstr("'gpu0'")));
 }
 

@@ -2,6 +2,7 @@
 
 #include "lockstep/checkpoint/checkpoint_layout.h"
 #include "lockstep/checkpoint/sharded_checkpoint.h"
+#include "lockstep/config/key_usage.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/dist/process_group.h"
@@ -32,7 +33,7 @@ FSDPStrategyOptions parse_fsdp_strategy_options(const Config& config) {
                    ": FSDPStrategy wraps with MMFullyShardedDataParallel (or FullyShardedDataParallel), got '", type,
                    "'");
     options.fsdp = parse_fsdp_options(wrapper);
-    wrapper.check_all_used("model_wrapper");
+    check_all_used(wrapper, "model_wrapper");
   }
   return options;
 }

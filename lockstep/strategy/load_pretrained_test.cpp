@@ -68,8 +68,8 @@ TEST(KeyRemapTest, InvalidRegexIsNamed) {
 
 TEST(ParseLoadFromTest, PathOrMapWithBothRuleForms) {
   EXPECT_EQ(parse_load_from(Config()).path(), "");
-  EXPECT_EQ(parse_load_from(Config::parse("load_from: a.safetensors").at("load_from")).path(), "a.safetensors");
-  Config config = Config::parse(R"(load_from:
+  EXPECT_EQ(parse_load_from(parse_config("load_from: a.safetensors").at("load_from")).path(), "a.safetensors");
+  Config config = parse_config(R"(load_from:
   path: hf/model.safetensors
   strip_prefix: "model."
   add_prefix: "backbone."
@@ -96,7 +96,7 @@ TEST(ParseLoadFromTest, PathOrMapWithBothRuleForms) {
 
 TEST(ParseLoadFromTest, MistakesNameTheConfigKey) {
   auto parse = [](const std::string& yaml) {
-    return error_of([&] { parse_load_from(Config::parse(yaml, "run.yaml").at("load_from")); });
+    return error_of([&] { parse_load_from(parse_config(yaml, "run.yaml").at("load_from")); });
   };
   EXPECT_THAT(parse("load_from: {path: a, strip_prefx: m.}"), HasSubstr("load_from.strip_prefx"));
   std::string bad_regex = parse("load_from:\n  path: a\n  rename:\n    - ['([', x]\n");

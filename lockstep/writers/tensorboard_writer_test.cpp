@@ -388,7 +388,7 @@ TEST(TensorBoardWriterTest, BadImagesNameTheirTag) {
 TEST(TensorBoardWriterTest, LoggerHookWritesEventFilesIntoTheWorkDir) {
   REQUIRE_PROTOC();
   testing::TempDir dir;
-  Config config = Config::load_file(testing::source_dir() + "/lockstep/writers/testdata/tensorboard_run.yaml");
+  Config config = load_config(testing::source_dir() + "/lockstep/writers/testdata/tensorboard_run.yaml");
   {
     Runner runner(config, RunnerOptions().work_dir(dir.path()));
     runner.train();

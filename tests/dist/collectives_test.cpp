@@ -34,7 +34,7 @@ const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceO
 std::vector<CollectiveAlgorithm> reduce_scatter_algorithms(const ProcessGroup& group, const torch::Tensor& t) {
   std::vector<CollectiveAlgorithm> algorithms{CollectiveAlgorithm::kAuto, CollectiveAlgorithm::kRing,
                                               CollectiveAlgorithm::kAllReduce};
-  if (group.has_native(t, true)) algorithms.push_back(CollectiveAlgorithm::kNative);
+  if (has_native_collective(group, t, true)) algorithms.push_back(CollectiveAlgorithm::kNative);
   return algorithms;
 }
 
@@ -86,11 +86,11 @@ LOCKSTEP_WORKER_TEST(CollectivesWorker, AllGatherIntoTensor) {
   auto world = lockstep::world();
   const int n = world->size(), r = world->rank();
   std::vector<CollectiveAlgorithm> algorithms{CollectiveAlgorithm::kAuto, CollectiveAlgorithm::kRing};
-  if (world->has_native(torch::zeros({1}), false)) algorithms.push_back(CollectiveAlgorithm::kNative);
+  if (has_native_collective(*world, torch::zeros({1}), false)) algorithms.push_back(CollectiveAlgorithm::kNative);
   // Rank q's slice holds q*10 + i.
   auto expected = (torch::arange(0, n, torch::kDouble).unsqueeze(1) * 10 + torch::arange(0, 3, torch::kDouble));
   for (auto algorithm : algorithms) {
-    world->set_all_gather_algorithm(algorithm);
+    world->set_algorithms({CollectiveAlgorithm::kAuto, algorithm});
     for (auto dtype : tested_dtypes()) {
       SCOPED_TRACE(::testing::Message() << dtype << " algorithm " << static_cast<int>(algorithm));
       auto in = (torch::arange(0, 3, torch::kDouble) + r * 10).to(dtype);
@@ -99,7 +99,7 @@ LOCKSTEP_WORKER_TEST(CollectivesWorker, AllGatherIntoTensor) {
       EXPECT_TRUE(tensors_equal(out, expected));
     }
   }
-  world->set_all_gather_algorithm(CollectiveAlgorithm::kAuto);
+  world->set_algorithms({CollectiveAlgorithm::kAuto, CollectiveAlgorithm::kAuto});
   // The input may be this rank's slice of the output (FSDP gathers in place).
   auto out = torch::zeros({n * 4});
   auto mine = out.narrow(0, r * 4, 4);
@@ -120,11 +120,12 @@ LOCKSTEP_WORKER_TEST(CollectivesWorker, ReduceScatterTensor) {
   auto position = torch::arange(1, n * k + 1, torch::kDouble);  // j + 1
   auto my_positions = torch::arange(r * k + 1, r * k + k + 1, torch::kDouble);
   for (auto algorithm : reduce_scatter_algorithms(*world, torch::zeros({1}))) {
-    world->set_reduce_scatter_algorithm(algorithm);
+    world->set_algorithms({algorithm, CollectiveAlgorithm::kAuto});
     for (auto dtype : tested_dtypes()) {
       for (ReduceOp op : kOps) {
         if (op == ReduceOp::kAvg && !at::isFloatingType(dtype)) continue;
-        if (algorithm == CollectiveAlgorithm::kNative && !world->has_native(torch::zeros({1}, dtype), true, op)) {
+        if (algorithm == CollectiveAlgorithm::kNative &&
+            !has_native_collective(*world, torch::zeros({1}, dtype), true, op)) {
           continue;
         }
         SCOPED_TRACE(::testing::Message() << dtype << " " << to_string(op) << " algorithm " << static_cast<int>(algorithm));
@@ -135,7 +136,7 @@ LOCKSTEP_WORKER_TEST(CollectivesWorker, ReduceScatterTensor) {
       }
     }
   }
-  world->set_reduce_scatter_algorithm(CollectiveAlgorithm::kAuto);
+  world->set_algorithms({CollectiveAlgorithm::kAuto, CollectiveAlgorithm::kAuto});
   EXPECT_NE(testing::error_of([&] {
               auto out = torch::zeros({2});
               world->reduce_scatter_tensor(out, torch::zeros({2 * n + 1}));
@@ -181,7 +182,7 @@ LOCKSTEP_WORKER_TEST(CollectivesWorker, AsyncAndWait) {
   auto scattered = torch::zeros({2});
   auto gathered = torch::zeros({n});
   auto mine = torch::full({1}, static_cast<double>(r));
-  world->set_reduce_scatter_algorithm(CollectiveAlgorithm::kRing);  // the executor path
+  world->set_algorithms({CollectiveAlgorithm::kRing, CollectiveAlgorithm::kAuto});  // the executor path
   auto w1 = world->all_reduce(a, ReduceOp::kAvg, /*async=*/true);
   auto w2 = world->reduce_scatter_tensor(scattered, in, ReduceOp::kSum, /*async=*/true);
   auto w3 = world->all_gather_into_tensor(gathered, mine, /*async=*/true);

@@ -27,7 +27,7 @@ LOCKSTEP_WORKER_TEST(SyncBuffersWorker, MeanAndBroadcastOverTheWorld) {
   auto data = std::make_shared<SyntheticImages>(SyntheticImagesOptions().size(8).height(8).width(8));
   auto loader = std::make_shared<DataLoader>(data, std::make_shared<SequentialSampler>(8), DataLoaderOptions().batch_size(4));
   auto strategy = std::make_shared<SingleDeviceStrategy>();
-  strategy->prepare(model, Config::parse("optimizer: {type: SGD, lr: 0.01}"), Config(), SchedulerContext{2, 10});
+  strategy->prepare(model, parse_config("optimizer: {type: SGD, lr: 0.01}"), Config(), SchedulerContext{2, 10});
   Trainer trainer(strategy->model(), loader, strategy->optim_wrapper());
   // Rank r's statistics: r + 1 everywhere; its counters: 10 + r.
   torch::NoGradGuard no_grad;
@@ -41,7 +41,7 @@ LOCKSTEP_WORKER_TEST(SyncBuffersWorker, MeanAndBroadcastOverTheWorld) {
   auto average = [world](torch::Tensor& t) { world->all_reduce(t, ReduceOp::kAvg); };
   auto broadcast = [world](torch::Tensor& t) { world->broadcast(t, 0); };
   trainer.register_hooks({std::make_shared<SyncBuffersHook>(/*mean=*/true, average, broadcast)});
-  trainer.before_eval_epoch(/*test=*/false);
+  trainer.hooks().before_eval_epoch(/*test=*/false);
   const double mean = (size + 1) / 2.0;  // of 1 .. size
   for (const auto& item : model->named_buffers()) {
     if (item.value().is_floating_point()) {

@@ -36,7 +36,7 @@ LOCKSTEP_REGISTER(model_registry(), "NanOnRankOne", [](const Config& config) {
   return std::make_shared<NanOnRankOne>(config.get<int64_t>("from_call"));
 });
 
-Config distributed_job() { return Config::load_file(testing::source_dir() + "/tests/e2e/distributed_run.yaml"); }
+Config distributed_job() { return load_config(testing::source_dir() + "/tests/e2e/distributed_run.yaml"); }
 
 std::string work_dir_from_env() {
   const char* dir = std::getenv("RUN_DIR");

@@ -66,11 +66,11 @@ TEST(Resume, InterruptedRunEndsBitwiseEqualToUninterrupted) {
   const std::string straight = dir.file("straight");
   const std::string interrupted = dir.file("interrupted");
   {
-    Runner runner(Config::parse(kResumeConfig, "resume.yaml"), RunnerOptions().work_dir(straight));
+    Runner runner(parse_config(kResumeConfig, "resume.yaml"), RunnerOptions().work_dir(straight));
     runner.train();
   }
   {
-    Config config = Config::parse(kResumeConfig, "resume.yaml");
+    Config config = parse_config(kResumeConfig, "resume.yaml");
     config.apply_override("custom_hooks=[{type: FailAtIteration, iteration: 25}]");
     Runner runner(config, RunnerOptions().work_dir(interrupted));
     EXPECT_THROW(runner.train(), std::runtime_error);
@@ -80,7 +80,7 @@ TEST(Resume, InterruptedRunEndsBitwiseEqualToUninterrupted) {
   // Perturb global random state: resume must restore it from the checkpoint.
   torch::manual_seed(999);
   {
-    Runner runner(Config::parse(kResumeConfig, "resume.yaml"), RunnerOptions().work_dir(interrupted).resume(true));
+    Runner runner(parse_config(kResumeConfig, "resume.yaml"), RunnerOptions().work_dir(interrupted).resume(true));
     runner.train();
     EXPECT_EQ(runner.trainer().start_iter(), 20);
   }
@@ -108,7 +108,7 @@ TEST(Resume, ImageFolderWithRandomAugmentationResumesBitwise) {
     write_png(folder + "/" + std::to_string(i) + ".png", torch::randint(0, 256, {3, 16, 16}, torch::kUInt8));
   }
   auto config = [&] {
-    Config config = Config::parse(kResumeConfig, "resume.yaml");
+    Config config = parse_config(kResumeConfig, "resume.yaml");
     config.apply_override("train_dataloader.dataset={_delete_: true, type: ImageFolder, root: " + dir.file("images") +
                           ", mode: gray, pipeline: [{type: RandomResizedCrop, size: 12, scale: [0.5, 1.0]}, "
                           "{type: RandomHorizontalFlip}, {type: ColorJitter, brightness: 0.3, contrast: 0.3}]}");
@@ -138,18 +138,18 @@ TEST(Resume, EmaHookResumesBitwise) {
   const std::string ema = "{type: EMAHook, momentum: 0.05, interval: 2, begin_iter: 4, update_buffers: true}";
   const std::string straight = dir.file("straight"), interrupted = dir.file("interrupted");
   {
-    Config config = Config::parse(kResumeConfig, "resume.yaml");
+    Config config = parse_config(kResumeConfig, "resume.yaml");
     config.apply_override("custom_hooks=[" + ema + "]");
     Runner(config, RunnerOptions().work_dir(straight)).train();
   }
   {
-    Config config = Config::parse(kResumeConfig, "resume.yaml");
+    Config config = parse_config(kResumeConfig, "resume.yaml");
     config.apply_override("custom_hooks=[" + ema + ", {type: FailAtIteration, iteration: 25}]");
     Runner runner(config, RunnerOptions().work_dir(interrupted));
     EXPECT_THROW(runner.train(), std::runtime_error);
   }
   {
-    Config config = Config::parse(kResumeConfig, "resume.yaml");
+    Config config = parse_config(kResumeConfig, "resume.yaml");
     config.apply_override("custom_hooks=[" + ema + "]");
     Runner runner(config, RunnerOptions().work_dir(interrupted).resume(true));
     runner.train();
@@ -174,7 +174,7 @@ TEST(Resume, CorruptNewestCheckpointFallsBackToThePreviousOne) {
   testing::TempDir dir;
   const std::string work_dir = dir.file("run");
   {
-    Config config = Config::parse(kResumeConfig, "resume.yaml");
+    Config config = parse_config(kResumeConfig, "resume.yaml");
     config.apply_override("custom_hooks=[{type: FailAtIteration, iteration: 35}]");
     config.apply_override("default_hooks.checkpoint.max_keep_ckpts=3");
     Runner runner(config, RunnerOptions().work_dir(work_dir));
@@ -184,7 +184,7 @@ TEST(Resume, CorruptNewestCheckpointFallsBackToThePreviousOne) {
   std::string bytes = testing::read_file(work_dir + "/model_0000029.ckpt");
   bytes[bytes.size() / 2] ^= 0x01;
   testing::write_file(work_dir + "/model_0000029.ckpt", bytes);
-  Runner runner(Config::parse(kResumeConfig, "resume.yaml"), RunnerOptions().work_dir(work_dir).resume(true));
+  Runner runner(parse_config(kResumeConfig, "resume.yaml"), RunnerOptions().work_dir(work_dir).resume(true));
   runner.train();
   EXPECT_EQ(runner.trainer().start_iter(), 20) << "should have resumed from model_0000019 after skipping the corrupt file";
   EXPECT_NE(testing::read_file(work_dir + "/log.txt").find("Skipping checkpoint"), std::string::npos);
@@ -192,7 +192,7 @@ TEST(Resume, CorruptNewestCheckpointFallsBackToThePreviousOne) {
 
 TEST(Resume, ResumeWithoutCheckpointStartsFromScratch) {
   testing::TempDir dir;
-  Config config = Config::parse(kResumeConfig, "resume.yaml");
+  Config config = parse_config(kResumeConfig, "resume.yaml");
   config.apply_override("train_cfg.max_iters=3");
   Runner runner(config, RunnerOptions().work_dir(dir.file("fresh")).resume(true));
   runner.train();

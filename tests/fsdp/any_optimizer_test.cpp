@@ -52,7 +52,7 @@ const std::vector<std::string> kJobChanges{"optim_wrapper.optimizer={_delete_: t
 std::map<std::string, torch::Tensor> train(const std::string& strategy, const std::string& work_dir,
                                            const std::vector<std::string>& extra = {}, bool resume = false) {
   testing::WorkerWorld world;
-  Config config = Config::parse(testing::small_job_config(), "small_job.yaml");
+  Config config = parse_config(testing::small_job_config(), "small_job.yaml");
   for (const auto& assignment : kJobChanges) config.apply_override(assignment);
   config.apply_override(strategy);
   for (const auto& assignment : extra) config.apply_override(assignment);

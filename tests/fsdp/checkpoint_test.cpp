@@ -55,13 +55,13 @@ std::shared_ptr<FSDPStrategy> fsdp_strategy(const std::string& state_dict_type, 
                            "\nmodel_wrapper:\n  sharding_strategy: " + sharding +
                            "\n  hybrid_shard_size: 2\n  auto_wrap_policy: {type: module_type, module_types: [Block]}\n" +
                            (use_orig_params ? "  use_orig_params: true\n" : "");
-  return std::make_shared<FSDPStrategy>(parse_fsdp_strategy_options(Config::parse(yaml, "fsdp strategy")));
+  return std::make_shared<FSDPStrategy>(parse_fsdp_strategy_options(parse_config(yaml, "fsdp strategy")));
 }
 
 // Prepares `strategy` with a fresh GPT (seeded with `seed`) and Adam.
 std::shared_ptr<Model> prepare(Strategy& strategy, uint64_t seed) {
   auto model = testing::make_model("gpt", seed);
-  strategy.prepare(model, Config::parse(testing::adam_config()), Config(), SchedulerContext{});
+  strategy.prepare(model, parse_config(testing::adam_config()), Config(), SchedulerContext{});
   return model;
 }
 

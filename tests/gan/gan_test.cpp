@@ -60,7 +60,7 @@ LOCKSTEP_WORKER_TEST(GanWorker, Run) {
     });
   }
   const std::string phase = env_or("PHASE", "straight");
-  Config config = Config::load_file(testing::source_dir() + "/examples/gan/gan.yaml");
+  Config config = load_config(testing::source_dir() + "/examples/gan/gan.yaml");
   for (const auto& assignment : kTinyRun) config.apply_override(assignment);
   if (phase == "crash") {
     config.apply_override("custom_hooks=[{type: GanSampleGrid, interval: 5, num_samples: 16, columns: 4}, "

@@ -50,9 +50,10 @@ LOCKSTEP_WORKER_TEST(CommHookWorker, HierarchicalAllReduceMatchesFlat) {
   for (int r = 0; r < size; ++r) members[static_cast<size_t>(r)] = r;
   auto flat = world()->new_group(members, "flat");
   auto hierarchical = world()->new_group(members, "hierarchical");
-  ASSERT_TRUE(hierarchical->enable_hierarchical_all_reduce(node_split(size)));
+  auto hierarchy = hierarchical->enable_hierarchical_all_reduce(node_split(size));
+  ASSERT_TRUE(hierarchy);
   EXPECT_TRUE(hierarchical->hierarchical_all_reduce());
-  std::cout << "hierarchy: " << hierarchical->hierarchy_description() << std::endl;
+  std::cout << "hierarchy: " << *hierarchy << std::endl;
   torch::manual_seed(100 + get_rank());
   // An odd length, so no chunking lines up by accident.
   const torch::Tensor values = torch::randn({100003}) * 10;
@@ -183,7 +184,7 @@ std::vector<torch::Tensor> train_with_powersgd(const std::string& hierarchical) 
                                                            .bucket_cap_mb(0.0005));
   EXPECT_EQ(ddp->hierarchical(), hierarchical == "on");
   ddp->register_comm_hook(
-      make_comm_hook(Config::parse("{type: PowerSGD, matrix_approximation_rank: 2, start_powerSGD_iter: 2}")));
+      make_comm_hook(parse_config("{type: PowerSGD, matrix_approximation_rank: 2, start_powerSGD_iter: 2}")));
   auto optim = testing::sgd_momentum(*model);
   optim->set_gradient_sync(ddp);
   optim->initialize_count_status(0, 12);

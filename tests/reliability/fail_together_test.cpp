@@ -230,7 +230,7 @@ TEST(FailTogether, FsdpSaysAFailedStepCannotBeDroppedAndTheOtherRankEnds) {
 // STAY_ALIVE catches its error and stays alive for 20 s, as a program that
 // owns its loop would, so the others cannot learn of the failure by its exit.
 LOCKSTEP_WORKER_TEST(FailTogetherWorker, RunnerFailsOnEveryRank) {
-  Config config = Config::parse(testing::small_job_config(), "small_job.yaml");
+  Config config = parse_config(testing::small_job_config(), "small_job.yaml");
   config.apply_override(env_or("STRATEGY", testing::ddp_strategy_line()));
   const std::string work_dir = env_or("RUN_DIR");
   const int stay_alive = std::stoi(env_or("STAY_ALIVE", "-1"));

@@ -38,7 +38,7 @@ class ImageDatasetTest : public ::testing::Test {
   std::shared_ptr<ImageFolder> folder(const std::string& root, const std::string& pipeline_yaml,
                                       bool skip = false, bool with_path = false) {
     ImageDatasetOptions options;
-    options.pipeline = ImagePipeline::build(Config::parse(pipeline_yaml));
+    options.pipeline = ImagePipeline::build(parse_config(pipeline_yaml));
     options.skip_bad_samples = skip;
     options.with_path = with_path;
     return std::make_shared<ImageFolder>(root, options);
@@ -209,7 +209,7 @@ TEST_F(ImageDatasetTest, ImageListReadsPathsWithSpacesAndNamesBadLines) {
 TEST_F(ImageDatasetTest, ConfigErrorsNameTheKey) {
   write_pngs(dir_.path(), 3);
   auto build = [&](const std::string& yaml) {
-    return error_of([&] { dataset_registry().build(Config::parse(yaml, "data.yaml")); });
+    return error_of([&] { dataset_registry().build(parse_config(yaml, "data.yaml")); });
   };
   const std::string root = "root: " + dir_.path();
   EXPECT_THAT(build("{type: ImageFolder, " + root + ", extensions: [.bmp]}"), HasSubstr("'.bmp' is not one of"));
@@ -225,7 +225,7 @@ TEST_F(ImageDatasetTest, ConfigErrorsNameTheKey) {
   EXPECT_THAT(build("{type: ImageList, list: /nonexistent.txt}"), HasSubstr("cannot open the list /nonexistent.txt"));
   // A working config builds.
   auto dataset = dataset_registry().build(
-      Config::parse("{type: ImageFolder, " + root + ", pipeline: [{type: Resize, size: [8, 9]}]}"));
+      parse_config("{type: ImageFolder, " + root + ", pipeline: [{type: Resize, size: [8, 9]}]}"));
   EXPECT_EQ(dataset->get_batch({0, 1, 2}, 0).at("image").sizes(), (std::vector<int64_t>{3, 3, 8, 9}));
 }
 

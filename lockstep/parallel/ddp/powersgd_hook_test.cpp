@@ -44,26 +44,26 @@ TEST(PowerSGDTest, OrthogonalizeLeavesOrthonormalColumnsOfTheSameSpan) {
 
 TEST(PowerSGDTest, ConfigErrorsNameTheKey) {
   try {
-    make_comm_hook(Config::parse("{type: PowerSGD, start_powerSGD_iter: 1}", "hook.yaml"));
+    make_comm_hook(parse_config("{type: PowerSGD, start_powerSGD_iter: 1}", "hook.yaml"));
     ADD_FAILURE() << "start_powerSGD_iter 1 with error feedback was accepted";
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("start_powerSGD_iter"), std::string::npos) << error.what();
     EXPECT_NE(std::string(error.what()).find("must be > 1"), std::string::npos) << error.what();
   }
   try {
-    make_comm_hook(Config::parse("{type: PowerSGD, matrix_aproximation_rank: 4}", "hook.yaml"));
+    make_comm_hook(parse_config("{type: PowerSGD, matrix_aproximation_rank: 4}", "hook.yaml"));
     ADD_FAILURE() << "a misspelt key was accepted";
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("matrix_aproximation_rank"), std::string::npos) << error.what();
   }
   try {
-    make_comm_hook(Config::parse("{comm_hook: fp32_compress}", "hook.yaml").at("comm_hook"));
+    make_comm_hook(parse_config("{comm_hook: fp32_compress}", "hook.yaml").at("comm_hook"));
     ADD_FAILURE() << "an unknown hook was accepted";
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("unknown comm hook 'fp32_compress'"), std::string::npos) << error.what();
     EXPECT_NE(std::string(error.what()).find("PowerSGD"), std::string::npos) << error.what();
   }
-  auto hook = make_comm_hook(Config::parse("{type: PowerSGD, matrix_approximation_rank: 4, start_powerSGD_iter: 2}"));
+  auto hook = make_comm_hook(parse_config("{type: PowerSGD, matrix_approximation_rank: 4, start_powerSGD_iter: 2}"));
   auto* powersgd = dynamic_cast<PowerSGDHook*>(hook.get());
   ASSERT_NE(powersgd, nullptr);
   EXPECT_EQ(powersgd->options().matrix_approximation_rank(), 4);

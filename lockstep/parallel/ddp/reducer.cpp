@@ -11,6 +11,7 @@
 #include "lockstep/dist/agreement.h"
 #include "lockstep/dist/process_group.h"
 #include "lockstep/parallel/ddp/bucket_assignment.h"
+#include "lockstep/parallel/ddp/internal/iteration_check.h"
 
 namespace lockstep {
 namespace {
@@ -29,11 +30,40 @@ std::string join_names(const std::vector<std::string>& names, size_t limit = 20)
   return text;
 }
 
+// The parameters (by index) whose gradient accumulators `loss`'s graph does
+// not reach: those it leaves without a gradient.
+std::vector<size_t> unreached_parameters(const torch::Tensor& loss,
+                                         const std::vector<std::unique_ptr<compat::PostAccumulateHook>>& hooks) {
+  std::unordered_set<const torch::autograd::Node*> graph;
+  for (const auto* node : compat::reachable_nodes(loss)) graph.insert(node);
+  std::vector<size_t> unused;
+  for (size_t i = 0; i < hooks.size(); ++i) {
+    if (graph.count(hooks[i]->accumulator()) == 0) unused.push_back(i);
+  }
+  return unused;
+}
+
+// The error of a backward pass that left parameters without a gradient.
+std::exception_ptr unready_error(const std::vector<bool>& ready, const std::vector<std::string>& names) {
+  std::vector<std::string> missing;
+  for (size_t i = 0; i < ready.size(); ++i) {
+    if (!ready[i]) missing.push_back(names[i]);
+  }
+  return std::make_exception_ptr(Error(str_cat(
+      "the backward pass finished but ", missing.size(), " parameter(s) received no gradient, so their buckets "
+      "could not be reduced: ", join_names(missing), ". If some parameters do not take part in every loss, "
+      "construct DDP with find_unused_parameters: true (or static_graph: true when the set never changes).")));
+}
+
 }  // namespace
 
 Reducer::Reducer(std::vector<torch::Tensor> params, std::vector<std::string> names,
                  std::shared_ptr<ProcessGroup> group, ReducerOptions options)
-    : params_(std::move(params)), names_(std::move(names)), group_(std::move(group)), options_(options) {
+    : params_(std::move(params)),
+      names_(std::move(names)),
+      group_(std::move(group)),
+      options_(options),
+      check_(std::make_unique<detail::IterationCheck>()) {
   LOCKSTEP_CHECK(group_ != nullptr, "DDP needs a process group");
   LOCKSTEP_CHECK(!params_.empty(), "DDP needs at least one parameter that requires grad");
   LOCKSTEP_CHECK(params_.size() == names_.size(), "Reducer: ", params_.size(), " parameters but ", names_.size(), " names");
@@ -76,16 +106,6 @@ void Reducer::set_local_accumulation_allowed(bool allowed) {
   local_accumulation_allowed_ = allowed;
 }
 
-std::vector<size_t> Reducer::traverse_unused(const torch::Tensor& loss) const {
-  std::unordered_set<const torch::autograd::Node*> graph;
-  for (const auto* node : compat::reachable_nodes(loss)) graph.insert(node);
-  std::vector<size_t> unused;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (graph.count(hooks_[i]->accumulator()) == 0) unused.push_back(i);
-  }
-  return unused;
-}
-
 void Reducer::prepare_for_backward(const torch::Tensor& loss, bool sync, int64_t iteration) {
   std::lock_guard<std::mutex> lock(mutex_);
   LOCKSTEP_CHECK(!reducing(), "DDP: a new backward pass started before the previous one finished its gradient "
@@ -99,7 +119,7 @@ void Reducer::prepare_for_backward(const torch::Tensor& loss, bool sync, int64_t
   if (options_.static_graph()) {
     // First iteration: hooks only count; everything is reduced at the end.
   } else if (options_.find_unused_parameters()) {
-    unused_ = traverse_unused(loss);
+    unused_ = unreached_parameters(loss, hooks_);
   }
   for (size_t index : unused_) mark_variable_ready(index);
 }
@@ -114,8 +134,7 @@ void Reducer::start_pass(int64_t iteration) {
     bucket.pending = bucket.variables.size();
     bucket.reduction.reset();
   }
-  check_work_.reset();
-  check_verified_ = false;
+  check_->reset();
   timeline_ = ReductionTimeline();
   timeline_.bucket_launched.assign(buckets_.size(), Clock::time_point());
   if (!rebuilt_) ready_order_.clear();
@@ -128,7 +147,10 @@ void Reducer::start_pass(int64_t iteration) {
     }
   }
   // Without a used map, the check goes out now (Note [The iteration check]).
-  if (!exchange_used_map_ && group_->size() > 1) launch_check();
+  if (!exchange_used_map_ && group_->size() > 1) {
+    timeline_.check_launched = Clock::now();
+    check_->launch(*group_, iteration_, !diverged_reason_.empty(), nullptr);
+  }
 }
 
 void Reducer::autograd_hook(size_t index) {
@@ -231,105 +253,10 @@ void Reducer::launch_ready_buckets() {
     }
     ++next_bucket_;
   }
-  if (next_bucket_ == buckets_.size() && exchange_used_map_ && group_->size() > 1) launch_check();
-}
-
-// Note [The iteration check]
-// DDP's collectives carry no names: a rank that skipped a step's backward (or
-// ran an extra one) would pair its buckets with the others' buckets of
-// another iteration, and gradients of different iterations would be averaged
-// together without a sign. So every synchronised backward also all-gathers,
-// from every rank, [iteration, diverged, which parameters this rank used]:
-// the iteration (the trainer's, given to begin_backward; without a trainer
-// the optim wrapper's own count of backward passes) catches a rank that
-// skipped a step, and every rank fails naming each rank's iteration;
-// `diverged` catches a rank whose optimizer step failed after an earlier
-// reduction (mark_diverged: such a step cannot be dropped, see
-// Note [Dropping a failed step]); the used map, when this pass exchanges one,
-// tells parameters unused everywhere from those unused only here
-// (Note [Unused parameters get no gradient]).
-//
-// It costs no round trip of its own. Without a used map to exchange, the
-// check goes out in start_pass, when backward starts, ahead of every bucket:
-// it completes while backward computes, and finalize_backward reads it before
-// waiting for any bucket, so that ranks out of step are named even when their
-// buckets' collectives no longer match. Only when a used map must be
-// exchanged (find_unused_parameters, a static graph's first pass) does it wait
-// for the end of backward, going out after the last bucket, as PyTorch's
-// used-map all_reduce does. A rank that fails before any forward cannot know
-// which collectives the others run next, so it does not guess: the next
-// backward's check names the rank out of step
-// (DistributedDataParallel::step_failed). FSDP checks the same with a hash of
-// its unit collectives (Note [FSDP's step check]).
-//
-// The iteration check's layout, per rank.
-constexpr int64_t kCheckIteration = 0;
-constexpr int64_t kCheckDiverged = 1;
-constexpr int64_t kCheckUsedMap = 2;
-
-void Reducer::launch_check() {
-  // [iteration, diverged, used map] from every rank (Note [The iteration check]).
-  const int64_t length = kCheckUsedMap + (exchange_used_map_ ? static_cast<int64_t>(params_.size()) : 0);
-  torch::Tensor mine = torch::empty({length}, torch::kInt);
-  auto data = mine.data_ptr<int32_t>();
-  data[kCheckIteration] = static_cast<int32_t>(iteration_);
-  data[kCheckDiverged] = diverged_reason_.empty() ? 0 : 1;
-  if (exchange_used_map_) std::copy(locally_used_.begin(), locally_used_.end(), data + kCheckUsedMap);
-  check_ = torch::empty({group_->size() * length}, torch::kInt);
-  timeline_.check_launched = Clock::now();
-  check_work_ = group_->all_gather_into_tensor(check_, mine, /*async=*/true);
-}
-
-void Reducer::verify_check() {
-  if (!check_work_ || check_verified_) return;
-  check_work_->wait();
-  check_verified_ = true;
-  const int64_t length = check_.numel() / group_->size();
-  auto data = check_.data_ptr<int32_t>();
-  std::vector<int32_t> sequence(static_cast<size_t>(group_->size()));
-  for (int r = 0; r < group_->size(); ++r) sequence[static_cast<size_t>(r)] = data[r * length + kCheckIteration];
-  if (std::adjacent_find(sequence.begin(), sequence.end(), std::not_equal_to<>()) != sequence.end()) {
-    std::string text;
-    for (int r = 0; r < group_->size(); ++r) {
-      text += (r ? ", " : "") + std::string("rank ") + std::to_string(group_->global_rank(r)) + " at iteration " +
-              std::to_string(sequence[static_cast<size_t>(r)]);
-    }
-    end_pass();
-    throw DistributedError(str_cat(
-        "DDP ranks are out of step: they reduced gradients of different iterations together (", text,
-        "). A rank skipped a step's backward pass (or ran an extra one); every rank must run backward in the same "
-        "iterations."));
+  if (next_bucket_ == buckets_.size() && exchange_used_map_ && group_->size() > 1) {
+    timeline_.check_launched = Clock::now();
+    check_->launch(*group_, iteration_, !diverged_reason_.empty(), &locally_used_);
   }
-  std::string diverged;
-  for (int r = 0; r < group_->size(); ++r) {
-    if (data[r * length + kCheckDiverged] != 0) diverged += (diverged.empty() ? "" : ", ") + std::to_string(group_->global_rank(r));
-  }
-  if (!diverged.empty()) {
-    end_pass();
-    throw DistributedError(str_cat(
-        "DDP: rank(s) ", diverged, " failed after the gradients of an earlier step were reduced (",
-        diverged_reason_.empty() ? std::string("see that rank's error") : diverged_reason_,
-        "), so their weights may differ from the other ranks': such a step cannot be dropped. Restart from the "
-        "last checkpoint."));
-  }
-  if (exchange_used_map_) {
-    for (size_t i = 0; i < params_.size(); ++i) {
-      int32_t used = 0;
-      for (int r = 0; r < group_->size(); ++r) used |= data[r * length + kCheckUsedMap + static_cast<int64_t>(i)];
-      globally_used_[i] = used;
-    }
-  }
-}
-
-void Reducer::fail_unready_buckets() {
-  std::vector<std::string> missing;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (!ready_[i]) missing.push_back(names_[i]);
-  }
-  abandon_pass(std::make_exception_ptr(Error(str_cat(
-      "the backward pass finished but ", missing.size(), " parameter(s) received no gradient, so their buckets "
-      "could not be reduced: ", join_names(missing), ". If some parameters do not take part in every loss, "
-      "construct DDP with find_unused_parameters: true (or static_graph: true when the set never changes)."))));
 }
 
 // Note [Dropping a failed step]
@@ -357,7 +284,7 @@ void Reducer::abandon_pass(const std::exception_ptr& error) {
   }
   try {
     launch_ready_buckets();
-    if (check_work_) check_work_->wait();
+    check_->wait();
     for (auto& bucket : buckets_) {
       if (bucket.reduction) bucket.reduction->wait();
     }
@@ -383,7 +310,7 @@ void Reducer::drop_gradients() {
     ready_order_.clear();
   }
   std::fill(locally_used_.begin(), locally_used_.end(), 0);
-  check_work_.reset();
+  check_->reset();
   abandoned_iteration_ = iteration_;
   end_pass();
 }
@@ -419,19 +346,19 @@ void Reducer::finalize_backward() {
     ready_order_.clear();  // marking records the order again, for the rebuild
     for (size_t index : order) mark_variable_ready(index);
   }
-  if (next_bucket_ < buckets_.size()) fail_unready_buckets();
+  if (next_bucket_ < buckets_.size()) abandon_pass(unready_error(ready_, names_));
   const bool track_used = options_.find_unused_parameters() || options_.static_graph();
   try {
     // The check left before every bucket: read it first, so that ranks out of
     // step are named even when their buckets' collectives no longer match
     // (Note [The iteration check]).
-    if (!exchange_used_map_) verify_check();
+    if (!exchange_used_map_) check_->verify(*group_, diverged_reason_, nullptr);
     for (auto& bucket : buckets_) {
       torch::Tensor result = bucket.reduction->wait();
       if (result.defined() && !same_memory(result, bucket.flat)) bucket.flat.copy_(result);
     }
-    if (check_work_) {
-      verify_check();
+    if (check_->launched()) {
+      check_->verify(*group_, diverged_reason_, exchange_used_map_ ? &globally_used_ : nullptr);
     } else if (track_used) {
       globally_used_ = locally_used_;
     }
@@ -476,7 +403,7 @@ void Reducer::finalize_backward() {
   }
   end_pass();
   std::fill(locally_used_.begin(), locally_used_.end(), 0);
-  check_work_.reset();
+  check_->reset();
   // Buckets are rebuilt once, in the order gradients became ready -- except
   // with find_unused_parameters (and no static graph), where that order may
   // change from one iteration to the next (Note [Bucket order and rebuild]).
@@ -523,15 +450,6 @@ std::vector<std::vector<size_t>> Reducer::bucket_indices() const {
 ReductionTimeline Reducer::last_timeline() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return timeline_;
-}
-
-std::vector<std::string> Reducer::globally_unused_parameters() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<std::string> unused;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (!globally_used_[i]) unused.push_back(names_[i]);
-  }
-  return unused;
 }
 
 }  // namespace lockstep

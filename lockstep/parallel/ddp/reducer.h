@@ -52,6 +52,10 @@
 
 namespace lockstep {
 
+namespace detail {
+class IterationCheck;
+}
+
 class ProcessGroup;
 class Work;
 namespace compat {
@@ -129,10 +133,6 @@ class Reducer {
   void restore_rebuilt_order(const std::vector<int64_t>& order);
   bool buckets_rebuilt() const { return rebuilt_; }
   ReductionTimeline last_timeline() const;
-  // Parameters unused on every rank in the last synchronised backward.
-  std::vector<std::string> globally_unused_parameters() const;
-  const std::vector<std::string>& names() const { return names_; }
-  bool gradient_as_bucket_view() const { return options_.gradient_as_bucket_view(); }
 
  private:
   struct Bucket {
@@ -153,11 +153,6 @@ class Reducer {
   void autograd_hook(size_t index);
   void mark_variable_ready(size_t index);
   void launch_ready_buckets();
-  void launch_check();
-  // Waits for the check and fails naming the ranks if they are out of step;
-  // reads the used map when the pass exchanged one. Once per pass. See
-  // Note [The iteration check].
-  void verify_check();
   void finalize_backward();
   // Starts a synchronised pass (the state prepare_for_backward sets up).
   void start_pass(int64_t iteration);
@@ -167,8 +162,6 @@ class Reducer {
   [[noreturn]] void abandon_pass(const std::exception_ptr& error);
   // After an agreement that the pass failed: no rank keeps its gradients.
   void drop_gradients();
-  [[noreturn]] void fail_unready_buckets();
-  std::vector<size_t> traverse_unused(const torch::Tensor& loss) const;
 
   std::vector<torch::Tensor> params_;
   std::vector<std::string> names_;
@@ -207,9 +200,7 @@ class Reducer {
   std::vector<int32_t> locally_used_;  // kept across no_sync micro-steps
   std::vector<size_t> unused_;         // outside the graph this time
   bool exchange_used_map_ = false;     // this pass gathers locally_used_ at its end
-  torch::Tensor check_;                // [seq, used...] of every rank
-  std::shared_ptr<Work> check_work_;
-  bool check_verified_ = false;
+  std::unique_ptr<detail::IterationCheck> check_;  // Note [The iteration check]
   int64_t iteration_ = 0;
   // The last iteration whose pass ended in a failed agreement (-1: none).
   int64_t abandoned_iteration_ = -1;

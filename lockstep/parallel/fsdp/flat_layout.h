@@ -12,6 +12,7 @@
 //   fsdp::ShardOverlap part = fsdp::shard_overlap(/*offset=*/3, /*numel=*/7, /*shard_rank=*/1, S);
 //   // part: elements [4, 8) of the layout, at 0 in shard 1 and at 1 in the range
 //   fsdp::fill_from_pieces(out, begin, fsdp::shard_pieces(10, S, 3), read_piece);   // resharding
+//   fsdp::ShardLayout layout(/*numel=*/10, /*shard_rank=*/1, /*shard_world=*/3);   // the same, as one value
 //   fsdp::unit_key("layers.0");                                              // "layers.0.flat_param"
 #pragma once
 
@@ -38,6 +39,27 @@ struct ShardOverlap {
   int64_t length = 0;
 };
 ShardOverlap shard_overlap(int64_t offset, int64_t numel, int shard_rank, int64_t shard_numel);
+
+// One rank's view of a layout of `numel` elements over `shard_world` shards.
+struct ShardLayout {
+  ShardLayout() = default;
+  ShardLayout(int64_t numel, int shard_rank, int shard_world)
+      : numel(numel),
+        shard_numel(fsdp::shard_numel(numel, shard_world)),
+        padded_numel(fsdp::shard_numel(numel, shard_world) * shard_world),
+        shard_rank(shard_rank),
+        shard_world(shard_world) {}
+  // This rank's part of the layout's [offset, offset + count).
+  ShardOverlap part(int64_t offset, int64_t count) const {
+    return shard_overlap(offset, count, shard_rank, shard_numel);
+  }
+
+  int64_t numel = 0;         // the parameters' elements
+  int64_t shard_numel = 0;   // elements per shard
+  int64_t padded_numel = 0;  // shard_numel * shard_world: the layout with its padding
+  int shard_rank = 0;
+  int shard_world = 1;
+};
 
 // A piece of a flat layout, elements [begin, begin + numel) of it; in a saved
 // shard it is stored from element 0 of the saved tensor.

@@ -34,11 +34,38 @@ std::pair<double, double> gradient_divide_factors(int world_size) {
   return {static_cast<double>(factor), static_cast<double>(world_size) / factor};
 }
 
+namespace {
+
+// The edges of a unit's states (FlatParamUnit::State).
+void move_unit_state(FlatParamUnit::State& state, FlatParamUnit::State next) {
+  using State = FlatParamUnit::State;
+  constexpr unsigned kMayComeFrom[] = {
+      phase_bit(State::kGathered),                               // kSharded: resharded
+      phase_bit(State::kSharded),                                // kGathering: a gather started
+      phase_bit(State::kSharded) | phase_bit(State::kGathering)};  // kGathered
+  constexpr const char* kNames[] = {"sharded", "gathering", "gathered"};
+  move_phase("an FSDP unit", state, next, kMayComeFrom, kNames);
+}
+
+// The slots' current values in the padded flat layout, on the compute
+// device, broadcast from the sync group's rank 0 when the setup has one.
+torch::Tensor flat_of_slots(const std::vector<FlatSlot>& slots, const ShardLayout& layout, const UnitSetup& setup) {
+  torch::Tensor flat = torch::zeros({layout.padded_numel}, slots.front().param.options().requires_grad(false));
+  for (const auto& slot : slots) flat.narrow(0, slot.offset, slot.numel).copy_(slot.param.detach().reshape(-1));
+  // The model may be on the host: only this unit moves to the compute device.
+  flat = flat.to(setup.compute_device);
+  if (setup.sync_group) setup.sync_group->broadcast(flat, 0);
+  return flat;
+}
+
+}  // namespace
+
 FlatParamUnit::FlatParamUnit(int index, std::string path, torch::nn::Module* module, std::vector<FlatSlot> slots,
                              UnitSetup setup, torch::Tensor prebuilt_shard)
     : index_(index), path_(std::move(path)), module_(module), slots_(std::move(slots)), setup_(std::move(setup)) {
   LOCKSTEP_CHECK(!slots_.empty(), "FSDP unit '", path_, "' has no parameters");
   const torch::Tensor& first = slots_.front().param;
+  int64_t numel = 0;
   for (auto& slot : slots_) {
     LOCKSTEP_CHECK(slot.param.scalar_type() == first.scalar_type() && slot.param.device() == first.device(),
                    "FSDP unit '", path_.empty() ? "(root)" : path_,
@@ -47,82 +74,56 @@ FlatParamUnit::FlatParamUnit(int index, std::string path, torch::nn::Module* mod
                    " on ", slot.param.device(), "; convert the model to one dtype and device before wrapping");
     slot.shape = slot.param.sizes().vec();
     slot.numel = slot.param.numel();
-    slot.offset = numel_;
-    numel_ += slot.numel;
+    slot.offset = numel;
+    numel += slot.numel;
   }
-  if (setup_.shard_group) {
-    shard_rank_ = setup_.shard_group->rank();
-    shard_world_ = setup_.shard_group->size();
-  }
-  shard_numel_ = fsdp::shard_numel(numel_, shard_world_);
-  padded_numel_ = shard_numel_ * shard_world_;
-
-  aliases_shard_ = shard_world_ == 1 && setup_.param_dtype == first.scalar_type() &&
+  layout_ = setup_.shard_group ? ShardLayout(numel, setup_.shard_group->rank(), setup_.shard_group->size())
+                               : ShardLayout(numel, 0, 1);
+  aliases_shard_ = layout_.shard_world == 1 && setup_.param_dtype == first.scalar_type() &&
                    setup_.shard_device == setup_.compute_device;
   pinned_offload_ = !aliases_shard_ && setup_.shard_device.is_cpu() && setup_.compute_device.is_cuda() &&
                     compat::can_pin_memory();
   torch::NoGradGuard no_grad;
+  const auto shard_options = torch::TensorOptions().dtype(first.scalar_type()).device(setup_.shard_device);
+  const auto full_options = torch::TensorOptions().dtype(setup_.param_dtype).device(setup_.compute_device);
+  // A shard cut while the model was built (shard_while_building.h): the
+  // parameters are placeholders already, and the whole unit never exists here.
+  const bool starts_sharded = prebuilt_shard.defined() && !aliases_shard_;
   if (prebuilt_shard.defined()) {
-    adopt_prebuilt_shard(prebuilt_shard);
+    LOCKSTEP_ASSERT(prebuilt_shard.numel() == layout_.shard_numel, "FSDP unit '", path_,
+                    "': the shard cut while building holds ", prebuilt_shard.numel(), " elements, this layout needs ",
+                    layout_.shard_numel);
+    shard_ = prebuilt_shard.reshape(-1).to(shard_options);
+    if (aliases_shard_) {
+      full_ = shard_.detach();
+    } else {
+      full_ = torch::empty({layout_.padded_numel}, full_options);
+      compat::free_storage(full_);
+    }
   } else {
-    shard_from_slots();
+    torch::Tensor flat = flat_of_slots(slots_, layout_, setup_);
+    if (aliases_shard_) {
+      shard_ = flat;
+      full_ = flat.detach();
+    } else {
+      shard_ = flat.narrow(0, layout_.shard_rank * layout_.shard_numel, layout_.shard_numel)
+                   .to(shard_options, /*non_blocking=*/false, /*copy=*/true);
+      full_ = flat.to(full_options);
+    }
   }
-}
-
-void FlatParamUnit::shard_from_slots() {
-  const torch::Tensor& first = slots_.front().param;
-  torch::Tensor flat = torch::zeros({padded_numel_}, first.options().requires_grad(false));
-  for (const auto& slot : slots_) flat.narrow(0, slot.offset, slot.numel).copy_(slot.param.detach().reshape(-1));
-  // The model may be on the host: only this unit moves to the compute device.
-  flat = flat.to(setup_.compute_device);
-  if (setup_.sync_group) setup_.sync_group->broadcast(flat, 0);
-  if (aliases_shard_) {
-    shard_ = flat;
-    full_ = flat.detach();
-  } else {
-    shard_ = flat.narrow(0, shard_rank_ * shard_numel_, shard_numel_)
-                 .to(shard_options(), /*non_blocking=*/false, /*copy=*/true);
-    full_ = flat.to(torch::TensorOptions().dtype(setup_.param_dtype).device(setup_.compute_device));
-  }
-  finish_shard_setup();
-  point_params_at_full();
-}
-
-// Cut while the model was built (shard_while_building.h): the parameters are
-// placeholders already, and the whole unit never exists again here.
-void FlatParamUnit::adopt_prebuilt_shard(const torch::Tensor& prebuilt) {
-  LOCKSTEP_ASSERT(prebuilt.numel() == shard_numel_, "FSDP unit '", path_, "': the shard cut while building holds ",
-                 prebuilt.numel(), " elements, this layout needs ", shard_numel_);
-  shard_ = prebuilt.reshape(-1).to(shard_options());
-  if (aliases_shard_) {
-    full_ = shard_.detach();
-    finish_shard_setup();
-    point_params_at_full();
-    return;
-  }
-  full_ = torch::empty({padded_numel_}, torch::TensorOptions().dtype(setup_.param_dtype).device(setup_.compute_device));
-  compat::free_storage(full_);
-  finish_shard_setup();
-  enter(State::kSharded);
-  point_params_at_empty();
-  if (setup_.persistent) {
-    start_gather();
-    finish_gather();
-  }
-}
-
-torch::TensorOptions FlatParamUnit::shard_options() const {
-  return torch::TensorOptions().dtype(slots_.front().param.scalar_type()).device(setup_.shard_device);
-}
-
-// What every way of making the shard ends with: its own leaf (pinned under
-// offload) and the placeholders parameters point at while sharded.
-void FlatParamUnit::finish_shard_setup() {
+  // The shard is a leaf of its own (pinned under offload); the placeholders
+  // are what parameters point at while sharded.
   if (pinned_offload_) shard_ = shard_.pin_memory();
   shard_.requires_grad_(true);
   empty_ = torch::empty({0}, full_.options());
   nan_ = torch::full({1}, std::numeric_limits<double>::quiet_NaN(), full_.options());
   gathered_version_ = static_cast<int64_t>(shard_._version());
+  if (starts_sharded) move_unit_state(state_, State::kSharded);
+  restore_param_views();
+  if (starts_sharded && setup_.persistent) {
+    start_gather();
+    finish_gather();
+  }
 }
 
 FlatParamUnit::~FlatParamUnit() {
@@ -155,38 +156,32 @@ int64_t FlatParamUnit::gathered_bytes() const {
   return static_cast<int64_t>(compat::storage_bytes(full_));
 }
 
-void FlatParamUnit::point_params_at_full() { point_params_at(full_); }
-
 void FlatParamUnit::point_params_at(const torch::Tensor& flat) {
   for (auto& slot : slots_) slot.param.set_data(flat.narrow(0, slot.offset, slot.numel).view(slot.shape));
 }
 
 void FlatParamUnit::restore_param_views() {
-  if (state_ == State::kSharded) {
-    point_params_at_empty();
-  } else {
-    point_params_at_full();
+  if (state_ != State::kSharded) {
+    point_params_at(full_);
+    return;
   }
+  for (auto& slot : slots_) slot.param.set_data(intercepted_ ? empty_ : nan_.expand(slot.shape));
 }
 
 torch::Tensor FlatParamUnit::gather_full_precision() {
   torch::NoGradGuard no_grad;
-  if (shard_world_ == 1) return shard_.detach();
-  torch::Tensor flat = torch::empty({padded_numel_}, shard_.options().requires_grad(false));
+  if (layout_.shard_world == 1) return shard_.detach();
+  torch::Tensor flat = torch::empty({layout_.padded_numel}, shard_.options().requires_grad(false));
   torch::Tensor source = shard_.detach();
   if (setup_.step_check) setup_.step_check->record(index_, StepCheck::Kind::kGather);
   setup_.shard_group->all_gather_into_tensor(flat, source);
   return flat;
 }
 
-void FlatParamUnit::point_params_at_empty() {
-  for (auto& slot : slots_) slot.param.set_data(intercepted_ ? empty_ : nan_.expand(slot.shape));
-}
-
 void FlatParamUnit::mark_intercepted() {
   if (intercepted_) return;
   intercepted_ = true;
-  if (state_ == State::kSharded) point_params_at_empty();
+  if (state_ == State::kSharded) restore_param_views();
 }
 
 void FlatParamUnit::start_gather() {
@@ -201,16 +196,16 @@ void FlatParamUnit::start_gather() {
     // ahead of the all-gather that reads it.
     source = source.to(full_.options(), /*non_blocking=*/pinned_offload_);
   }
-  if (shard_world_ == 1) {
+  if (layout_.shard_world == 1) {
     full_.copy_(source);
-    enter(State::kGathered);
-    point_params_at_full();
+    move_unit_state(state_, State::kGathered);
+    restore_param_views();
     return;
   }
   gather_source_ = source;
   if (setup_.step_check) setup_.step_check->record(index_, StepCheck::Kind::kGather);
   gather_work_ = setup_.shard_group->all_gather_into_tensor(full_, gather_source_, /*async=*/true);
-  enter(State::kGathering);
+  move_unit_state(state_, State::kGathering);
 }
 
 void FlatParamUnit::finish_gather() {
@@ -220,24 +215,15 @@ void FlatParamUnit::finish_gather() {
   gather_work_.reset();
   wait_for_unit(*work, path_, "gathering its parameters");
   gather_source_ = torch::Tensor();
-  enter(State::kGathered);
-  point_params_at_full();
-}
-
-void FlatParamUnit::enter(State next) {
-  constexpr unsigned kMayComeFrom[] = {
-      phase_bit(State::kGathered),                               // kSharded: resharded
-      phase_bit(State::kSharded),                                // kGathering: a gather started
-      phase_bit(State::kSharded) | phase_bit(State::kGathering)};  // kGathered
-  constexpr const char* kNames[] = {"sharded", "gathering", "gathered"};
-  move_phase("an FSDP unit", state_, next, kMayComeFrom, kNames);
+  move_unit_state(state_, State::kGathered);
+  restore_param_views();
 }
 
 void FlatParamUnit::refresh() {
   if (aliases_shard_ || state_ == State::kSharded) return;
   if (state_ == State::kGathering) finish_gather();
   if (!stale()) return;
-  enter(State::kSharded);  // the bytes stay allocated; start_gather overwrites them
+  move_unit_state(state_, State::kSharded);  // the bytes stay allocated; start_gather overwrites them
   start_gather();
   finish_gather();
 }
@@ -245,25 +231,20 @@ void FlatParamUnit::refresh() {
 void FlatParamUnit::reshard() {
   if (setup_.persistent || aliases_shard_ || state_ == State::kSharded) return;
   if (state_ == State::kGathering) finish_gather();
-  point_params_at_empty();
+  move_unit_state(state_, State::kSharded);
+  restore_param_views();
   compat::free_storage(full_);
-  enter(State::kSharded);
 }
 
 ShardOverlap FlatParamUnit::shard_part(size_t slot) const {
-  return shard_overlap(slots_.at(slot).offset, slots_.at(slot).numel, shard_rank_, shard_numel_);
-}
-
-void FlatParamUnit::load_flat(const torch::Tensor& flat) {
-  LOCKSTEP_CHECK(flat.numel() == padded_numel_, "FSDP unit '", path_, "': a flat parameter of ", flat.numel(),
-                 " elements cannot load into a layout of ", padded_numel_);
-  torch::NoGradGuard no_grad;
-  shard_.copy_(flat.reshape(-1).narrow(0, shard_rank_ * shard_numel_, shard_numel_));
-  shard_updated_ = true;
+  return layout_.part(slots_.at(slot).offset, slots_.at(slot).numel);
 }
 
 void FlatParamUnit::load_slice(int64_t offset, const torch::Tensor& values) {
-  const ShardOverlap part = shard_overlap(offset, values.numel(), shard_rank_, shard_numel_);
+  LOCKSTEP_CHECK(offset >= 0 && offset + values.numel() <= layout_.padded_numel, "FSDP unit '", path_,
+                 "': elements [", offset, ", ", offset + values.numel(), ") cannot load into a layout of ",
+                 layout_.padded_numel);
+  const ShardOverlap part = layout_.part(offset, values.numel());
   if (part.length == 0) return;
   torch::NoGradGuard no_grad;
   shard_.narrow(0, part.in_shard, part.length).copy_(values.reshape(-1).narrow(0, part.in_range, part.length));

@@ -100,14 +100,9 @@ class FlatParamUnit {
   const std::string& path() const { return path_; }  // "" for the root
   torch::nn::Module* module() const { return module_; }
   const std::vector<FlatSlot>& slots() const { return slots_; }
-  std::vector<FlatSlot>& mutable_slots() { return slots_; }
-  int64_t numel() const { return numel_; }
-  int64_t padded_numel() const { return padded_numel_; }
-  int64_t shard_numel() const { return shard_numel_; }
-  int shard_rank() const { return shard_rank_; }
-  int shard_world() const { return shard_world_; }
+  // The flat layout's sizes and this rank's shard of it.
+  const ShardLayout& layout() const { return layout_; }
   const UnitSetup& setup() const { return setup_; }
-  bool persistent() const { return setup_.persistent; }
   // The gathered buffer is the shard itself (one rank per shard group, same
   // dtype and device): gathering and freeing are no-ops.
   bool aliases_shard() const { return aliases_shard_; }
@@ -131,7 +126,8 @@ class FlatParamUnit {
   // (collective over the shard group); the shard itself with one rank.
   torch::Tensor gather_full_precision();
   // Points the parameters at views of `flat` (this unit's padded layout), or
-  // back at what the unit's state says: the gathered buffer or placeholders.
+  // back at what the unit's state says: the gathered buffer, or placeholders
+  // while sharded.
   void point_params_at(const torch::Tensor& flat);
   void restore_param_views();
 
@@ -153,14 +149,10 @@ class FlatParamUnit {
   // shard().grad(), use_orig_params' views (shard_gradients.h).
   ShardGradients& gradients() { return gradients_; }
   const ShardGradients& gradients() const { return gradients_; }
-  // The shard and its gradient live in page-locked host memory (CPU offload
-  // from a GPU), so copies between them and the GPU are asynchronous.
-  bool pinned_offload() const { return pinned_offload_; }
 
-  // Copies `flat` (the unit's whole layout, padding included, any dtype and
-  // device) into this rank's shard. Local; the unit is stale afterwards.
-  void load_flat(const torch::Tensor& flat);
-  // Sets `values` [offset, offset + numel) of the layout (only the part this rank owns).
+  // Sets `values` [offset, offset + numel) of the layout (only the part this
+  // rank owns; the whole layout from offset 0 loads the whole shard). Local;
+  // the unit is stale afterwards.
   void load_slice(int64_t offset, const torch::Tensor& values);
 
   // The part of slot `slot` this rank's shard holds.
@@ -170,26 +162,15 @@ class FlatParamUnit {
   std::vector<std::unique_ptr<compat::PostAccumulateHook>>& hooks() { return hooks_; }
 
  private:
-  // Moves to `next`: sharded -> gathering -> gathered (or sharded -> gathered
-  // in one go) -> sharded, asserted.
-  void enter(State next);
-  void point_params_at_full();
-  void point_params_at_empty();
-  void shard_from_slots();
-  void adopt_prebuilt_shard(const torch::Tensor& prebuilt);
-  torch::TensorOptions shard_options() const;
-  void finish_shard_setup();
+  // Reads the slots' storage and layout, and offload (slots_, pinned_offload_).
+  friend class ShardGradients;
 
   int index_;
   std::string path_;
   torch::nn::Module* module_;
   std::vector<FlatSlot> slots_;
   UnitSetup setup_;
-  int shard_rank_ = 0;
-  int shard_world_ = 1;
-  int64_t numel_ = 0;
-  int64_t padded_numel_ = 0;
-  int64_t shard_numel_ = 0;
+  ShardLayout layout_;
   bool aliases_shard_ = false;  // `full` is the shard itself (one rank, same dtype and device)
   // CPU offload from a GPU: the shard and its gradient live in page-locked
   // memory, so copies between them and the GPU are asynchronous.
@@ -199,6 +180,8 @@ class FlatParamUnit {
   torch::Tensor empty_;         // what parameters point at while sharded
   torch::Tensor nan_;           // one NaN, expanded to each shape while not intercepted yet
   bool intercepted_ = false;
+  // Moved by move_unit_state: sharded -> gathering -> gathered (or sharded ->
+  // gathered in one go) -> sharded, asserted.
   State state_ = State::kGathered;
   int64_t gathered_version_ = 0;
   bool shard_updated_ = false;  // since the last gather

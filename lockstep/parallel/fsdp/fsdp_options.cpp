@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "lockstep/config/key_usage.h"
 #include "lockstep/core/error.h"
 #include "lockstep/dist/hierarchy.h"
 
@@ -96,7 +97,7 @@ FSDPOptions parse_fsdp_options(const Config& config, const FSDPOptions& defaults
     options.offload_params(offload.as<bool>());
   } else if (offload.is_map()) {
     options.offload_params(offload.get<bool>("offload_params", false));
-    offload.check_all_used("cpu_offload");
+    check_all_used(offload, "cpu_offload");
   }
   Config precision = config.child("mixed_precision");
   if (precision.is_map()) {
@@ -106,7 +107,7 @@ FSDPOptions parse_fsdp_options(const Config& config, const FSDPOptions& defaults
                                 .buffer_dtype(read_dtype(precision, "buffer_dtype"))
                                 .cast_root_forward_inputs(precision.get<bool>("cast_root_forward_inputs", true))
                                 .cast_forward_inputs(precision.get<bool>("cast_forward_inputs", false)));
-    precision.check_all_used("mixed_precision");
+    check_all_used(precision, "mixed_precision");
   } else {
     LOCKSTEP_CHECK(precision.is_null(), config.where("mixed_precision"),
                    ": mixed_precision must be a map such as {param_dtype: bf16, reduce_dtype: fp32}");

@@ -64,7 +64,7 @@ TEST(FsdpSingleProcess, SequentialUnitsAreGatheredForUseAndFreedBetween) {
   ASSERT_EQ(fsdp->units().size(), 4u);  // the root (gain) and three Linears
   const std::vector<std::string> paths{"", "layers.0", "layers.2", "layers.4"};
   for (size_t u = 0; u < paths.size(); ++u) EXPECT_EQ(fsdp->units()[u]->path(), paths[u]);
-  EXPECT_EQ(fsdp->units()[1]->numel(), 16 * 24 + 24);
+  EXPECT_EQ(fsdp->units()[1]->layout().numel, 16 * 24 + 24);
   // Sharded from construction on: no unit holds its gathered buffer, and
   // until a unit is intercepted its parameters are memoryless NaNs of their shapes.
   EXPECT_EQ(fsdp->memory_stats().max_gathered_units, 0);

@@ -44,7 +44,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
   reset_peak_stats();
   if (own->rank() == 0) {
     int64_t largest = 0;
-    for (const auto& unit : model_->units) largest = std::max(largest, unit->numel());
+    for (const auto& unit : model_->units) largest = std::max(largest, unit->layout().numel);
     const auto& policy = model_->options.auto_wrap_policy();
     logger().info(
         "FSDP {}: {} unit(s) over {} rank(s) (shard group of {}), largest {} parameters, policy {}{}",
@@ -208,7 +208,7 @@ FullyShardedDataParallel::FullParams::FullParams(FullyShardedDataParallel* fsdp,
 FullyShardedDataParallel::FullParams::~FullParams() {
   try {
     for (auto& unit : fsdp_->model_->units) {
-      if (writeback_) unit->load_flat(flats_[static_cast<size_t>(unit->index())]);
+      if (writeback_) unit->load_slice(0, flats_[static_cast<size_t>(unit->index())]);
       unit->restore_param_views();
     }
     // Units that stay gathered see the written-back shards (collective; every rank does it).

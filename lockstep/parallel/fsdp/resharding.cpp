@@ -54,10 +54,11 @@ State Resharding::state_dict(const json& saved_layout,
     const FlatParamUnit& unit = *model_.units[u];
     const std::string key = "shards/" + unit_key(unit.path());
     const int64_t saved_shard = saved_shard_numel(saved_layout, u);
-    torch::Tensor shard = torch::zeros({unit.shard_numel()}, torch::TensorOptions().dtype(unit.shard().scalar_type()));
-    const LayoutPiece mine = shard_piece(unit.numel(), unit.shard_numel(), unit.shard_rank());
+    torch::Tensor shard =
+        torch::zeros({unit.layout().shard_numel}, torch::TensorOptions().dtype(unit.shard().scalar_type()));
+    const LayoutPiece mine = shard_piece(unit.layout().numel, unit.layout().shard_numel, unit.layout().shard_rank);
     fill_from_pieces(shard.narrow(0, 0, mine.numel), mine.begin,
-                           shard_pieces(unit.numel(), saved_shard, saved_shards),
+                           shard_pieces(unit.layout().numel, saved_shard, saved_shards),
                            [&](size_t s, int64_t first, int64_t count) {
                              return read_saved_piece(saved[s], key, first, count, saved_shard);
                            });
@@ -98,10 +99,10 @@ State Resharding::optimizer_state(const torch::optim::Optimizer& optimizer,
   } else {
     for (size_t u = 0; u < model_.units.size(); ++u) {
       const FlatParamUnit& unit = *model_.units[u];
-      const LayoutPiece mine = shard_piece(unit.numel(), unit.shard_numel(), unit.shard_rank());
+      const LayoutPiece mine = shard_piece(unit.layout().numel, unit.layout().shard_numel, unit.layout().shard_rank);
       places["0." + std::to_string(u)] =
-          Place{mine.begin, mine.numel, unit.shard_numel(),
-                shard_pieces(unit.numel(), saved_shard_numel(saved_layout, u), saved_shards)};
+          Place{mine.begin, mine.numel, unit.layout().shard_numel,
+                shard_pieces(unit.layout().numel, saved_shard_numel(saved_layout, u), saved_shards)};
     }
   }
   State local;

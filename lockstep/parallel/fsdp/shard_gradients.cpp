@@ -22,13 +22,13 @@ ShardGradients::~ShardGradients() {
 bool ShardGradients::reduce_pending() const { return reduce_work_ != nullptr || reduce_out_.defined(); }
 
 void ShardGradients::absorb(size_t index) {
-  FlatSlot& slot = unit_.mutable_slots().at(index);
+  FlatSlot& slot = unit_.slots_.at(index);
   torch::Tensor& grad = slot.param.mutable_grad();
   if (!grad.defined()) return;
   LOCKSTEP_ASSERT(!reduce_work_, "FSDP unit '", unit_.path(), "' got a gradient while its reduction runs");
   torch::NoGradGuard no_grad;
   if (!reduce_in_.defined()) {
-    reduce_in_ = torch::zeros({unit_.padded_numel()}, unit_.full().options().dtype(unit_.setup().reduce_dtype));
+    reduce_in_ = torch::zeros({unit_.layout().padded_numel}, unit_.full().options().dtype(unit_.setup().reduce_dtype));
   }
   reduce_in_.narrow(0, slot.offset, slot.numel).copy_(grad.reshape(-1));
   grad.reset();
@@ -57,11 +57,11 @@ void ShardGradients::start_reduce() {
   for (size_t s = 0; s < unit_.slots().size(); ++s) absorb(s);
   torch::NoGradGuard no_grad;
   if (!reduce_in_.defined()) {
-    reduce_in_ = torch::zeros({unit_.padded_numel()}, unit_.full().options().dtype(unit_.setup().reduce_dtype));
+    reduce_in_ = torch::zeros({unit_.layout().padded_numel}, unit_.full().options().dtype(unit_.setup().reduce_dtype));
   }
   if (unit_.setup().predivide != 1) reduce_in_.div_(unit_.setup().predivide);
-  if (unit_.shard_world() > 1) {
-    reduce_out_ = torch::empty({unit_.shard_numel()}, reduce_in_.options());
+  if (unit_.layout().shard_world > 1) {
+    reduce_out_ = torch::empty({unit_.layout().shard_numel}, reduce_in_.options());
     if (unit_.setup().step_check) unit_.setup().step_check->record(unit_.index(), StepCheck::Kind::kReduce);
     reduce_work_ =
         unit_.setup().shard_group->reduce_scatter_tensor(reduce_out_, reduce_in_, ReduceOp::kSum, /*async=*/true);
@@ -82,7 +82,7 @@ void ShardGradients::finish_reduce() {
     reduce_work_.reset();
     wait_for_unit(*work, unit_.path(), "reducing its gradients");
   }
-  if (unit_.shard_world() > 1 && unit_.setup().replicate_group && unit_.setup().replicate_group->size() > 1) {
+  if (unit_.layout().shard_world > 1 && unit_.setup().replicate_group && unit_.setup().replicate_group->size() > 1) {
     if (unit_.setup().step_check) unit_.setup().step_check->record(unit_.index(), StepCheck::Kind::kReplicaReduce);
     unit_.setup().replicate_group->all_reduce(reduce_out_, ReduceOp::kSum);
   }
@@ -97,7 +97,7 @@ void ShardGradients::finish_reduce() {
 
 void ShardGradients::accumulate_shard_grad(torch::Tensor result) {
   torch::Tensor& grad = unit_.shard().mutable_grad();
-  if (unit_.pinned_offload() && !grad.defined()) {
+  if (unit_.pinned_offload_ && !grad.defined()) {
     // To pinned host memory without blocking: the next unit's reduction goes
     // on meanwhile, and wait_for_host_copies() waits once for all of them.
     grad = torch::empty(unit_.shard().sizes(), unit_.shard().options().requires_grad(false).pinned_memory(true));

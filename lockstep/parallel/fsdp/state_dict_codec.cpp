@@ -23,8 +23,8 @@ using nlohmann::json;
 // The unit's whole flat parameter in its shards' dtype, on every rank of the shard group.
 torch::Tensor gather_flat(const FlatParamUnit& unit, const torch::Tensor& shard) {
   torch::NoGradGuard no_grad;
-  if (unit.shard_world() == 1) return shard.detach();
-  torch::Tensor flat = torch::empty({unit.padded_numel()}, shard.options().requires_grad(false));
+  if (unit.layout().shard_world == 1) return shard.detach();
+  torch::Tensor flat = torch::empty({unit.layout().padded_numel}, shard.options().requires_grad(false));
   unit.setup().shard_group->all_gather_into_tensor(flat, shard.detach().contiguous());
   return flat;
 }
@@ -156,8 +156,8 @@ json StateDictCodec::layout() const {
       for (const auto& alias : slot.aliases) aliases[alias] = slot.name;
     }
     units.push_back({{"path", unit->path()},
-                     {"numel", unit->numel()},
-                     {"padded_numel", unit->padded_numel()},
+                     {"numel", unit->layout().numel},
+                     {"padded_numel", unit->layout().padded_numel},
                      {"dtype", c10::toString(unit->shard().scalar_type())},
                      {"params", params},
                      {"aliases", aliases}});
@@ -241,8 +241,8 @@ void StateDictCodec::load_sharded_state_dict(const State& state, const std::stri
   torch::NoGradGuard no_grad;
   for (auto& unit : model_.units) {
     const torch::Tensor& value = state.tensor("shards/" + unit_key(unit->path()), source);
-    LOCKSTEP_CHECK(value.numel() == unit->shard_numel(), source, ": shard of unit '", unit->path(), "' has ",
-                   value.numel(), " elements, expected ", unit->shard_numel());
+    LOCKSTEP_CHECK(value.numel() == unit->layout().shard_numel, source, ": shard of unit '", unit->path(), "' has ",
+                   value.numel(), " elements, expected ", unit->layout().shard_numel);
     torch::Tensor shard = unit->shard();
     shard.detach().copy_(value.reshape(-1));
   }
@@ -292,10 +292,11 @@ State StateDictCodec::full_flat_optimizer_state(const State& sharded, bool rank0
         continue;
       }
       // Every rank holds the same shapes, so all or none stop here, before the collective.
-      LOCKSTEP_CHECK(local.dim() == 1 && local.numel() == unit->shard_numel(), "FSDP: optimizer state '", position,
-                     ".", buffer, "' of unit '", unit->path(), "' has shape ", shape_text(local.sizes()),
-                     ", neither the flat shard's [", unit->shard_numel(), "] nor a scalar's []: FSDP can gather only "
-                     "buffers laid out as the parameters, and 0-dim ones");
+      const int64_t shard_numel = unit->layout().shard_numel;
+      LOCKSTEP_CHECK(local.dim() == 1 && local.numel() == shard_numel, "FSDP: optimizer state '", position, ".", buffer,
+                     "' of unit '", unit->path(), "' has shape ", shape_text(local.sizes()),
+                     ", neither the flat shard's [", shard_numel, "] nor a scalar's []: FSDP can gather only buffers "
+                     "laid out as the parameters, and 0-dim ones");
       torch::Tensor flat = gather_flat(*unit, local);
       if (!keep) continue;
       for (const auto& slot : unit->slots()) {
@@ -356,13 +357,13 @@ State StateDictCodec::shard_flat_optimizer_state(const State& full) const {
                        slot.name, " has shape ", shape_text(value.sizes()), ", the parameter has ",
                        shape_text(slot.shape));
         auto& flat = flats[buffer];
-        if (!flat.defined()) flat = torch::zeros({unit->padded_numel()}, value.options());
+        if (!flat.defined()) flat = torch::zeros({unit->layout().padded_numel}, value.options());
         flat.narrow(0, slot.offset, slot.numel).copy_(value.reshape(-1));
       }
     }
     for (auto& [buffer, flat] : flats) {
       sharded.tensors[position + "." + buffer] =
-          flat.narrow(0, unit->shard_rank() * unit->shard_numel(), unit->shard_numel()).clone();
+          flat.narrow(0, unit->layout().shard_rank * unit->layout().shard_numel, unit->layout().shard_numel).clone();
     }
   }
   sharded.values["params"] = params;
@@ -452,7 +453,7 @@ State StateDictCodec::full_orig_optimizer_state(const torch::optim::Optimizer& o
         auto found = local.tensors.find(position + "." + buffer);
         auto& piece = pieces[buffer];
         if (!piece.defined()) {
-          piece = torch::zeros({unit->shard_numel()},
+          piece = torch::zeros({unit->layout().shard_numel},
                                unit->shard().options().dtype(dtypes.at(buffer)).requires_grad(false));
         }
         const ShardOverlap part = unit->shard_part(ref.slot);

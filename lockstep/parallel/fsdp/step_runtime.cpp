@@ -101,7 +101,7 @@ void StepRuntime::ensure_gathered(FlatParamUnit& unit) {
 int StepRuntime::gathered_units() const {
   int count = 0;
   for (const auto& unit : model_.units) {
-    if (!unit->persistent() && !unit->aliases_shard() && unit->state() != FlatParamUnit::State::kSharded) ++count;
+    if (!unit->setup().persistent && !unit->aliases_shard() && unit->state() != FlatParamUnit::State::kSharded) ++count;
   }
   return count;
 }
@@ -136,7 +136,7 @@ int StepRuntime::next_in_backward(int unit) const {
 
 void StepRuntime::refresh_persistent_units() {
   for (auto& unit : model_.units) {
-    if (unit->persistent()) unit->refresh();
+    if (unit->setup().persistent) unit->refresh();
   }
 }
 
@@ -258,7 +258,7 @@ void StepRuntime::pre_backward(int unit) {
 void StepRuntime::on_grad_ready(int unit, size_t slot) {
   if (!in_backward()) begin_backward_pass();
   UnitRun& run = runs_[static_cast<size_t>(unit)];
-  if (!run.entered_ever && !model_.units[static_cast<size_t>(unit)]->persistent()) check_interception();
+  if (!run.entered_ever && !model_.units[static_cast<size_t>(unit)]->setup().persistent) check_interception();
   if (run.slot_ready[slot]) return;
   run.slot_ready[slot] = 1;
   run.ready_grads += 1;
@@ -332,7 +332,7 @@ void StepRuntime::enter(Phase next) {
 void StepRuntime::check_interception() const {
   std::vector<std::string> missing;
   for (const auto& unit : model_.units) {
-    if (!unit->path().empty() && !unit->persistent() && !runs_[static_cast<size_t>(unit->index())].entered_ever) {
+    if (!unit->path().empty() && !unit->setup().persistent && !runs_[static_cast<size_t>(unit->index())].entered_ever) {
       missing.push_back(unit->path() + " (" + unit->module()->name() + ")");
     }
   }

@@ -357,7 +357,7 @@ void UnitBuilder::build_units(const std::vector<std::string>& unit_paths) {
                                                            std::move(slots[u]), setup, prebuilt));
     // Freed before the next unit is built: the model's own storage for these
     // parameters went when they were pointed at the flat parameter.
-    if (!model_.units.back()->persistent()) model_.units.back()->reshard();
+    if (!model_.units.back()->setup().persistent) model_.units.back()->reshard();
     install_gradient_hooks(*model_.units.back());
   }
 }

@@ -59,7 +59,7 @@ TEST(WrapPolicy, LambdaSeesPathsAndCounts) {
 }
 
 TEST(WrapPolicy, BuiltFromConfigByName) {
-  Config config = Config::parse(
+  Config config = parse_config(
       "a: size_based\n"
       "b: {type: size_based, min_num_params: 1e2}\n"
       "c: {type: module_type, module_types: [Linear]}\n"
@@ -83,7 +83,7 @@ TEST(WrapPolicy, BuiltFromConfigByName) {
 }
 
 TEST(FsdpOptions, ParsedWithMmengineSpellings) {
-  Config config = Config::parse(
+  Config config = parse_config(
       "sharding_strategy: SHARD_GRAD_OP\n"
       "backward_prefetch: post\n"
       "forward_prefetch: true\n"
@@ -102,12 +102,12 @@ TEST(FsdpOptions, ParsedWithMmengineSpellings) {
   EXPECT_EQ(*options.mixed_precision().reduce_dtype(), torch::kFloat32);
   EXPECT_FALSE(options.mixed_precision().buffer_dtype().has_value());
   EXPECT_EQ(options.auto_wrap_policy()->describe(), "size_based(min_num_params=1000)");
-  EXPECT_TRUE(parse_fsdp_options(Config::parse("cpu_offload: true\n")).offload_params());
-  EXPECT_EQ(parse_fsdp_options(Config::parse("limit_all_gathers: 3\n")).limit_all_gathers(), 3);
-  EXPECT_TRUE(parse_fsdp_options(Config::parse("x: 1\n")).overlap_reductions());
-  EXPECT_FALSE(parse_fsdp_options(Config::parse("overlap_reductions: false\n")).overlap_reductions());
+  EXPECT_TRUE(parse_fsdp_options(parse_config("cpu_offload: true\n")).offload_params());
+  EXPECT_EQ(parse_fsdp_options(parse_config("limit_all_gathers: 3\n")).limit_all_gathers(), 3);
+  EXPECT_TRUE(parse_fsdp_options(parse_config("x: 1\n")).overlap_reductions());
+  EXPECT_FALSE(parse_fsdp_options(parse_config("overlap_reductions: false\n")).overlap_reductions());
   try {
-    parse_fsdp_options(Config::parse("x: 1\nsharding_strategy: ZERO3\n", "bad.yaml"));
+    parse_fsdp_options(parse_config("x: 1\nsharding_strategy: ZERO3\n", "bad.yaml"));
     ADD_FAILURE() << "bad strategy accepted";
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("bad.yaml:2"), std::string::npos) << error.what();
