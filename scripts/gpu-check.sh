@@ -510,6 +510,22 @@ eager_command() {
         --set 'optim_wrapper.amp={dtype: bf16}' "${eager_common[@]}" --sample-chars 1) ;;
   esac
 }
+# One lockstep run of $model (${command[@]}, then the arguments after the
+# first two) into $WORK_DIR/$1; its median step time in $value. $2 names the
+# run in an error. For bench_eager and bench_graph (their $log, $model).
+lockstep_step_time() {
+  local dir=$WORK_DIR/$1 what=$2
+  shift 2
+  rm -rf "$dir"
+  "${command[@]}" "$@" --work-dir "$dir" >>"$log" 2>&1 || { result="$model: $what failed; see $log"; return 1; }
+  value=$(median_logged_time "$dir/metrics.jsonl") || { result="$model: no metrics.jsonl times; see $log"; return 1; }
+}
+# PyTorch eager's step time for $model (bench/eager_step.py) in $value.
+pytorch_eager_step_time() {
+  python3 bench/eager_step.py --device cuda --model "$model" --iters "$eager_iters" >>"$log" 2>&1 \
+    || { result="$model: bench/eager_step.py failed; see $log"; return 1; }
+  value=$(grep -oE 'RESULT eager seconds per step .* = [0-9.]+' "$log" | tail -n1 | awk '{print $NF}')
+}
 bench_eager() {
   ((built)) || { result="not run: no build"; return 2; }
   ((gpus > 0)) || { result="not run: no GPU"; return 2; }
@@ -519,15 +535,9 @@ bench_eager() {
     local ours=() theirs=()
     eager_command "$model"
     for ((round = 0; round < rounds; ++round)); do
-      rm -rf "$WORK_DIR/eager"
-      "${command[@]}" --work-dir "$WORK_DIR/eager" >>"$log" 2>&1 \
-        || { result="$model: lockstep failed; see $log"; return 1; }
-      value=$(median_logged_time "$WORK_DIR/eager/metrics.jsonl") \
-        || { result="$model: no metrics.jsonl times; see $log"; return 1; }
+      lockstep_step_time eager lockstep || return 1
       ours+=("$value")
-      python3 bench/eager_step.py --device cuda --model "$model" --iters "$eager_iters" >>"$log" 2>&1 \
-        || { result="$model: bench/eager_step.py failed; see $log"; return 1; }
-      value=$(grep -oE 'RESULT eager seconds per step .* = [0-9.]+' "$log" | tail -n1 | awk '{print $NF}')
+      pytorch_eager_step_time || return 1
       theirs+=("$value")
       echo "$model round $round: lockstep ${ours[-1]} s/step, PyTorch eager $value s/step" | tee -a "$log"
     done
@@ -562,15 +572,10 @@ bench_graph() {
     local ours=() eager=() graphed=()
     eager_command "$model"
     for ((round = 0; round < rounds; ++round)); do
-      rm -rf "$WORK_DIR/graph"
-      "${command[@]}" "${graph_set[@]}" --work-dir "$WORK_DIR/graph" >>"$log" 2>&1 \
-        || { result="$model: lockstep with cuda_graph failed; see $log"; return 1; }
-      value=$(median_logged_time "$WORK_DIR/graph/metrics.jsonl") \
-        || { result="$model: no metrics.jsonl times; see $log"; return 1; }
+      lockstep_step_time graph "lockstep with cuda_graph" "${graph_set[@]}" || return 1
       ours+=("$value")
-      python3 bench/eager_step.py --device cuda --model "$model" --iters "$eager_iters" >>"$log" 2>&1 \
-        || { result="$model: bench/eager_step.py failed; see $log"; return 1; }
-      eager+=("$(grep -oE 'RESULT eager seconds per step .* = [0-9.]+' "$log" | tail -n1 | awk '{print $NF}')")
+      pytorch_eager_step_time || return 1
+      eager+=("$value")
       python3 bench/graph_step.py --model "$model" --iters "$eager_iters" >>"$log" 2>&1 \
         || { result="$model: bench/graph_step.py failed; see $log"; return 1; }
       graphed+=("$(grep -oE 'RESULT graph seconds per step .* = [0-9.]+' "$log" | tail -n1 | awk '{print $NF}')")

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/spelling.h"
 
 namespace lockstep {
 
@@ -84,8 +85,7 @@ HistoryBuffer EventStorage::history(const std::string& name) const {
   std::lock_guard<std::mutex> lock(mutex_);
   auto found = history_.find(name);
   if (found == history_.end()) {
-    std::string known;
-    for (const auto& entry : history_) known += (known.empty() ? "" : ", ") + entry.first;
+    const std::string known = known_names(history_);
     LOCKSTEP_FAIL("no scalar named '", name, "' in the event storage; it holds: ", known.empty() ? "(none)" : known);
   }
   return found->second;

@@ -155,34 +155,28 @@ void sync_step_counts(const torch::optim::Optimizer& optimizer, detail::DeviceVa
 
 }  // namespace
 
-torch::Tensor Adam::step(LossClosure closure) {
-  return run_step(closure, [this] {
-    python_adam_step<torch::optim::AdamOptions, torch::optim::AdamParamState>(*this, /*decoupled_decay=*/false);
-  });
+template <typename Base, typename Options, typename ParamState, bool kDecoupledDecay>
+torch::Tensor PythonAdam<Base, Options, ParamState, kDecoupledDecay>::step(
+    torch::optim::Optimizer::LossClosure closure) {
+  return this->run_step(closure, [this] { python_adam_step<Options, ParamState>(*this, kDecoupledDecay); });
 }
 
-void Adam::step_on_device(const torch::Tensor& found_inf) {
-  capturable_adam_step<torch::optim::AdamOptions, torch::optim::AdamParamState>(*this, device_values_, found_inf,
-                                                                               /*decoupled_decay=*/false);
+template <typename Base, typename Options, typename ParamState, bool kDecoupledDecay>
+void PythonAdam<Base, Options, ParamState, kDecoupledDecay>::step_on_device(const torch::Tensor& found_inf) {
+  capturable_adam_step<Options, ParamState>(*this, this->device_values_, found_inf, kDecoupledDecay);
 }
 
-void Adam::sync_host_state() const { sync_step_counts<torch::optim::AdamParamState>(*this, device_values_); }
-
-std::vector<double> Adam::baked_options() const { return adam_baked_options<torch::optim::AdamOptions>(*this); }
-
-torch::Tensor AdamW::step(LossClosure closure) {
-  return run_step(closure, [this] {
-    python_adam_step<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(*this, /*decoupled_decay=*/true);
-  });
+template <typename Base, typename Options, typename ParamState, bool kDecoupledDecay>
+void PythonAdam<Base, Options, ParamState, kDecoupledDecay>::sync_host_state() const {
+  sync_step_counts<ParamState>(*this, this->device_values_);
 }
 
-void AdamW::step_on_device(const torch::Tensor& found_inf) {
-  capturable_adam_step<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(*this, device_values_, found_inf,
-                                                                                 /*decoupled_decay=*/true);
+template <typename Base, typename Options, typename ParamState, bool kDecoupledDecay>
+std::vector<double> PythonAdam<Base, Options, ParamState, kDecoupledDecay>::baked_options() const {
+  return adam_baked_options<Options>(*this);
 }
 
-void AdamW::sync_host_state() const { sync_step_counts<torch::optim::AdamWParamState>(*this, device_values_); }
-
-std::vector<double> AdamW::baked_options() const { return adam_baked_options<torch::optim::AdamWOptions>(*this); }
+template class PythonAdam<torch::optim::Adam, torch::optim::AdamOptions, torch::optim::AdamParamState, false>;
+template class PythonAdam<torch::optim::AdamW, torch::optim::AdamWOptions, torch::optim::AdamWParamState, true>;
 
 }  // namespace lockstep

@@ -37,22 +37,32 @@
 
 namespace lockstep {
 
-class Adam : public CapturableOptimizer<torch::optim::Adam> {
+// libtorch's `Base` (torch::optim::Adam or AdamW, with its `Options` and
+// `ParamState`) stepping as Python does; AdamW decays the weights decoupled
+// from the gradient. Adam and AdamW below are its two instances.
+template <typename Base, typename Options, typename ParamState, bool kDecoupledDecay>
+class PythonAdam : public CapturableOptimizer<Base> {
  public:
-  using CapturableOptimizer<torch::optim::Adam>::CapturableOptimizer;
-  torch::Tensor step(LossClosure closure = nullptr) override;
+  using CapturableOptimizer<Base>::CapturableOptimizer;
+  torch::Tensor step(torch::optim::Optimizer::LossClosure closure = nullptr) override;
   void step_on_device(const torch::Tensor& found_inf) override;
   void sync_host_state() const override;
   std::vector<double> baked_options() const override;
 };
 
-class AdamW : public CapturableOptimizer<torch::optim::AdamW> {
+extern template class PythonAdam<torch::optim::Adam, torch::optim::AdamOptions, torch::optim::AdamParamState, false>;
+extern template class PythonAdam<torch::optim::AdamW, torch::optim::AdamWOptions, torch::optim::AdamWParamState,
+                                 true>;
+
+class Adam : public PythonAdam<torch::optim::Adam, torch::optim::AdamOptions, torch::optim::AdamParamState, false> {
  public:
-  using CapturableOptimizer<torch::optim::AdamW>::CapturableOptimizer;
-  torch::Tensor step(LossClosure closure = nullptr) override;
-  void step_on_device(const torch::Tensor& found_inf) override;
-  void sync_host_state() const override;
-  std::vector<double> baked_options() const override;
+  using PythonAdam::PythonAdam;
+};
+
+class AdamW
+    : public PythonAdam<torch::optim::AdamW, torch::optim::AdamWOptions, torch::optim::AdamWParamState, true> {
+ public:
+  using PythonAdam::PythonAdam;
 };
 
 }  // namespace lockstep

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "lockstep/core/spelling.h"
 #include "lockstep/optim/param_groups.h"
 
 namespace lockstep {
@@ -63,10 +64,8 @@ void ReduceOnPlateauScheduler::step_with_metrics(const std::map<std::string, dou
   if (global_step() < begin() || global_step() >= end()) return;
   auto found = metrics.find(options_.monitor());
   if (found == metrics.end()) {
-    std::string names;
-    for (const auto& entry : metrics) names += (names.empty() ? "" : ", ") + entry.first;
-    LOCKSTEP_FAIL(name(), ": the validation metrics hold no '", options_.monitor(), "' to monitor (they are: ", names,
-                  ")");
+    LOCKSTEP_FAIL(name(), ": the validation metrics hold no '", options_.monitor(), "' to monitor (they are: ",
+                  known_names(metrics), ")");
   }
   const double value = found->second;
   if (is_better(value)) {

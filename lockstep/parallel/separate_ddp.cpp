@@ -1,6 +1,7 @@
 #include "lockstep/parallel/separate_ddp.h"
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/spelling.h"
 
 namespace lockstep {
 
@@ -19,11 +20,8 @@ SeparateDistributedDataParallel::SeparateDistributedDataParallel(std::shared_ptr
 
 DistributedDataParallel& SeparateDistributedDataParallel::operator[](const std::string& name) const {
   auto found = children_.find(name);
-  if (found == children_.end()) {
-    std::string known;
-    for (const auto& entry : children_) known += (known.empty() ? "" : ", ") + entry.first;
-    LOCKSTEP_FAIL("no wrapped child module named '", name, "'; children with trainable parameters: ", known);
-  }
+  LOCKSTEP_CHECK(found != children_.end(), "no wrapped child module named '", name,
+                 "'; children with trainable parameters: ", known_names(children_));
   return *found->second;
 }
 

@@ -23,11 +23,8 @@ StepTrainer::StepTrainer(std::shared_ptr<Model> model, Config config, StepTraine
   // Before the strategy makes its groups; strategy.timeout_s and
   // LOCKSTEP_TIMEOUT_S still win.
   set_default_timeout(std::chrono::milliseconds(static_cast<int64_t>(kDefaultTimeoutS * 1000)));
-  runner_ = std::make_unique<Runner>(std::move(config), RunnerOptions()
-                                                            .work_dir(options.work_dir())
-                                                            .resume(options.resume())
-                                                            .load_from(options.load_from())
-                                                            .model(std::move(model)));
+  if (model) options.model(std::move(model));
+  runner_ = std::make_unique<Runner>(std::move(config), std::move(options));
   try {
     trainer_ = &runner_->begin_steps();
   } catch (...) {

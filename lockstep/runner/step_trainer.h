@@ -13,7 +13,7 @@
 // default_hooks.checkpoint.interval iterations when the config gives one,
 // otherwise only save_checkpoint's and the final one).
 //
-//   lockstep::StepTrainer trainer(lockstep::Config::load_file("surrogate.yaml"));
+//   lockstep::StepTrainer trainer(lockstep::load_config("surrogate.yaml"));
 //   for (int64_t t = 0; t < steps; ++t) {
 //     advance(field);                                   // the program's own step
 //     if (t % 10 == 0) {
@@ -26,7 +26,7 @@
 //
 //   // Or the network in code, the rest in the config (models/module_model.h):
 //   auto model = std::make_shared<lockstep::ModuleModel>(net, lockstep::ModuleModelOptions().loss("mse"));
-//   lockstep::StepTrainer trainer(model, lockstep::Config::parse("optim_wrapper: {optimizer: {type: Adam}}"));
+//   lockstep::StepTrainer trainer(model, lockstep::parse_config("optim_wrapper: {optimizer: {type: Adam}}"));
 //
 // What the API keeps for the caller (the traps of driving the pieces by hand):
 //   - every step carries its iteration, which DDP and FSDP check across
@@ -56,23 +56,17 @@
 #include "lockstep/config/config.h"
 #include "lockstep/model/batch.h"
 #include "lockstep/optim/optim_wrapper.h"
+#include "lockstep/runner/runner.h"
 
 namespace lockstep {
 
-class Runner;
 class Trainer;
 class Strategy;
 class Model;
 
-struct StepTrainerOptions {
-  // Overrides `work_dir` of the config when set.
-  TORCH_ARG(std::string, work_dir) = "";
-  // Continue from the newest good checkpoint in the work dir (bitwise, as
-  // `lockstep train --resume`); also `resume: true` in the config.
-  TORCH_ARG(bool, resume) = false;
-  // Weights to start from (overrides `load_from`).
-  TORCH_ARG(std::string, load_from) = "";
-};
+// A StepTrainer's run is a Runner's: the same options (work_dir, resume,
+// load_from, extra_config_keys, model).
+using StepTrainerOptions = RunnerOptions;
 
 class StepTrainer {
  public:

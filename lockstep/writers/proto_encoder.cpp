@@ -35,19 +35,28 @@ ProtoEncoder& ProtoEncoder::add_uint64(int field, uint64_t value) {
   return *this;
 }
 
-ProtoEncoder& ProtoEncoder::add_double(int field, double value) {
-  uint64_t bits = 0;
+namespace {
+
+// The IEEE bits of `value`, as protobuf's fixed32/fixed64 carry them.
+template <typename Bits, typename Float>
+uint64_t bits_of(Float value) {
+  static_assert(sizeof(Bits) == sizeof(Float), "a float and its bits have one size");
+  Bits bits = 0;
   std::memcpy(&bits, &value, sizeof(bits));
+  return bits;
+}
+
+}  // namespace
+
+ProtoEncoder& ProtoEncoder::add_double(int field, double value) {
   put_key(field, kFixed64);
-  put_fixed(bits, 8);
+  put_fixed(bits_of<uint64_t>(value), 8);
   return *this;
 }
 
 ProtoEncoder& ProtoEncoder::add_float(int field, float value) {
-  uint32_t bits = 0;
-  std::memcpy(&bits, &value, sizeof(bits));
   put_key(field, kFixed32);
-  put_fixed(bits, 4);
+  put_fixed(bits_of<uint32_t>(value), 4);
   return *this;
 }
 

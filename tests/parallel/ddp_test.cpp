@@ -111,20 +111,22 @@ LOCKSTEP_WORKER_TEST(DdpWorker, AccumulationWithNoSyncMatchesOneProcess) {
   run_equivalence(setup);
 }
 
-LOCKSTEP_WORKER_TEST(DdpWorker, Bf16CompressionStaysWithinItsTolerance) {
+// DDP through a compressing comm hook, compared with one process within the
+// compression's tolerance.
+void run_compressed(const std::string& comm_hook, double rtol, double atol) {
   EquivalenceSetup setup{[] { return std::make_shared<DdpMlp>(); }, options_from_env()};
-  setup.comm_hook = "bf16_compress";
-  setup.rtol = 2e-2;
-  setup.atol = 2e-3;
+  setup.comm_hook = comm_hook;
+  setup.rtol = rtol;
+  setup.atol = atol;
   run_equivalence(setup);
 }
 
+LOCKSTEP_WORKER_TEST(DdpWorker, Bf16CompressionStaysWithinItsTolerance) {
+  run_compressed("bf16_compress", 2e-2, 2e-3);
+}
+
 LOCKSTEP_WORKER_TEST(DdpWorker, Fp16CompressionStaysWithinItsTolerance) {
-  EquivalenceSetup setup{[] { return std::make_shared<DdpMlp>(); }, options_from_env()};
-  setup.comm_hook = "fp16_compress";
-  setup.rtol = 5e-3;
-  setup.atol = 5e-4;
-  run_equivalence(setup);
+  run_compressed("fp16_compress", 5e-3, 5e-4);
 }
 
 // A parameter used on some ranks and unused on others: rank 0's slices flag
