@@ -8,7 +8,7 @@
 // collectives carry most bytes. Buckets are then ordered by the earliest
 // position they contain, so bucket i becomes ready before bucket i+1.
 // Why the order matters, and when buckets are rebuilt: see
-// Note [Bucket order and rebuild] in reducer.cpp.
+// Note [Bucket order and rebuild] in reducer_buckets.cpp.
 //
 //   auto buckets = lockstep::assign_buckets(params, lockstep::reverse_order(params.size()),
 //                                           {1 << 20, 25 << 20});

@@ -6,10 +6,11 @@
 // rank 0's parameters and buffers to all. Then a Reducer (reducer.h) hooks
 // every parameter: gradients are bucketed and all-reduced asynchronously, in
 // bucket order, as soon as autograd produces them. The reasons behind the
-// reducer's choices are Notes in reducer.cpp: Note [Bucket order and rebuild],
-// Note [Dividing by the world size], Note [Gradients as bucket views],
-// Note [Unused parameters get no gradient], Note [The iteration check] and
-// Note [Dropping a failed step].
+// reducer's choices are Notes in its files:
+//   - reducer_buckets.cpp: Note [Bucket order and rebuild], Note [Gradients as bucket views];
+//   - reducer.cpp: Note [Dividing by the world size], Note [Unused parameters get no gradient],
+//     Note [Dropping a failed step];
+//   - iteration_check.cpp: Note [The iteration check].
 //
 // It plugs into the OptimWrapper as its GradientSync, so the model keeps its
 // own train_step and accumulation micro-steps skip communication:

@@ -34,7 +34,8 @@
 //     pass's collectives, with zeros, so every rank drops the step together
 //     and can go on (Note [Dropping a failed step]).
 //
-// The Notes named above are in reducer.cpp.
+// The Notes named above are in reducer.cpp, but for the buckets' (in
+// reducer_buckets.cpp) and Note [The iteration check] (iteration_check.cpp).
 //
 // Used through DistributedDataParallel; see distributed_data_parallel.h.
 #pragma once
