@@ -1,12 +1,13 @@
 #include "lockstep/optim/accumulation_window.h"
 
-#include "lockstep/core/error.h"
+#include "lockstep/core/internal/internal_error.h"
 #include "lockstep/core/logging.h"
 
 namespace lockstep {
 
 AccumulationWindow::AccumulationWindow(int64_t accumulative_counts) : accumulative_counts_(accumulative_counts) {
-  LOCKSTEP_CHECK(accumulative_counts_ >= 1, "accumulative_counts must be at least 1, got ", accumulative_counts_);
+  // The user's value is checked once, with its key, by check_optim_wrapper_options.
+  LOCKSTEP_ASSERT(accumulative_counts_ >= 1, "an accumulation window of ", accumulative_counts_, " micro-steps");
 }
 
 void AccumulationWindow::start(int64_t start_iter, int64_t max_iters) {

@@ -22,6 +22,7 @@ namespace lockstep {
 
 class AccumulationWindow {
  public:
+  // accumulative_counts >= 1 (check_optim_wrapper_options checks a user's).
   explicit AccumulationWindow(int64_t accumulative_counts = 1);
 
   // A run of iterations [start_iter, max_iters) begins (max_iters < 0: no
