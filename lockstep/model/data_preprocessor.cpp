@@ -3,15 +3,25 @@
 #include <torch/torch.h>
 
 #include "lockstep/core/error.h"
+#include "lockstep/model/memory_format.h"
 
 namespace lockstep {
 
 Batch DataPreprocessor::operator()(const Batch& batch, bool training) const {
   Batch result = transform(batch, training);
-  if (!input_dtype_) return result;
-  Batch cast;
-  for (const auto& [name, value] : result) cast.set(name, value.is_floating_point() ? value.to(*input_dtype_) : value);
-  return cast;
+  if (!input_dtype_ && !input_memory_format_) return result;
+  Batch converted;
+  for (const auto& [name, value] : result) {
+    torch::Tensor input = value;
+    if (input.is_floating_point()) {
+      if (input_dtype_) input = input.to(*input_dtype_);
+      if (input_memory_format_ && memory_format_applies(input, *input_memory_format_)) {
+        input = in_memory_format(input, *input_memory_format_);
+      }
+    }
+    converted.set(name, input);
+  }
+  return converted;
 }
 
 Batch DataPreprocessor::transform(const Batch& batch, bool /*training*/) const {

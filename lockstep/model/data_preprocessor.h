@@ -8,6 +8,7 @@
 //
 // Config (under `model:`):
 //   data_preprocessor: {type: ImgDataPreprocessor, mean: [72.94], std: [90.02], key: image}
+//   memory_format: channels_last   # the inputs follow the model's (model/memory_format.h)
 #pragma once
 
 #include <memory>
@@ -24,7 +25,8 @@ namespace lockstep {
 class DataPreprocessor {
  public:
   virtual ~DataPreprocessor() = default;
-  // transform(), then floating-point tensors cast to input_dtype() when set.
+  // transform(), then floating-point tensors cast to input_dtype() and
+  // rewritten in input_memory_format() where each is set (and applies).
   Batch operator()(const Batch& batch, bool training) const;
   void set_device(const torch::Device& device) { device_ = device; }
   const torch::Device& device() const { return device_; }
@@ -32,6 +34,10 @@ class DataPreprocessor {
   // precision sets it to param_dtype (PyTorch's cast_root_forward_inputs).
   void set_input_dtype(c10::optional<torch::Dtype> dtype) { input_dtype_ = dtype; }
   c10::optional<torch::Dtype> input_dtype() const { return input_dtype_; }
+  // The memory format the model's floating-point inputs of its rank reach it
+  // in: channels_last for a model made channels-last (`model.memory_format`).
+  void set_input_memory_format(c10::optional<c10::MemoryFormat> format) { input_memory_format_ = format; }
+  c10::optional<c10::MemoryFormat> input_memory_format() const { return input_memory_format_; }
 
  protected:
   // Moves every tensor to device(); subclasses add their own transforms.
@@ -40,6 +46,7 @@ class DataPreprocessor {
  private:
   torch::Device device_ = torch::kCPU;
   c10::optional<torch::Dtype> input_dtype_;
+  c10::optional<c10::MemoryFormat> input_memory_format_;
 };
 
 // Normalises `key` to float: (x - mean[c]) / std[c] per channel (dimension 1).

@@ -3,6 +3,7 @@
 #include <ATen/record_function.h>
 
 #include "lockstep/core/error.h"
+#include "lockstep/model/memory_format.h"
 
 namespace lockstep {
 
@@ -78,6 +79,7 @@ Batch Model::test_step(const Batch& batch) { return val_step(batch); }
 void Model::set_data_preprocessor(std::shared_ptr<DataPreprocessor> preprocessor) {
   LOCKSTEP_CHECK(preprocessor != nullptr, "set_data_preprocessor(nullptr)");
   preprocessor->set_device(data_preprocessor_->device());
+  preprocessor->set_input_memory_format(data_preprocessor_->input_memory_format());
   data_preprocessor_ = std::move(preprocessor);
 }
 
@@ -105,8 +107,17 @@ std::shared_ptr<Model> build_model(const Config& config) {
   if (!preprocessor_config.is_null()) {
     preprocessor = data_preprocessor_registry().build(preprocessor_config);
   }
+  // Likewise PyTorch's model.to(memory_format=...), which the inputs follow.
+  c10::optional<c10::MemoryFormat> memory_format;
+  if (config.has("memory_format")) {
+    memory_format = parse_memory_format(config.get<std::string>("memory_format"), config.where("memory_format"));
+  }
   auto model = model_registry().build(config);
   if (preprocessor) model->set_data_preprocessor(preprocessor);
+  if (memory_format) {
+    to_memory_format(*model, *memory_format);
+    model->data_preprocessor().set_input_memory_format(*memory_format);
+  }
   return model;
 }
 

@@ -110,7 +110,8 @@ class Model : public torch::nn::Module {
 
 Registry<Model>& model_registry();
 
-// Builds `model:` from config, including its `data_preprocessor` entry.
+// Builds `model:` from config, including its `data_preprocessor` entry and
+// its `memory_format` (model/memory_format.h: the parameters and the inputs).
 std::shared_ptr<Model> build_model(const Config& config);
 
 }  // namespace lockstep

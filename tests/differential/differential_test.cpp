@@ -123,6 +123,7 @@ std::string lockstep_config(const json& c, const std::string& strategy, const st
     yaml << "model:\n  type: ConvNet\n  channels: " << yaml_list(model["channels"]) << "\n  hidden: " << model["hidden"]
          << "\n  batch_norm: " << model["batch_norm"] << "\n";
   }
+  if (model.contains("memory_format")) yaml << "  memory_format: " << model["memory_format"].get<std::string>() << "\n";
   yaml << "  data_preprocessor: {type: ImgDataPreprocessor, mean: [72.94], std: [90.02]}\n"
        << "train_dataloader:\n  batch_size: " << c["batch"]
        << "\n  num_workers: 0\n  sampler: {type: DefaultSampler, shuffle: false}\n"
@@ -234,6 +235,10 @@ const std::vector<DiffCase>& all_cases() {
                                  {{"type", "CosineAnnealingLR"}, {"T_max", 20}, {"eta_min", 0.001}}});
     json batch_norm = base_case(2);
     batch_norm["model"]["batch_norm"] = true;
+    // examples/fashion_mnist's demo: BatchNorm, channels-last weights and
+    // inputs (model.memory_format), gradients as bucket views.
+    json channels_last = with(batch_norm, "gradient_as_bucket_view", true);
+    channels_last["model"]["memory_format"] = "channels_last";
     // A model scripted in Python (torch.jit.script), BatchNorm included.
     json scripted = batch_norm;
     scripted["model"]["type"] = "ScriptedConvNet";
@@ -322,6 +327,12 @@ const std::vector<DiffCase>& all_cases() {
         {"DDP_LinearLR_CosineAnnealingLR", schedules, kDDP, 0,
          "mmengine's chained schedules compute torch's recursive forms in double"},
         {"DDP_BatchNorm", batch_norm, kDDP, 0, same_ops + " (rank 0's buffers broadcast before each forward)"},
+        {"DDP_ChannelsLast_BatchNorm", channels_last,
+         "strategy:\n  type: DDPStrategy\n  launcher: pytorch\n  backend: gloo\n"
+         "  model_wrapper: {gradient_as_bucket_view: true}\n",
+         0, same_ops + " (channels-last weights and inputs; gradients as bucket views with the weights' strides)"},
+        {"FSDP_ChannelsLast", with(channels_last, "gradient_as_bucket_view", false), kFullShard, kFsdpTolerance,
+         "sharded reduction; FSDP flattens channels-last weights in logical order, as PyTorch's does"},
         {"TorchScript_DDP", scripted, kDDP, 0,
          "both sides run the same scripted module in libtorch's interpreter, under DDP"},
         {"TorchScript_Bf16Autocast", with(scripted, "amp", "bf16"), kDDP, 0,

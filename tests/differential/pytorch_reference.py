@@ -367,6 +367,10 @@ def train_rank(rank, case, init, out, init_method):
         model = build_model(case["model"])
     model.load_state_dict(read_safetensors(init))
     model.to(device)
+    memory_format = case["model"].get("memory_format")
+    if memory_format:
+        memory_format = getattr(torch, memory_format)
+        model.to(memory_format=memory_format)
     ddp = DDP(model, gradient_as_bucket_view=case.get("gradient_as_bucket_view", False))
     register_comm_hook(ddp, case.get("comm_hook"))
     optimizer = build_optimizer(case["optimizer"], param_groups(model, case))
@@ -379,11 +383,12 @@ def train_rank(rank, case, init, out, init_method):
         last_micro_step = (i + 1) % accumulate == 0
         context = ddp.no_sync() if not last_micro_step else contextlib.nullcontext()
         with context:
+            x = preprocess(x) if not memory_format else preprocess(x).to(memory_format=memory_format)
             if amp:
                 with torch.autocast(device.type, dtype=getattr(torch, AUTOCAST_DTYPES[amp])):
-                    loss = F.cross_entropy(ddp(preprocess(x)), y)
+                    loss = F.cross_entropy(ddp(x), y)
             else:
-                loss = F.cross_entropy(ddp(preprocess(x)), y)
+                loss = F.cross_entropy(ddp(x), y)
             loss = loss / accumulate if accumulate > 1 else loss
             (scaler.scale(loss) if scaler else loss).backward()
         if last_micro_step:
