@@ -212,7 +212,8 @@ static std::shared_ptr<ProcessGroup> init_with_env(const InitOptions& options, D
     throw;
   }
   s.env = std::move(env);
-  logger().info("rank {} of {}: world group ready after {} store operations", rank, size, store.operations->load());
+  logger().info("rank {} of {}: world group ready after {} store operations, {} bytes read", rank, size,
+                store.operations->load(), store.bytes_read->load());
   return s.world;
 }
 

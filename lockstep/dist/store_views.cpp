@@ -7,9 +7,11 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "lockstep/compat/internal/gloo_addresses.h"
 #include "lockstep/core/error.h"
 #include "lockstep/dist/work.h"
 
@@ -102,17 +104,33 @@ thread_local bool blocking_store_waits = false;
 // each family of such keys travels as one table:
 //   - rank 0, setting its own key of a family, waits for the family's other
 //     N - 1 keys in one call, gets them, and publishes all N values under
-//     "<family>table" (N + 1 operations; its own key never reaches the store);
+//     "<family>table" (N + 1 operations; its own key never reaches the store;
+//     the addresses go to each reader apart, Note [Each rank reads its own
+//     part], 2 N - 1 operations);
 //   - every other rank sets its key, and at its first read of the family waits
-//     for the table and gets it (3 operations), then answers Gloo's reads of
+//     for its table and gets it (3 operations), then answers Gloo's reads of
 //     the family from it.
 // Rank 0's set returns only once every rank has set its key. That cannot
 // deadlock: both Gloo versions here set a rank's own key of a family before
 // they read any key of it, and the host-name family is complete before any
-// rank sets an address. The bytes are those Gloo moved before (every rank
-// still reads every rank's value, as Gloo's format wants); only the round
-// trips go. Keys of another shape, and a family read before this rank set its
-// own key (no Gloo does that), pass through unchanged.
+// rank sets an address. Keys of another shape, and a family read before this
+// rank set its own key (no Gloo does that), pass through unchanged.
+//
+// Note [Each rank reads its own part]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A table of whole values would still send every rank every rank's value,
+// and each value holds something for every peer: libtorch 1.13's Gloo puts
+// N - 1 addresses of 136 bytes in it (0.5 MB read per rank at 64 ranks, 136
+// MB at 1,000, 136 GB through the store in all), 2.x's Gloo N pair numbers
+// of 8 bytes. Each peer reads one of them. So the address family (keys
+// "<prefix>/<rank>") travels as one table per reader: rank 0 recognises the
+// values' format (compat/internal/gloo_addresses.h: checked field by field,
+// the whole values when it is not recognised), cuts from each value the part
+// the reader reads, and sets "<prefix>/table/<reader>"; the reader waits for
+// and gets its own table (still 3 operations) and hands Gloo, for each peer,
+// a value where the bytes it reads are that peer's and the rest are zero.
+// Per rank that is O(N) bytes; rank 0 makes N - 1 more sets. The host-name
+// family is read whole and stays one shared table.
 class AddressTableStore : public compat::StoreBase {
  public:
   AddressTableStore(c10::intrusive_ptr<compat::C10dStore> store, int rank, int size, std::chrono::milliseconds timeout)
@@ -132,9 +150,12 @@ class AddressTableStore : public compat::StoreBase {
     const auto member = family_member(key);
     if (!member) return store_->get(key);
     std::lock_guard<std::mutex> lock(mutex_);
-    const std::vector<std::vector<uint8_t>>* table = table_of(member->first, timeout_);
-    if (!table) return store_->get(key);
-    return (*table)[static_cast<size_t>(member->second)];
+    const Family* family = ready_family(member->first, timeout_);
+    if (!family) return store_->get(key);
+    const int owner = member->second;
+    if (owner == rank_) return *family->own;
+    return compat::gloo_address_from_part(family->format, (*family->table)[static_cast<size_t>(owner)], owner, rank_,
+                                          size_);
   }
 
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
@@ -145,7 +166,7 @@ class AddressTableStore : public compat::StoreBase {
       std::lock_guard<std::mutex> lock(mutex_);
       for (const auto& key : keys) {
         const auto member = family_member(key);
-        if (!member || !table_of(member->first, timeout)) others.push_back(key);
+        if (!member || !ready_family(member->first, timeout)) others.push_back(key);
       }
     }
     if (!others.empty()) store_->wait(others, timeout);
@@ -180,8 +201,20 @@ class AddressTableStore : public compat::StoreBase {
  private:
   struct Family {
     std::optional<std::vector<uint8_t>> own;  // this rank's value, once set
-    std::optional<std::vector<std::vector<uint8_t>>> table;  // every rank's, by rank
+    // By rank: on rank 0 every rank's value; elsewhere the part of each this
+    // rank reads, in `format` (Note [Each rank reads its own part]).
+    std::optional<std::vector<std::vector<uint8_t>>> table;
+    compat::GlooAddressFormat format = compat::GlooAddressFormat::kOpaque;
   };
+
+  // The address family ("<prefix>/") is sent to each reader apart; the host
+  // names ("<prefix>/rank_") are read whole, as one table.
+  static bool one_table_per_reader(const std::string& family) {
+    return family.size() < 5 || family.compare(family.size() - 5, 5, "rank_") != 0;
+  }
+  std::string table_key(const std::string& family, int reader) const {
+    return one_table_per_reader(family) ? family + "table/" + std::to_string(reader) : family + "table";
+  }
 
   // "<digits>/<digits>" or "<digits>/rank_<digits>": (family, rank) when the
   // rank is one of this group's.
@@ -212,27 +245,38 @@ class AddressTableStore : public compat::StoreBase {
       store_->wait(keys, timeout_);
       for (const auto& key : keys) table.push_back(store_->get(key));
     }
-    store_->set(name + "table", encode(table));
-    family.table = std::move(table);
+    if (one_table_per_reader(name)) {
+      const compat::GlooAddressFormat format = compat::detect_gloo_address_format(table);
+      for (int reader = 1; reader < size_; ++reader) {
+        std::vector<std::vector<uint8_t>> parts(static_cast<size_t>(size_));
+        for (int owner = 0; owner < size_; ++owner) {
+          if (owner != reader) parts[owner] = compat::gloo_address_part(format, table[owner], owner, reader, size_);
+        }
+        store_->set(table_key(name, reader), encode(format, parts));
+      }
+    } else if (size_ > 1) {
+      store_->set(table_key(name, 0), encode(compat::GlooAddressFormat::kOpaque, table));
+    }
+    family.table = std::move(table);  // whole values: kOpaque
   }
 
-  // The family's table, fetched once (a rank other than 0); null when this
+  // The family, its table fetched once (a rank other than 0); null when this
   // rank has not set its own key of the family yet.
-  const std::vector<std::vector<uint8_t>>* table_of(const std::string& name, std::chrono::milliseconds timeout) {
+  const Family* ready_family(const std::string& name, std::chrono::milliseconds timeout) {
     const auto found = families_.find(name);
     if (found == families_.end() || !found->second.own) return nullptr;
     Family& family = found->second;
     if (!family.table) {
-      const std::string key = name + "table";
+      const std::string key = table_key(name, rank_);
       store_->wait({key}, timeout);
-      family.table = decode(store_->get(key), key);
+      std::tie(family.format, family.table) = decode(store_->get(key), key);
     }
-    return &*family.table;
+    return &family;
   }
 
-  // Each value as an 8-byte length, then its bytes.
-  static std::vector<uint8_t> encode(const std::vector<std::vector<uint8_t>>& values) {
-    std::vector<uint8_t> bytes;
+  // The format's tag, then each value as an 8-byte length and its bytes.
+  static std::vector<uint8_t> encode(compat::GlooAddressFormat format, const std::vector<std::vector<uint8_t>>& values) {
+    std::vector<uint8_t> bytes{static_cast<uint8_t>(format)};
     for (const auto& value : values) {
       const uint64_t length = value.size();
       const auto* raw = reinterpret_cast<const uint8_t*>(&length);
@@ -242,9 +286,13 @@ class AddressTableStore : public compat::StoreBase {
     return bytes;
   }
 
-  std::vector<std::vector<uint8_t>> decode(const std::vector<uint8_t>& bytes, const std::string& key) const {
+  std::pair<compat::GlooAddressFormat, std::vector<std::vector<uint8_t>>> decode(const std::vector<uint8_t>& bytes,
+                                                                                 const std::string& key) const {
+    LOCKSTEP_CHECK(!bytes.empty() && bytes[0] <= static_cast<uint8_t>(compat::GlooAddressFormat::kRankRecord),
+                   "store key ", key, ": not a table of Gloo addresses (another job on the same store?)");
+    const auto format = static_cast<compat::GlooAddressFormat>(bytes[0]);
     std::vector<std::vector<uint8_t>> values;
-    size_t at = 0;
+    size_t at = 1;
     while (at < bytes.size()) {
       uint64_t length = 0;
       LOCKSTEP_CHECK(bytes.size() - at >= sizeof(length), "store key ", key, ": a truncated table of Gloo addresses");
@@ -257,7 +305,7 @@ class AddressTableStore : public compat::StoreBase {
     }
     LOCKSTEP_CHECK(static_cast<int>(values.size()) == size_, "store key ", key, ": a table of ", values.size(),
                    " Gloo addresses for a group of ", size_, " ranks (another job on the same store?)");
-    return values;
+    return {format, std::move(values)};
   }
 
   c10::intrusive_ptr<compat::C10dStore> store_;
@@ -269,8 +317,12 @@ class AddressTableStore : public compat::StoreBase {
 
 class CountingStore : public compat::StoreBase {
  public:
-  CountingStore(c10::intrusive_ptr<compat::C10dStore> store, std::shared_ptr<std::atomic<int64_t>> operations)
-      : compat::StoreBase(store->getTimeout()), store_(std::move(store)), operations_(std::move(operations)) {}
+  CountingStore(c10::intrusive_ptr<compat::C10dStore> store, std::shared_ptr<std::atomic<int64_t>> operations,
+                std::shared_ptr<std::atomic<int64_t>> bytes_read)
+      : compat::StoreBase(store->getTimeout()),
+        store_(std::move(store)),
+        operations_(std::move(operations)),
+        bytes_read_(std::move(bytes_read)) {}
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override {
     ++*operations_;
@@ -283,7 +335,9 @@ class CountingStore : public compat::StoreBase {
   }
   std::vector<uint8_t> get(const std::string& key) override {
     ++*operations_;
-    return store_->get(key);
+    std::vector<uint8_t> value = store_->get(key);
+    *bytes_read_ += static_cast<int64_t>(value.size());
+    return value;
   }
   int64_t add(const std::string& key, int64_t value) override {
     ++*operations_;
@@ -316,12 +370,13 @@ class CountingStore : public compat::StoreBase {
 
  protected:
   c10::intrusive_ptr<compat::C10dStore> clone_store() override {
-    return c10::make_intrusive<CountingStore>(compat::clone_store(store_), operations_);
+    return c10::make_intrusive<CountingStore>(compat::clone_store(store_), operations_, bytes_read_);
   }
 
  private:
   c10::intrusive_ptr<compat::C10dStore> store_;
   std::shared_ptr<std::atomic<int64_t>> operations_;
+  std::shared_ptr<std::atomic<int64_t>> bytes_read_;
 };
 
 }  // namespace
@@ -350,7 +405,8 @@ c10::intrusive_ptr<compat::C10dGroup> make_gloo_mesh(c10::intrusive_ptr<compat::
 CountedStore make_counting_store(c10::intrusive_ptr<compat::C10dStore> store) {
   CountedStore counted;
   counted.operations = std::make_shared<std::atomic<int64_t>>(0);
-  counted.store = c10::make_intrusive<CountingStore>(std::move(store), counted.operations);
+  counted.bytes_read = std::make_shared<std::atomic<int64_t>>(0);
+  counted.store = c10::make_intrusive<CountingStore>(std::move(store), counted.operations, counted.bytes_read);
   return counted;
 }
 

@@ -15,7 +15,10 @@
 // up its world group ("world group ready after K store operations"): the
 // rendezvous and Gloo's address exchange (Note [One table of Gloo addresses]).
 // Every rank but rank 0 makes the same few at 8 and at 64 ranks; rank 0
-// reads each rank's addresses once, 2 N + a few.
+// reads each rank's addresses once and sets each rank's part of them, 3 N
+// + a few. The bytes it logs it read ("..., B bytes read") grow as N: its
+// part of each peer's addresses (Note [Each rank reads its own part]), where
+// whole values would be 136 (N - 1) bytes each.
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -121,21 +124,31 @@ std::map<int, SocketCounts> watch_workers(const std::string& marker, const std::
   return most;
 }
 
-// The store operations each rank reports for its world group, by rank.
-std::map<int, int64_t> store_operations(const std::string& output, int nproc) {
-  std::map<int, int64_t> operations;
-  const std::regex line("rank (\\d+) of (\\d+): world group ready after (\\d+) store operations");
+struct StoreUse {
+  int64_t operations = 0;
+  int64_t bytes_read = 0;
+};
+
+// The store operations and bytes each rank reports for its world group, by rank.
+std::map<int, StoreUse> store_use(const std::string& output, int nproc) {
+  std::map<int, StoreUse> use;
+  const std::regex line(
+      "rank (\\d+) of (\\d+): world group ready after (\\d+) store operations, (\\d+) bytes read");
   for (auto it = std::sregex_iterator(output.begin(), output.end(), line); it != std::sregex_iterator(); ++it) {
     if (std::stoi((*it)[2]) != nproc) continue;
-    operations[std::stoi((*it)[1])] = std::stoll((*it)[3]);
+    use[std::stoi((*it)[1])] = StoreUse{std::stoll((*it)[3]), std::stoll((*it)[4])};
   }
-  return operations;
+  return use;
 }
 
 // What a rank other than 0 may spend, whatever N: the rendezvous (3), Gloo's
 // address exchange (3 per key family, 2 families on libtorch 1.13), the job
 // token's check, with room to spare.
 constexpr int64_t kStoreOperationsPerRank = 16;
+// What a rank other than 0 may read per peer (and its rendezvous, spread):
+// whole values would be 136 (N - 1) bytes per peer on libtorch 1.13.
+constexpr int64_t kStoreBytesPerPeer = 256;
+constexpr int64_t kStoreBytesOfRendezvous = 4096;
 
 // `iterations`: enough for the watcher to see every rank after iteration 6.
 void expect_one_mesh(int nproc, int iterations) {
@@ -157,11 +170,17 @@ void expect_one_mesh(int nproc, int iterations) {
   ASSERT_EQ(run.exit_code, 0) << run.output;
   ASSERT_NE(run.output.find("Evaluation on val"), std::string::npos) << run.output;
   ASSERT_EQ(static_cast<int>(most.size()), nproc) << "workers seen: " << most.size();
-  const std::map<int, int64_t> operations = store_operations(run.output, nproc);
-  ASSERT_EQ(static_cast<int>(operations.size()), nproc) << run.output;
-  for (const auto& [rank, count] : operations) {
-    std::cout << "rank " << rank << ": " << count << " store operations\n";
-    EXPECT_LE(count, rank == 0 ? 2 * nproc + kStoreOperationsPerRank : kStoreOperationsPerRank) << "rank " << rank;
+  const std::map<int, StoreUse> use = store_use(run.output, nproc);
+  ASSERT_EQ(static_cast<int>(use.size()), nproc) << run.output;
+  for (const auto& [rank, counts] : use) {
+    std::cout << "rank " << rank << ": " << counts.operations << " store operations, " << counts.bytes_read
+              << " bytes read\n";
+    EXPECT_LE(counts.operations, rank == 0 ? 3 * nproc + kStoreOperationsPerRank : kStoreOperationsPerRank)
+        << "rank " << rank;
+    // Its part of each peer's addresses and host name, 144 + ~30 bytes.
+    if (rank != 0) {
+      EXPECT_LE(counts.bytes_read, kStoreBytesPerPeer * nproc + kStoreBytesOfRendezvous) << "rank " << rank;
+    }
   }
   for (const auto& [rank, counts] : most) {
     std::cout << "rank " << rank << ": at most " << counts.listening << " listening ports, " << counts.connected

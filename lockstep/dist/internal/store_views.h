@@ -13,7 +13,7 @@
 //   auto exchange = lockstep::make_polling_store(compat::make_prefix_store("gloo/", counted.store), timeout,
 //                                                "group 'side'");
 //   auto gloo = lockstep::make_gloo_mesh(exchange, rank, size, timeout, device);  // through the address table
-//   logger().info("{} store operations", counted.operations->load());
+//   logger().info("{} store operations, {} bytes read", counted.operations->load(), counted.bytes_read->load());
 //
 // Everything a view does not change goes straight to the wrapped store.
 #pragma once
@@ -63,10 +63,12 @@ class BlockingStoreWaits {
 };
 
 // `store`, counting every call made through it (set, get, wait, check, add,
-// compareSet, deleteKey, getNumKeys: one each) in `operations`, shared by clones.
+// compareSet, deleteKey, getNumKeys: one each) in `operations`, and the bytes
+// its gets returned in `bytes_read`, both shared by clones.
 struct CountedStore {
   c10::intrusive_ptr<compat::C10dStore> store;
   std::shared_ptr<std::atomic<int64_t>> operations;
+  std::shared_ptr<std::atomic<int64_t>> bytes_read;
 };
 CountedStore make_counting_store(c10::intrusive_ptr<compat::C10dStore> store);
 
