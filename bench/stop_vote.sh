@@ -37,29 +37,12 @@ YAML
 job "{type: MLP, in_features: 784, hidden: [64], data_preprocessor: {type: ImgDataPreprocessor, mean: [100.0], std: [60.0]}}" 16 400 >"$work/mlp.yaml"
 job "{type: ConvNet, data_preprocessor: {type: ImgDataPreprocessor, mean: [100.0], std: [60.0]}}" 64 40 >"$work/cnn.yaml"
 
-seconds_per_iter() {  # CONFIG [--set ...]
-  local config=$1
-  shift
-  OMP_NUM_THREADS=1 "$lockstep" train "$config" --nproc 2 --work-dir "$work/run" "$@" 2>&1 |
-    sed -n 's/.*Overall training speed: .*(\([0-9.]*\) s \/ it).*/\1/p' | head -n 1
-  rm -rf "$work/run"
-}
+source "$(dirname "$0")/rounds.sh"
+with_vote() { train_seconds_per_iter "$lockstep" "$work/run" "$work/$model.yaml"; }
+without_vote() { train_seconds_per_iter "$lockstep" "$work/run" "$work/$model.yaml" --set 'preemption={signals: []}'; }
 
 echo "stop_vote: 2 ranks, Gloo, CPU, 1 thread each; with the vote (default) and without (preemption.signals: []); $rounds rounds"
 for model in mlp cnn; do
-  ratios=()
-  for ((round = 0; round < rounds; round++)); do
-    if ((round % 2 == 0)); then
-      with=$(seconds_per_iter "$work/$model.yaml")
-      without=$(seconds_per_iter "$work/$model.yaml" --set 'preemption={signals: []}')
-    else
-      without=$(seconds_per_iter "$work/$model.yaml" --set 'preemption={signals: []}')
-      with=$(seconds_per_iter "$work/$model.yaml")
-    fi
-    ratio=$(python3 -c "print(f'{$with / $without:.3f}')")
-    ratios+=("$ratio")
-    echo "  round $round $model: with the vote $with s/it, without $without s/it ($ratio)"
-  done
-  median=$(printf '%s\n' "${ratios[@]}" | sort -n | sed -n "$(((rounds + 1) / 2))p")
-  echo "RESULT stop_vote $model: seconds per iteration with / without the stop vote = $median (median of $rounds rounds)"
+  median_ratio_of_rounds "$rounds" "with the vote" with_vote "without" without_vote "$model"
+  echo "RESULT stop_vote $model: seconds per iteration with / without the stop vote = $MEDIAN_RATIO (median of $rounds rounds)"
 done

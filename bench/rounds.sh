@@ -1,0 +1,41 @@
+# bench/rounds.sh: sourced by the shell benches that time one job in two
+# settings (stop_vote.sh, memory_format.sh). Machines here are noisy, so the
+# settings alternate which goes first in each round and the median ratio is
+# the result.
+#
+#   source "$(dirname "$0")/rounds.sh"
+#   a() { train_seconds_per_iter "$lockstep" "$work/run" job.yaml; }
+#   b() { train_seconds_per_iter "$lockstep" "$work/run" job.yaml --set key=value; }
+#   median_ratio_of_rounds 5 "as configured" a "with key=value" b "mlp"   # sets MEDIAN_RATIO
+
+# Seconds per iteration of `lockstep train CONFIG --nproc 2` (the
+# IterationTimer's "Overall training speed"), one thread per rank; the work
+# dir is removed afterwards.
+train_seconds_per_iter() {  # LOCKSTEP WORK_DIR CONFIG [ARGS...]
+  local lockstep=$1 work_dir=$2 config=$3
+  shift 3
+  OMP_NUM_THREADS=1 "$lockstep" train "$config" --nproc 2 --work-dir "$work_dir" "$@" 2>&1 |
+    sed -n 's/.*Overall training speed: .*(\([0-9.]*\) s \/ it).*/\1/p' | head -n 1
+  rm -rf "$work_dir"
+}
+
+# Runs A and B (functions that print seconds per iteration) ROUNDS times,
+# alternating which goes first; prints each round and sets MEDIAN_RATIO to the
+# median of A / B.
+median_ratio_of_rounds() {  # ROUNDS LABEL_A A LABEL_B B [WHAT]
+  local rounds=$1 label_a=$2 run_a=$3 label_b=$4 run_b=$5 what=${6:-}
+  local round a b ratio ratios=()
+  for ((round = 0; round < rounds; round++)); do
+    if ((round % 2 == 0)); then
+      a=$($run_a)
+      b=$($run_b)
+    else
+      b=$($run_b)
+      a=$($run_a)
+    fi
+    ratio=$(python3 -c "print(f'{$a / $b:.3f}')")
+    ratios+=("$ratio")
+    echo "  round $round${what:+ $what}: $label_a $a s/it, $label_b $b s/it ($ratio)"
+  done
+  MEDIAN_RATIO=$(printf '%s\n' "${ratios[@]}" | sort -n | sed -n "$(((rounds + 1) / 2))p")
+}
