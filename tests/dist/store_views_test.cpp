@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -46,27 +47,44 @@ std::vector<std::string> exchange_like_gloo(compat::C10dStore& store, int rank, 
   return read;
 }
 
+// What each rank spent on the shared store, by rank.
+struct StoreUse {
+  std::vector<int64_t> operations;
+  std::vector<int64_t> bytes_read;
+};
+
+// One thread per rank over one in-process store, each running `as_rank` on
+// its view of the group's Gloo keys (through the address table or not).
+StoreUse run_ranks(int size, bool through_table,
+                   const std::function<void(compat::C10dStore& view, int rank)>& as_rank) {
+  auto shared = compat::make_hash_store();
+  StoreUse use{std::vector<int64_t>(size), std::vector<int64_t>(size)};
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < size; ++rank) {
+    ranks.emplace_back([&, rank] {
+      CountedStore counted = make_counting_store(shared);
+      auto view = compat::make_prefix_store("group/world/gloo/", counted.store);
+      if (through_table) view = make_address_table_store(view, rank, size, std::chrono::seconds(20));
+      as_rank(*view, rank);
+      use.operations[rank] = counted.operations->load();
+      use.bytes_read[rank] = counted.bytes_read->load();
+    });
+  }
+  for (auto& thread : ranks) thread.join();
+  return use;
+}
+
 struct ExchangeResult {
   std::vector<int64_t> operations;           // by rank
   std::vector<std::vector<std::string>> read;  // by rank
 };
 
 ExchangeResult run_exchange(int size, bool host_names, bool through_table) {
-  auto shared = compat::make_hash_store();
   ExchangeResult result;
-  result.operations.resize(size);
   result.read.resize(size);
-  std::vector<std::thread> ranks;
-  for (int rank = 0; rank < size; ++rank) {
-    ranks.emplace_back([&, rank] {
-      CountedStore counted = make_counting_store(shared);
-      auto gloo_view = compat::make_prefix_store("group/world/gloo/", counted.store);
-      if (through_table) gloo_view = make_address_table_store(gloo_view, rank, size, std::chrono::seconds(20));
-      result.read[rank] = exchange_like_gloo(*gloo_view, rank, size, host_names);
-      result.operations[rank] = counted.operations->load();
-    });
-  }
-  for (auto& thread : ranks) thread.join();
+  result.operations = run_ranks(size, through_table, [&](compat::C10dStore& view, int rank) {
+                        result.read[rank] = exchange_like_gloo(view, rank, size, host_names);
+                      }).operations;
   return result;
 }
 
@@ -208,30 +226,21 @@ TEST(AddressTableStore, EachRankReadsOnlyItsPartOfGlooValues) {
       for (int owner = 0; owner < size; ++owner) values.push_back(gloo_value(format, owner, size));
       ASSERT_EQ(compat::detect_gloo_address_format(values), format);
       for (const bool through_table : {true, false}) {
-        auto shared = compat::make_hash_store();
-        std::vector<int64_t> operations(size), bytes(size);
         std::vector<int> wrong(size, 0);
-        std::vector<std::thread> ranks;
-        for (int rank = 0; rank < size; ++rank) {
-          ranks.emplace_back([&, rank] {
-            CountedStore counted = make_counting_store(shared);
-            auto view = compat::make_prefix_store("group/world/gloo/", counted.store);
-            if (through_table) view = make_address_table_store(view, rank, size, std::chrono::seconds(20));
-            view->set("0/" + std::to_string(rank), values[rank]);
-            for (int owner = 0; owner < size; ++owner) {
-              if (owner == rank) continue;
-              view->wait({"0/" + std::to_string(owner)}, std::chrono::seconds(20));
-              const auto got = view->get("0/" + std::to_string(owner));
-              if (what_gloo_reads(format, got, owner, rank, size) !=
-                  what_gloo_reads(format, values[owner], owner, rank, size)) {
-                ++wrong[rank];
-              }
+        const StoreUse use = run_ranks(size, through_table, [&](compat::C10dStore& view, int rank) {
+          view.set("0/" + std::to_string(rank), values[rank]);
+          for (int owner = 0; owner < size; ++owner) {
+            if (owner == rank) continue;
+            view.wait({"0/" + std::to_string(owner)}, std::chrono::seconds(20));
+            const auto got = view.get("0/" + std::to_string(owner));
+            if (what_gloo_reads(format, got, owner, rank, size) !=
+                what_gloo_reads(format, values[owner], owner, rank, size)) {
+              ++wrong[rank];
             }
-            operations[rank] = counted.operations->load();
-            bytes[rank] = counted.bytes_read->load();
-          });
-        }
-        for (auto& thread : ranks) thread.join();
+          }
+        });
+        const std::vector<int64_t>& operations = use.operations;
+        const std::vector<int64_t>& bytes = use.bytes_read;
         for (int rank = 0; rank < size; ++rank) EXPECT_EQ(wrong[rank], 0) << "rank " << rank;
         for (int rank = 1; rank < size; ++rank) {
           if (through_table) {
