@@ -339,9 +339,10 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(torch::Tensor& out, c
   auto group = raw(in);
   int my_rank = rank(), world = size(), tag = detail::ring_tag(info.seq, parts_.tag_space);
   auto deadline = std::chrono::steady_clock::now() + parts_.timeout;
-  auto body = [group, my_rank, world, chunks, flat_in, tag, deadline]() mutable {
+  const bool ring_only = algorithms_.all_gather == CollectiveAlgorithm::kRing;
+  auto body = [group, my_rank, world, chunks, flat_in, tag, deadline, ring_only]() mutable {
     chunks[static_cast<size_t>(my_rank)].copy_(flat_in);
-    detail::ring_all_gather(*group, my_rank, world, chunks, tag, deadline);
+    detail::all_gather_pieces(*group, my_rank, world, chunks, tag, deadline, ring_only);
   };
   return run_algorithm(std::move(info), async, std::move(body), std::move(finish));
 }
@@ -483,9 +484,10 @@ std::shared_ptr<Work> ProcessGroup::all_gather(std::vector<torch::Tensor>& outs,
   int my_rank = rank(), world = size(), tag = detail::ring_tag(info.seq, parts_.tag_space);
   at::Tensor flat_in = in.contiguous().view(-1);
   auto deadline = std::chrono::steady_clock::now() + parts_.timeout;
-  auto body = [group, my_rank, world, chunks, flat_in, tag, deadline]() mutable {
+  const bool ring_only = algorithms_.all_gather == CollectiveAlgorithm::kRing;
+  auto body = [group, my_rank, world, chunks, flat_in, tag, deadline, ring_only]() mutable {
     chunks[static_cast<size_t>(my_rank)].copy_(flat_in);
-    detail::ring_all_gather(*group, my_rank, world, chunks, tag, deadline);
+    detail::all_gather_pieces(*group, my_rank, world, chunks, tag, deadline, ring_only);
   };
   return run_algorithm(std::move(info), async, std::move(body), std::move(finish));
 }

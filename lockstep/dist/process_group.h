@@ -50,9 +50,11 @@ namespace lockstep {
 enum class ReduceOp { kSum, kAvg, kMax, kMin };
 const char* to_string(ReduceOp op);
 
-// How reduce_scatter_tensor / all_gather_into_tensor move data. kAuto picks
-// NCCL's native ops, and the ring on Gloo (faster there than Gloo's own ops,
-// see algorithm_for). The others exist for benchmarks and tests.
+// How reduce_scatter_tensor / all_gather_into_tensor (and all_gather) move
+// data. kAuto picks NCCL's native ops, and on Gloo the ring (faster there
+// than Gloo's own ops, see collective_algorithm), or for a small all-gather on 4
+// ranks or more log2(N) doubling rounds (Note [Doubling rounds for small
+// gathers]). kRing forces the ring. The others exist for benchmarks and tests.
 enum class CollectiveAlgorithm { kAuto, kNative, kRing, kAllReduce };
 struct CollectiveAlgorithms {
   CollectiveAlgorithm reduce_scatter = CollectiveAlgorithm::kAuto;

@@ -2,6 +2,8 @@
 
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
+
 #include "lockstep/core/error.h"
 #include "lockstep/dist/work.h"
 
@@ -71,6 +73,63 @@ void ring_all_gather(compat::C10dGroup& group, int rank, int size, std::vector<a
   // Step s forwards the piece that arrived in step s-1 (own piece first).
   for (int step = 0; step + 1 < size; ++step) {
     exchange(group, chunks[mod(rank - step, size)], next, chunks[mod(rank - step - 1, size)], prev, tag, deadline);
+  }
+}
+
+// Note [Doubling rounds for small gathers]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A ring all-gather is N - 1 steps, and each waits for the previous rank to
+// finish its own: its time is N - 1 wake-ups of a process, whatever the
+// size. A small gather (the world's host names when it is set up, metrics,
+// evaluation results, shapes before an uneven gather) is nothing but those
+// waits. At 128 ranks on 2 cores each wake-up took 12-14 ms (every process's
+// Gloo loop thread polls 100 times a second, so 100 or so threads are always
+// runnable), and setting up the world group's node groups, one gather of
+// host names, took 3.2-3.8 s (BENCHMARKS.md, "bench/scaling").
+//
+// Bruck's all-gather takes ceil(log2 N) rounds: in round k (distance
+// d = 2^k) each rank sends the pieces of ranks rank .. rank+c-1, which it
+// holds since the rounds before, to rank - d, and receives those of ranks
+// rank+d .. rank+d+c-1 from rank + d, c = min(d, N - d). Every rank still
+// receives each other rank's piece once, (N-1)/N of the total, as in the
+// ring; the price is packing each round's pieces into one message and
+// unpacking them (two copies of what moves). So the doubling rounds serve
+// totals up to kDoublingMaxBytes, where the waits dominate, and the ring
+// everything larger (FSDP's parameter gathers), where copies would. On 2 and 3
+// ranks both take the same number of steps and the ring, without copies, is
+// used. Each rank sends to distinct peers in distinct rounds (2^k < N are
+// distinct mod N), so one tag serves every round.
+void doubling_all_gather(compat::C10dGroup& group, int rank, int size, std::vector<at::Tensor>& chunks, int tag,
+                         Deadline deadline) {
+  for (int distance = 1; distance < size; distance *= 2) {
+    const int count = std::min(distance, size - distance);
+    std::vector<at::Tensor> outgoing, incoming;
+    int64_t incoming_numel = 0;
+    for (int j = 0; j < count; ++j) {
+      outgoing.push_back(chunks[static_cast<size_t>(mod(rank + j, size))]);
+      incoming.push_back(chunks[static_cast<size_t>(mod(rank + distance + j, size))]);
+      incoming_numel += incoming.back().numel();
+    }
+    const at::Tensor packed = count == 1 ? outgoing[0] : at::cat(outgoing);
+    at::Tensor arriving = count == 1 ? incoming[0] : at::empty({incoming_numel}, chunks[0].options());
+    exchange(group, packed, mod(rank - distance, size), arriving, mod(rank + distance, size), tag, deadline);
+    if (count == 1) continue;
+    int64_t offset = 0;
+    for (auto& piece : incoming) {
+      piece.copy_(arriving.narrow(0, offset, piece.numel()));
+      offset += piece.numel();
+    }
+  }
+}
+
+void all_gather_pieces(compat::C10dGroup& group, int rank, int size, std::vector<at::Tensor>& chunks, int tag,
+                       Deadline deadline, bool ring_only) {
+  int64_t total_bytes = 0;
+  for (const auto& chunk : chunks) total_bytes += chunk.numel() * static_cast<int64_t>(chunk.element_size());
+  if (!ring_only && size > 3 && total_bytes <= kDoublingMaxBytes) {
+    doubling_all_gather(group, rank, size, chunks, tag, deadline);
+  } else {
+    ring_all_gather(group, rank, size, chunks, tag, deadline);
   }
 }
 

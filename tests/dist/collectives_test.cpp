@@ -150,27 +150,36 @@ LOCKSTEP_WORKER_TEST(CollectivesWorker, AllGatherUnevenSizes) {
   const int n = world->size(), r = world->rank();
   // Rank q sends a (q+1) x 2 tensor of q*10 + i (exact in bfloat16).
   auto contribution = [](int q) { return (torch::arange(0, 2 * (q + 1), torch::kDouble) + q * 10).reshape({q + 1, 2}); };
-  for (auto dtype : tested_dtypes()) {
-    SCOPED_TRACE(::testing::Message() << dtype);
-    std::vector<torch::Tensor> outs;
-    world->all_gather(outs, contribution(r).to(dtype));
-    ASSERT_EQ(outs.size(), static_cast<size_t>(n));
-    for (int q = 0; q < n; ++q) {
-      EXPECT_EQ(outs[q].sizes(), torch::IntArrayRef({q + 1, 2}));
-      EXPECT_EQ(outs[q].scalar_type(), dtype);
-      EXPECT_TRUE(tensors_equal(outs[q], contribution(q)));
+  // kAuto: doubling rounds from 4 ranks on (Note [Doubling rounds for small gathers]); kRing: the ring.
+  for (auto algorithm : {CollectiveAlgorithm::kAuto, CollectiveAlgorithm::kRing}) {
+    world->set_algorithms({CollectiveAlgorithm::kAuto, algorithm});
+    for (auto dtype : tested_dtypes()) {
+      SCOPED_TRACE(::testing::Message() << dtype << " algorithm " << static_cast<int>(algorithm));
+      std::vector<torch::Tensor> outs;
+      world->all_gather(outs, contribution(r).to(dtype));
+      ASSERT_EQ(outs.size(), static_cast<size_t>(n));
+      for (int q = 0; q < n; ++q) {
+        EXPECT_EQ(outs[q].sizes(), torch::IntArrayRef({q + 1, 2}));
+        EXPECT_EQ(outs[q].scalar_type(), dtype);
+        EXPECT_TRUE(tensors_equal(outs[q], contribution(q)));
+      }
+      // Pre-sized outputs are filled in place, without the shape exchange.
+      std::vector<torch::Tensor> presized;
+      for (int q = 0; q < n; ++q) presized.push_back(torch::zeros({q + 1, 2}, dtype));
+      auto first = presized[0];
+      world->all_gather(presized, contribution(r).to(dtype));
+      EXPECT_TRUE(tensors_equal(first, contribution(0)));
     }
-    // Pre-sized outputs are filled in place, without the shape exchange.
-    std::vector<torch::Tensor> presized;
-    for (int q = 0; q < n; ++q) presized.push_back(torch::zeros({q + 1, 2}, dtype));
-    auto first = presized[0];
-    world->all_gather(presized, contribution(r).to(dtype));
-    EXPECT_TRUE(tensors_equal(first, contribution(0)));
   }
+  world->set_algorithms({CollectiveAlgorithm::kAuto, CollectiveAlgorithm::kAuto});
   // An empty contribution is fine too.
   std::vector<torch::Tensor> outs;
   world->all_gather(outs, torch::ones({r % 2 == 0 ? 0 : 2}));
   for (int q = 0; q < n; ++q) EXPECT_EQ(outs[q].numel(), q % 2 == 0 ? 0 : 2);
+  // Above kDoublingMaxBytes in all, kAuto takes the ring: 300,000 floats a rank.
+  std::vector<torch::Tensor> large;
+  world->all_gather(large, torch::arange(0, 300000, torch::kFloat) + r);
+  for (int q = 0; q < n; ++q) EXPECT_TRUE(tensors_equal(large[q], torch::arange(0, 300000, torch::kFloat) + q));
 }
 
 LOCKSTEP_WORKER_TEST(CollectivesWorker, AsyncAndWait) {
@@ -368,6 +377,12 @@ TEST(Collectives, TwoRanks) {
 
 TEST(Collectives, FourRanks) {
   testing::expect_workers_pass(4, "CollectivesWorker.*");
+}
+
+// Five ranks: the doubling all-gather's last round carries fewer pieces than
+// its distance (min(4, 5 - 4) = 1), which powers of two never exercise.
+TEST(Collectives, FiveRanksGather) {
+  testing::expect_workers_pass(5, "CollectivesWorker.AllGather*:CollectivesWorker.ObjectCollectives");
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // native op (Gloo in libtorch 1.13 has neither reduce_scatter nor
 // _allgather_base). In a ring of N ranks every rank sends and receives
 // (N-1)/N of the data once, which is the bandwidth lower bound; an all_reduce
-// followed by a slice moves twice that.
+// followed by a slice moves twice that. Small all-gathers take doubling
+// rounds instead: the same bytes in log2(N) waits rather than N - 1.
 //
 // Internal to lockstep/dist; ProcessGroup is the public face.
 //
@@ -32,6 +33,19 @@ enum class RingReduce { kSum, kMax, kMin };
 // (every rank must pass the same sizes).
 void ring_all_gather(compat::C10dGroup& group, int rank, int size, std::vector<at::Tensor>& chunks, int tag,
                      Deadline deadline);
+
+// The same result in ceil(log2 N) rounds instead of N - 1 steps (Bruck's
+// all-gather, Note [Doubling rounds for small gathers] in ring.cpp): in round
+// k each rank sends what it holds to rank - 2^k, packed into one message.
+void doubling_all_gather(compat::C10dGroup& group, int rank, int size, std::vector<at::Tensor>& chunks, int tag,
+                         Deadline deadline);
+
+// ring_all_gather or doubling_all_gather, whichever is faster for these
+// pieces: the doubling rounds for small totals on 4 ranks or more
+// (kDoublingMaxBytes), the ring otherwise; the ring only, with `ring_only`.
+constexpr int64_t kDoublingMaxBytes = 1 << 20;
+void all_gather_pieces(compat::C10dGroup& group, int rank, int size, std::vector<at::Tensor>& chunks, int tag,
+                       Deadline deadline, bool ring_only);
 
 // `input` holds size() equal contiguous chunks of out.numel() elements; on
 // return `out` holds the reduction over ranks of chunk `rank`.
