@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -168,6 +169,7 @@ static std::shared_ptr<ProcessGroup> init_with_env(const InitOptions& options, D
                    "NCCL; this one (", compat::torch_version(), ") is not; use backend 'gloo'");
   }
   const int rank = options.rank(), size = options.world_size();
+  const auto started = std::chrono::steady_clock::now();
   // No other thread uses the store before the world exists: the node groups
   // built below may wait on it in one call (BlockingStoreWaits).
   BlockingStoreWaits blocking_waits;
@@ -188,6 +190,7 @@ static std::shared_ptr<ProcessGroup> init_with_env(const InitOptions& options, D
   logger().info("rank {} of {}: Gloo transport bound to {}", rank, size, describe(parts.gloo_device));
   rendezvous(parts.store, "world", rank, size, options.timeout(),
              str_cat("check that the world size (", size, ") matches the number of workers started"));
+  const auto met = std::chrono::steady_clock::now();
   try {
     parts.gloo = make_gloo_mesh(compat::make_prefix_store("gloo/", parts.store), rank, size, options.timeout(),
                                 parts.gloo_device);
@@ -202,6 +205,7 @@ static std::shared_ptr<ProcessGroup> init_with_env(const InitOptions& options, D
   } catch (const std::exception&) {
     rethrow_with_context(str_cat("rank ", rank, ": creating the world process group"));
   }
+  const auto connected = std::chrono::steady_clock::now();
   s.world = std::make_shared<ProcessGroup>(std::move(parts));
   try {
     int node_rank = options.node_rank();
@@ -212,8 +216,13 @@ static std::shared_ptr<ProcessGroup> init_with_env(const InitOptions& options, D
     throw;
   }
   s.env = std::move(env);
-  logger().info("rank {} of {}: world group ready after {} store operations, {} bytes read", rank, size,
-                store.operations->load(), store.bytes_read->load());
+  // Where a large job's start-up goes: meeting the others, connecting to
+  // them (Gloo's mesh; NCCL's too), and the node groups (one all-gather).
+  const auto seconds = [](auto from, auto to) { return std::chrono::duration<double>(to - from).count(); };
+  logger().info("rank {} of {}: world group ready after {} store operations, {} bytes read; {:.2f} s to meet, {:.2f} s "
+                "to connect, {:.2f} s for the node groups",
+                rank, size, store.operations->load(), store.bytes_read->load(), seconds(started, met),
+                seconds(met, connected), seconds(connected, std::chrono::steady_clock::now()));
   return s.world;
 }
 
