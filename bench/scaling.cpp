@@ -262,15 +262,17 @@ int main(int argc, char** argv) {
         row(n, "lockstep run" + what, ours);
       } else if (with_torchrun) {
         theirs = run_job(torchrun(n, ++port, out, kind), n, out);
-        row(n, "torchrun (PyTorch 1.13)" + what, theirs);
+        row(n, "torchrun" + what, theirs);
       }
     }
     ++turn_order;
     if (ours.ok && theirs.ok) {
       char line[256];
       std::snprintf(line, sizeof(line),
-                    "RESULT scaling %s N=%d time to first step lockstep/torchrun = %.3f (%.2f s / %.2f s); exit %.3f",
+                    "RESULT scaling %s N=%d time to first step lockstep/torchrun = %.3f (%.2f s / %.2f s); last start "
+                    "to first step %.2f s / %.2f s; exit %.3f",
                     kind.c_str(), n, ours.first_step / theirs.first_step, ours.first_step, theirs.first_step,
+                    ours.first_step - ours.slowest_start, theirs.first_step - theirs.slowest_start,
                     ours.exit / theirs.exit);
       results.push_back(line);
     }
