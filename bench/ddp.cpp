@@ -103,7 +103,7 @@ int driver() {
   const std::string self = bench::self_path();
   const std::string source = LOCKSTEP_SOURCE_DIR;
   const std::string launcher = std::string(LOCKSTEP_BINARY_DIR) + "/bin/lockstep";
-  const bool have_python = testing::run_command({"/usr/bin/python3", "-c", "import torch"}).exit_code == 0;
+  const bool have_python = testing::python_has("torch");
   const bool cuda = bench::bench_device_name() != "cpu";
   std::printf("bench/ddp: 2 ranks, %s, 1 torch thread per rank, batch %lld per rank, SGD momentum; "
               "%d rounds x %d steps\n", cuda ? "NCCL, one GPU each" : "Gloo, CPU", static_cast<long long>(kBatch),
@@ -121,12 +121,10 @@ int driver() {
         }
       }
       if (have_python) {
-        auto result = testing::run_command({"/usr/bin/python3", "-m", "torch.distributed.run", "--standalone",
-                                            // Debian's torchrun 1.13 on Python 3.11 fails with the default
-                                            // redirects; tee'd stdout is what we parse anyway.
-                                            "--redirects", "1", "--tee", "1", "--nproc_per_node", "2", source + "/bench/ddp_peer.py", model,
-                                            std::to_string(iters), std::to_string(kWarmup), std::to_string(kBatch), "1"},
-                                           {"OMP_NUM_THREADS=1"}, 900);
+        std::vector<std::string> argv = testing::torchrun();
+        argv.insert(argv.end(), {"--standalone", "--nproc_per_node", "2", source + "/bench/ddp_peer.py", model,
+                                 std::to_string(iters), std::to_string(kWarmup), std::to_string(kBatch), "1"});
+        auto result = testing::run_command(argv, {"OMP_NUM_THREADS=1"}, 900);
         times[model]["pytorch"].push_back(parse_result(result, {model}, "pytorch " + model));
       }
       std::printf("  round %d %s:", round, model.c_str());

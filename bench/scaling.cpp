@@ -169,12 +169,11 @@ std::vector<std::string> lockstep_run(int nproc, int port, const std::string& ou
 }
 
 std::vector<std::string> torchrun(int nproc, int port, const std::string& out_dir, const std::string& kind) {
-  // Debian bookworm's torchrun (torch 1.13 on Python 3.11) crashes on its
-  // default --redirects/--tee "0"; explicit values avoid the bug.
-  return {"/usr/bin/python3", "-m", "torch.distributed.run", "--no_python", "--redirects", "1", "--tee", "1",
-          "--nnodes", "1", "--node_rank", "0",
-          "--master_addr", "127.0.0.1", "--master_port", std::to_string(port), "--nproc_per_node",
-          std::to_string(nproc), bench::self_path(), kind, out_dir};
+  std::vector<std::string> argv = testing::torchrun();
+  argv.insert(argv.end(), {"--no_python", "--nnodes", "1", "--node_rank", "0", "--master_addr", "127.0.0.1",
+                           "--master_port", std::to_string(port), "--nproc_per_node", std::to_string(nproc),
+                           bench::self_path(), kind, out_dir});
+  return argv;
 }
 
 // A stranger on the store's port: connects, writes random bytes, hangs up,

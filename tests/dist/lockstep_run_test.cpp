@@ -309,30 +309,9 @@ bool python_has_torch() {
   return has;
 }
 
-// torchrun, started through a shim for Debian's torch 2.x: built without
-// libuv, its torchrun asks every store for libuv whatever USE_LIBUV says and
-// stops before starting a worker; the shim makes its stores default to the
-// other backend. It also binds torchrun to 127.0.0.1 (--local-addr), since
-// the machine's host name may not resolve. torch 1.13 runs unchanged.
-const char* const kTorchrunShim = R"PY(
-import runpy, sys
-import torch
-import torch.distributed as dist
-if int(torch.__version__.split(".")[0]) >= 2:
-    class TCPStore(dist.TCPStore):
-        def __init__(self, *args, **kwargs):
-            kwargs.setdefault("use_libuv", False)
-            super().__init__(*args, **kwargs)
-    dist.TCPStore = TCPStore
-    sys.argv[1:1] = ["--local-addr", "127.0.0.1"]
-runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)
-)PY";
-
 testing::CommandResult run_torchrun(const std::vector<std::string>& rendezvous_args) {
-  // Debian bookworm's torchrun (torch 1.13 on Python 3.11) crashes parsing its
-  // default --redirects/--tee "0" (Python 3.11 no longer iterates IntFlag's
-  // zero member); explicit non-zero values avoid the bug and keep the output.
-  std::vector<std::string> argv{testing::python(), "-c", kTorchrunShim, "--no_python", "--redirects", "1", "--tee", "1"};
+  std::vector<std::string> argv = testing::torchrun();
+  argv.push_back("--no_python");
   argv.insert(argv.end(), rendezvous_args.begin(), rendezvous_args.end());
   argv.insert(argv.end(), {"--nproc_per_node", "2", testing::self_executable(),
                            "--gtest_filter=TorchrunWorker.Collectives"});

@@ -26,6 +26,31 @@ std::string python() {
   return chosen != nullptr && *chosen != '\0' ? chosen : "/usr/bin/python3";
 }
 
+// Debian's torch 2.x is built without libuv, and its torchrun asks every
+// store for libuv whatever USE_LIBUV says, stopping before it starts a
+// worker; the shim makes its stores default to the other backend. It also
+// binds torchrun to 127.0.0.1 (--local-addr), since the machine's host name
+// may not resolve. torch 1.13 runs unchanged. Debian bookworm's torchrun
+// (torch 1.13 on Python 3.11) crashes parsing its default --redirects/--tee
+// "0" (Python 3.11 no longer iterates IntFlag's zero member); explicit
+// non-zero values avoid the bug and keep the output.
+std::vector<std::string> torchrun() {
+  static const char* const kShim = R"PY(
+import runpy, sys
+import torch
+import torch.distributed as dist
+if int(torch.__version__.split(".")[0]) >= 2:
+    class TCPStore(dist.TCPStore):
+        def __init__(self, *args, **kwargs):
+            kwargs.setdefault("use_libuv", False)
+            super().__init__(*args, **kwargs)
+    dist.TCPStore = TCPStore
+    sys.argv[1:1] = ["--local-addr", "127.0.0.1"]
+runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)
+)PY";
+  return {python(), "-c", kShim, "--redirects", "1", "--tee", "1"};
+}
+
 bool python_has(const std::string& module) {
   static std::mutex mutex;
   static std::map<std::string, bool> known;

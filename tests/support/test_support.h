@@ -43,6 +43,13 @@ CommandResult run_command(const std::vector<std::string>& argv,
 // Debian's /usr/bin/python3 with python3-torch.
 std::string python();
 
+// The command line that starts python()'s torchrun, to which its own
+// arguments are appended: `torch.distributed.run` through a shim that makes
+// Debian's torch 2.x (built without libuv) usable and binds it to 127.0.0.1,
+// with explicit --redirects/--tee (Debian's torch 1.13 on Python 3.11 crashes
+// on their defaults). For tests and benches that compare with torchrun.
+std::vector<std::string> torchrun();
+
 // Whether python() imports `module` (torch, torchvision, ...): tests against
 // PyTorch skip without it. Asked once per module.
 bool python_has(const std::string& module);
