@@ -304,11 +304,6 @@ int python_torch_major() {
   return major;
 }
 
-bool python_has_torch() {
-  static const bool has = testing::run_command({testing::python(), "-c", "import torch"}, {}, 120).exit_code == 0;
-  return has;
-}
-
 testing::CommandResult run_torchrun(const std::vector<std::string>& rendezvous_args) {
   std::vector<std::string> argv = testing::torchrun();
   argv.push_back("--no_python");
@@ -319,7 +314,7 @@ testing::CommandResult run_torchrun(const std::vector<std::string>& rendezvous_a
 }
 
 TEST(Torchrun, LaunchesALockstepProgram) {
-  if (!python_has_torch()) GTEST_SKIP() << "/usr/bin/python3 has no torch (python3-torch is not installed)";
+  if (!testing::python_has("torch")) GTEST_SKIP() << "/usr/bin/python3 has no torch (python3-torch is not installed)";
   auto result = run_torchrun({"--standalone"});
   EXPECT_EQ(result.exit_code, 0) << result.output;
   // torch 1.13's standalone rendezvous leaves the store to rank 0 (2.x shares its agent's).
@@ -328,7 +323,7 @@ TEST(Torchrun, LaunchesALockstepProgram) {
 }
 
 TEST(Torchrun, AgentStorePath) {
-  if (!python_has_torch()) GTEST_SKIP() << "/usr/bin/python3 has no torch (python3-torch is not installed)";
+  if (!testing::python_has("torch")) GTEST_SKIP() << "/usr/bin/python3 has no torch (python3-torch is not installed)";
   // Without --standalone torchrun uses the static rendezvous: its agent hosts
   // the store and the workers connect to it as clients.
   auto result = run_torchrun({"--nnodes", "1", "--node_rank", "0", "--master_addr", "127.0.0.1", "--master_port",
