@@ -34,6 +34,14 @@ std::pair<c10::intrusive_ptr<C10dStore>, int> make_tcp_store(const TcpStoreSpec&
   return {store, port};
 }
 
+int tcp_store_connections_per_client() {
+#if TORCH_VERSION_MAJOR >= 2
+  return 1;
+#else
+  return 2;
+#endif
+}
+
 c10::intrusive_ptr<C10dStore> make_hash_store() { return c10::make_intrusive<c10d::HashStore>(); }
 
 c10::intrusive_ptr<C10dStore> make_prefix_store(const std::string& prefix, c10::intrusive_ptr<C10dStore> store) {

@@ -62,6 +62,11 @@ struct TcpStoreSpec {
 // connecting until spec.timeout. The server never waits for workers.
 std::pair<c10::intrusive_ptr<C10dStore>, int> make_tcp_store(const TcpStoreSpec& spec);
 
+// The connections one TCPStore client holds to its server: two in 1.13
+// (a second one for watchKey callbacks), one in 2.x. A server holds as many
+// per client (Note [Raising the open-file limit] in core/open_files.cpp).
+int tcp_store_connections_per_client();
+
 // An in-process store, for a world of one.
 c10::intrusive_ptr<C10dStore> make_hash_store();
 

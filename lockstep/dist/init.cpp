@@ -14,6 +14,7 @@
 #include "lockstep/compat/cuda.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
+#include "lockstep/core/open_files.h"
 #include "lockstep/dist/comm.h"
 #include "lockstep/dist/gpu_claim.h"
 #include "lockstep/dist/internal/store_views.h"
@@ -173,6 +174,19 @@ static std::shared_ptr<ProcessGroup> init_with_env(const InitOptions& options, D
   // No other thread uses the store before the world exists: the node groups
   // built below may wait on it in one call (BlockingStoreWaits).
   BlockingStoreWaits blocking_waits;
+  if (size > 1) {
+    // Room for what this rank opens next (Note [Raising the open-file limit]
+    // in core/open_files.cpp): its store connection, or the whole job's where
+    // rank 0 hosts the store; one socket per peer in Gloo's mesh; NCCL's
+    // bootstrap, which connects every rank to rank 0.
+    const bool hosts_store = !options.store() && rank == 0;
+    const long sockets = compat::tcp_store_connections_per_client() * (hosts_store ? size + 1 : 1) + (size - 1) +
+                         (options.backend() == "nccl" ? size : 0);
+    const OpenFilesRoom room =
+        make_room_for_open_files(sockets, str_cat("rank ", rank), str_cat(hosts_store ? "hosting the store of and " : "",
+                                                                         "joining a job of ", size, " ranks"));
+    if (room.raised()) logger().info("rank {} of {}: {}", rank, size, room.describe());
+  }
   // Every operation this process makes on the job's store is counted: the
   // figure that shows Gloo's address exchange costs each rank a constant.
   CountedStore store = make_counting_store(connect_store(options));

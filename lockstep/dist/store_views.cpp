@@ -13,6 +13,8 @@
 
 #include "lockstep/compat/internal/gloo_addresses.h"
 #include "lockstep/core/error.h"
+#include "lockstep/core/logging.h"
+#include "lockstep/core/open_files.h"
 #include "lockstep/dist/work.h"
 
 namespace lockstep {
@@ -398,6 +400,9 @@ c10::intrusive_ptr<compat::C10dStore> make_address_table_store(c10::intrusive_pt
 c10::intrusive_ptr<compat::C10dGroup> make_gloo_mesh(c10::intrusive_ptr<compat::C10dStore> exchange, int rank,
                                                      int size, std::chrono::milliseconds timeout,
                                                      const compat::GlooDeviceSpec& device) {
+  // One socket per peer (Note [Raising the open-file limit] in core/open_files.cpp).
+  const OpenFilesRoom room = make_room_for_open_files(size - 1, "", str_cat("a Gloo mesh of ", size, " ranks"));
+  if (room.raised()) logger().info("group rank {} of {}: {}", rank, size, room.describe());
   return compat::make_gloo(make_address_table_store(std::move(exchange), rank, size, timeout), rank, size, timeout,
                            device);
 }

@@ -18,6 +18,7 @@
 
 #include "lockstep/compat/c10d.h"
 #include "lockstep/core/error.h"
+#include "lockstep/core/open_files.h"
 #include "lockstep/core/status_line.h"
 #include "lockstep/core/stop_signals.h"
 #include "lockstep/dist/init.h"
@@ -153,7 +154,10 @@ class Supervisor {
     sigset_t handled;
     sigemptyset(&handled);
     for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE, SIGUSR1, SIGUSR2}) sigaddset(&handled, s);
-    const SpawnedWorker child = spawn_worker(argv.data(), envp.data(), out[1], err[1], handled);
+    // The limit this launcher started with (Note [Raising the open-file limit]).
+    const std::optional<rlimit> open_files = open_file_limit_at_start();
+    const SpawnedWorker child =
+        spawn_worker(argv.data(), envp.data(), out[1], err[1], handled, open_files ? &*open_files : nullptr);
     if (child.pid < 0) {
       const int reason = errno;
       for (int fd : {out[0], out[1], err[0], err[1]}) close(fd);
@@ -369,6 +373,20 @@ class Supervisor {
 
 namespace {
 
+// Room for this launcher's pipes (two per worker) and, where it hosts the
+// job's store, for every worker's and launcher's connections to it (Note
+// [Raising the open-file limit] in core/open_files.cpp).
+void make_room_for_workers(const LaunchOptions& options, bool hosts_store) {
+  const int nodes = options.standalone() ? 1 : options.nnodes();
+  const long ranks = static_cast<long>(options.nproc_per_node()) * nodes;
+  const long pipes = 2L * options.nproc_per_node();
+  const long store_connections = compat::tcp_store_connections_per_client() * (hosts_store ? ranks + nodes : 1);
+  const std::string what = str_cat("starting ", options.nproc_per_node(), " workers",
+                                   hosts_store ? str_cat(" and hosting the store of a job of ", ranks, " ranks") : "");
+  const OpenFilesRoom room = make_room_for_open_files(pipes + store_connections, "lockstep run", what);
+  if (room.raised()) say(room.describe());
+}
+
 // --rdzv-backend etcd: no launcher hosts anything for the whole job; each
 // round's node 0 hosts that round's store (lockstep/launch/etcd_rendezvous.h).
 int launch_on_etcd(LaunchOptions options, const std::string& token) {
@@ -386,6 +404,8 @@ int launch_on_etcd(LaunchOptions options, const std::string& token) {
     options.etcd().password = password;
   }
   if (!options.elastic()) options.min_nodes(options.nnodes());  // --nnodes N: a job of exactly N nodes
+  // Each round's node 0 hosts that round's store.
+  make_room_for_workers(options, /*hosts_store=*/true);
   SignalScope signals;
   Supervisor supervisor(options, /*master_port=*/0, options.run_id(), token, /*hosts_store=*/false);
   return supervisor.run();
@@ -427,6 +447,7 @@ int launch(const LaunchOptions& options) {
   int port = options.standalone() ? 0 : options.master_port();
   // Node 0 hosts the job's store for the whole run (restarts included), as
   // torchrun's agent does; in standalone mode the OS picks a free port.
+  make_room_for_workers(options, hosts_store);
   c10::intrusive_ptr<compat::C10dStore> store;
   if (hosts_store) {
     compat::TcpStoreSpec spec;

@@ -19,6 +19,7 @@ struct ChildArgs {
   int stderr_fd;
   pid_t launcher;
   const sigset_t* handled;
+  const rlimit* open_files;
   int exec_errno;  // written by the child (shared memory) when exec fails
 };
 
@@ -38,6 +39,7 @@ int child_main(void* raw) {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (args->open_files != nullptr) setrlimit(RLIMIT_NOFILE, args->open_files);
   dup2(args->stdout_fd, STDOUT_FILENO);
   dup2(args->stderr_fd, STDERR_FILENO);
 #ifdef SYS_close_range
@@ -51,14 +53,14 @@ int child_main(void* raw) {
 }  // namespace
 
 SpawnedWorker spawn_worker(char* const argv[], char* const envp[], int stdout_fd, int stderr_fd,
-                           const sigset_t& handled) {
+                           const sigset_t& handled, const rlimit* open_files) {
   // execvpe builds each candidate path on the stack (PATH_MAX bytes and the
   // name); 256 KiB is plenty. Freed once the child has exec'd.
   constexpr size_t kStackSize = 256 * 1024;
   void* stack = mmap(nullptr, kStackSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
   SpawnedWorker spawned;
   if (stack == MAP_FAILED) return spawned;
-  ChildArgs args{argv, envp, stdout_fd, stderr_fd, getpid(), &handled, 0};
+  ChildArgs args{argv, envp, stdout_fd, stderr_fd, getpid(), &handled, open_files, 0};
   sigset_t saved_mask;
   pthread_sigmask(SIG_BLOCK, &handled, &saved_mask);
   const pid_t pid = clone(child_main, static_cast<char*>(stack) + kStackSize, CLONE_VM | CLONE_VFORK | SIGCHLD, &args);

@@ -1,9 +1,13 @@
 // Starts one worker process for the launcher: a new process group, default
 // signal handlers, stdout and stderr on the given pipes, killed when the
-// launcher dies, and nothing else of the launcher's open files.
+// launcher dies, nothing else of the launcher's open files, and the
+// open-file limit the launcher started with (Note [Raising the open-file
+// limit] in core/open_files.cpp).
 //
 //   sigset_t handled = ...;   // the signals the launcher handles itself
-//   SpawnedWorker child = spawn_worker(argv.data(), envp.data(), out_pipe[1], err_pipe[1], handled);
+//   std::optional<rlimit> limit = open_file_limit_at_start();
+//   SpawnedWorker child = spawn_worker(argv.data(), envp.data(), out_pipe[1], err_pipe[1], handled,
+//                                      limit ? &*limit : nullptr);
 //   if (child.exec_errno != 0) ...  // the command could not be executed; it
 //                                   // exits with 127, the reason is in exec_errno
 //
@@ -21,6 +25,7 @@
 #pragma once
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 namespace lockstep {
@@ -33,8 +38,9 @@ struct SpawnedWorker {
 // `handled` are the signals the launcher has handlers for: the caller's
 // thread blocks them around the clone, and the child resets them to their
 // default action before it unblocks them (a SIGTERM for a worker that has not
-// exec'd yet must not run the launcher's handler).
+// exec'd yet must not run the launcher's handler). `open_files`, unless null,
+// is set as the child's RLIMIT_NOFILE.
 SpawnedWorker spawn_worker(char* const argv[], char* const envp[], int stdout_fd, int stderr_fd,
-                           const sigset_t& handled);
+                           const sigset_t& handled, const rlimit* open_files);
 
 }  // namespace lockstep
