@@ -77,11 +77,11 @@ GlooCapabilities gloo_capabilities() {
 #if TORCH_VERSION_MAJOR >= 2
   return GlooCapabilities{/*reduces_bfloat16=*/true, /*moves_bfloat16=*/true,
                           /*reduce_scatter_base=*/true, /*reduce_scatter_base_max_min=*/false,
-                          /*allgather_base=*/true};
+                          /*allgather_base=*/true, /*listens_per_pair=*/false};
 #else
   return GlooCapabilities{/*reduces_bfloat16=*/false, /*moves_bfloat16=*/false,
                           /*reduce_scatter_base=*/false, /*reduce_scatter_base_max_min=*/false,
-                          /*allgather_base=*/false};
+                          /*allgather_base=*/false, /*listens_per_pair=*/true};
 #endif
 }
 

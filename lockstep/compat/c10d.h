@@ -147,6 +147,9 @@ struct GlooCapabilities {
   // MIN come back as sums), so only SUM may use it.
   bool reduce_scatter_base_max_min;
   bool allgather_base;        // _allgather_base (all_gather_into_tensor)
+  // 1.13's Gloo (Debian's 2022-05 snapshot) binds a listening port for each
+  // pair while a mesh connects; 2.x's listens on one port per process.
+  bool listens_per_pair;
 };
 GlooCapabilities gloo_capabilities();
 

@@ -202,6 +202,12 @@ static std::shared_ptr<ProcessGroup> init_with_env(const InitOptions& options, D
   parts.store = compat::make_prefix_store("group/world/", root);
   parts.gloo_device = gloo_device_for(gloo_socket_interfaces(), options.master_addr(), options.master_port(), size);
   logger().info("rank {} of {}: Gloo transport bound to {}", rank, size, describe(parts.gloo_device));
+  if (compat::gloo_capabilities().listens_per_pair && env.local_rank == 0) {
+    // Note [Ports for a mesh on one host] in dist/network.cpp.
+    const std::optional<PortRange> range = ephemeral_port_range();
+    const std::string warning = range ? mesh_port_warning(env.local_world_size, size, *range) : "";
+    if (!warning.empty()) logger().warn("rank {} of {}: {}", rank, size, warning);
+  }
   rendezvous(parts.store, "world", rank, size, options.timeout(),
              str_cat("check that the world size (", size, ") matches the number of workers started"));
   const auto met = std::chrono::steady_clock::now();

@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
+
+#include "lockstep/core/error.h"
 
 namespace lockstep {
 
@@ -30,6 +33,39 @@ std::string source_address(const addrinfo& target) {
 }
 
 }  // namespace
+
+// Note [Ports for a mesh on one host]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// libtorch 1.13's Gloo binds a listening socket, on a port the kernel picks
+// from the ephemeral range, for every pair of a mesh while it connects. With
+// R ranks of an N-rank job on one host that is R (N - 1) ports at once: 128
+// ranks on one host took 16,256 of the default 28,232 (32768-60999), and
+// connecting took 30-40 s, 95-97% of it system time in the kernel's search
+// for a free port (inet_csk_get_port); widening the range to 10000-65000 took
+// it to 15-18 s (BENCHMARKS.md, "Where the time goes at 128 light ranks").
+// lockstep cannot change how the linked Gloo binds, so local rank 0 says so
+// when the ranks on its host will take more than a quarter of the range, with
+// the remedy. A rank cannot widen the range itself (it is a host setting that
+// needs root). libtorch 2.x's Gloo listens on one port per process.
+
+std::optional<PortRange> ephemeral_port_range() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  PortRange range;
+  if (!(in >> range.low >> range.high) || range.count() <= 0) return std::nullopt;
+  return range;
+}
+
+std::string mesh_port_warning(int ranks_on_host, int world_size, const PortRange& range) {
+  const long ports = static_cast<long>(ranks_on_host) * (world_size - 1);
+  if (ranks_on_host <= 0 || range.count() <= 0 || 4 * ports <= range.count()) return "";
+  return str_cat(ranks_on_host, " ranks on this host each bind a listening port per peer while Gloo connects (",
+                 "libtorch 1.13): ", ports, " ports, ", 100 * ports / range.count(), "% of this host's ",
+                 range.count(), " ephemeral ports (net.ipv4.ip_local_port_range ", range.low, "-", range.high,
+                 "); the kernel's search for free ports then slows connecting",
+                 ports > range.count() ? ", and some binds may fail" : "",
+                 ". Widen the range (as root: sysctl -w net.ipv4.ip_local_port_range=\"10000 65000\") or run "
+                 "fewer ranks per host");
+}
 
 bool is_loopback_host(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";

@@ -15,6 +15,7 @@
 //   4. if that cannot be determined: Gloo's default (the host name's address).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,20 @@ std::string local_address_towards(const std::string& host, int port);
 // list (dist/env.h reads it).
 compat::GlooDeviceSpec gloo_device_for(const std::vector<std::string>& interfaces, const std::string& master_addr,
                                        int master_port, int world_size);
+// This host's ephemeral ports (net.ipv4.ip_local_port_range), from which
+// bind(port 0) and connect() take theirs; nullopt where unreadable.
+struct PortRange {
+  int low = 0, high = -1;
+  int count() const { return high - low + 1; }
+};
+std::optional<PortRange> ephemeral_port_range();
+
+// A warning for the log when `ranks_on_host` ranks of a `world_size` job,
+// each binding a listening port per peer while Gloo's mesh connects (Gloo
+// of libtorch 1.13), take more than a quarter of `range`; empty otherwise
+// (Note [Ports for a mesh on one host]).
+std::string mesh_port_warning(int ranks_on_host, int world_size, const PortRange& range);
+
 // What gloo_device_for chose, for the log ("GLOO_SOCKET_IFNAME=eth1,eth2", "10.0.0.2",
 // "the host name's address").
 std::string describe(const compat::GlooDeviceSpec& device);

@@ -3,6 +3,8 @@
 // tests/multinode/multinode_test.sh.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "lockstep/core/error.h"
 #include "lockstep/dist/env.h"
 #include "lockstep/dist/network.h"
@@ -33,6 +35,41 @@ TEST(Network, BindAddressFollowsTheRules) {
   EXPECT_EQ(named.interfaces, (std::vector<std::string>{"lo", "eth1"}));
   EXPECT_EQ(named.host, "");
   EXPECT_EQ(describe(named), "GLOO_SOCKET_IFNAME=lo,eth1");
+}
+
+TEST(Network, EphemeralPortsAreThisHosts) {
+  const std::optional<PortRange> range = ephemeral_port_range();
+  ASSERT_TRUE(range.has_value());
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0, high = 0;
+  ASSERT_TRUE(in >> low >> high);
+  EXPECT_EQ(range->low, low);
+  EXPECT_EQ(range->high, high);
+  EXPECT_EQ(range->count(), high - low + 1);
+}
+
+TEST(Network, ManyRanksOnOneHostAreWarnedOfTheirPorts) {
+  const PortRange linux_default{32768, 60999};  // 28,232 ports
+  // 8 ranks per host of 64, or of 883 (7,056 ports, 24.99%): nothing to say.
+  EXPECT_EQ(mesh_port_warning(8, 64, linux_default), "");
+  EXPECT_EQ(mesh_port_warning(8, 883, linux_default), "");
+  EXPECT_EQ(mesh_port_warning(0, 128, linux_default), "");
+  // 8 of 884 (7,064 ports): over a quarter.
+  EXPECT_NE(mesh_port_warning(8, 884, linux_default), "");
+  // This machine's 128-rank job.
+  const std::string at_128 = mesh_port_warning(128, 128, linux_default);
+  for (const std::string& part :
+       {std::string("128 ranks on this host each bind a listening port per peer while Gloo connects (libtorch 1.13): "
+                    "16256 ports, 57% of this host's 28232 ephemeral ports (net.ipv4.ip_local_port_range "
+                    "32768-60999)"),
+        std::string("sysctl -w net.ipv4.ip_local_port_range=\"10000 65000\"")}) {
+    EXPECT_NE(at_128.find(part), std::string::npos) << part << "\n" << at_128;
+  }
+  EXPECT_EQ(at_128.find("may fail"), std::string::npos) << at_128;
+  // More ports than the host has.
+  EXPECT_NE(mesh_port_warning(128, 300, linux_default).find("some binds may fail"), std::string::npos);
+  // Widened as the warning says, 128 ranks take 29%: still said.
+  EXPECT_NE(mesh_port_warning(128, 128, PortRange{10000, 65000}), "");
 }
 
 TEST(Network, SocketInterfacesAreReadFromTheEnvironmentOnce) {
