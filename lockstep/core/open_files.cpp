@@ -55,6 +55,9 @@ std::optional<rlimit>& limit_at_start() {
 
 std::string limit_text(rlim_t limit) { return limit == RLIM_INFINITY ? "unlimited" : std::to_string(limit); }
 
+// "rank 3: " before a message; nothing for a caller that adds its own context.
+std::string prefix(const std::string& who) { return who.empty() ? "" : who + ": "; }
+
 }  // namespace
 
 std::string OpenFilesRoom::describe() const {
@@ -72,7 +75,7 @@ OpenFilesRoom plan_open_files_room(long open, long more, rlim_t soft, rlim_t har
   room.what = what;
   const auto needed = static_cast<rlim_t>(room.needed);
   if (soft == RLIM_INFINITY || soft >= needed) return room;
-  LOCKSTEP_CHECK(hard == RLIM_INFINITY || hard >= needed, who, who.empty() ? "" : ": ", what, " needs about ", room.needed,
+  LOCKSTEP_CHECK(hard == RLIM_INFINITY || hard >= needed, prefix(who), what, " needs about ", room.needed,
                  " open files (", open, " open now), and this process may open at most ", hard,
                  " (the hard limit of RLIMIT_NOFILE, `ulimit -Hn`): raise it where the job starts (a nofile line in "
                  "/etc/security/limits.conf, LimitNOFILE= in a systemd unit, or `ulimit -Hn` as root) and start again");
@@ -96,13 +99,13 @@ long open_file_count() {
 OpenFilesRoom make_room_for_open_files(long more, const std::string& who, const std::string& what) {
   std::lock_guard<std::mutex> lock(limit_mutex());
   rlimit limit{};
-  LOCKSTEP_CHECK(getrlimit(RLIMIT_NOFILE, &limit) == 0, who, ": cannot read the open-file limit: ",
+  LOCKSTEP_CHECK(getrlimit(RLIMIT_NOFILE, &limit) == 0, prefix(who), "cannot read the open-file limit: ",
                  std::strerror(errno));
   OpenFilesRoom room = plan_open_files_room(open_file_count(), more, limit.rlim_cur, limit.rlim_max, who, what);
   if (!room.raised()) return room;
   rlimit raised = limit;
   raised.rlim_cur = room.soft_after;
-  LOCKSTEP_CHECK(setrlimit(RLIMIT_NOFILE, &raised) == 0, who, who.empty() ? "" : ": ", what, " needs about ", room.needed,
+  LOCKSTEP_CHECK(setrlimit(RLIMIT_NOFILE, &raised) == 0, prefix(who), what, " needs about ", room.needed,
                  " open files, and raising the soft limit of RLIMIT_NOFILE from ", limit_text(limit.rlim_cur), " to ",
                  limit_text(raised.rlim_cur), " failed: ", std::strerror(errno),
                  "; raise it before starting (`ulimit -n`)");

@@ -178,13 +178,17 @@ static std::shared_ptr<ProcessGroup> init_with_env(const InitOptions& options, D
     // Room for what this rank opens next (Note [Raising the open-file limit]
     // in core/open_files.cpp): its store connection, or the whole job's where
     // rank 0 hosts the store; one socket per peer in Gloo's mesh; NCCL's
-    // bootstrap, which connects every rank to rank 0.
+    // bootstrap, which connects every rank to rank 0. Counted here, before
+    // the store is reached, so that a rank without room fails at once rather
+    // than after waiting for the others; make_gloo_mesh counts each mesh
+    // again when it is built (subgroups' too).
     const bool hosts_store = !options.store() && rank == 0;
     const long sockets = compat::tcp_store_connections_per_client() * (hosts_store ? size + 1 : 1) + (size - 1) +
                          (options.backend() == "nccl" ? size : 0);
     const OpenFilesRoom room =
-        make_room_for_open_files(sockets, str_cat("rank ", rank), str_cat(hosts_store ? "hosting the store of and " : "",
-                                                                         "joining a job of ", size, " ranks"));
+        make_room_for_open_files(sockets, str_cat("rank ", rank),
+                                 hosts_store ? str_cat("hosting the store of a job of ", size, " ranks and joining it")
+                                             : str_cat("joining a job of ", size, " ranks"));
     if (room.raised()) logger().info("rank {} of {}: {}", rank, size, room.describe());
   }
   // Every operation this process makes on the job's store is counted: the
