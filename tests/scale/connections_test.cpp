@@ -66,21 +66,33 @@ std::set<std::string> socket_inodes(const std::string& pid) {
   return inodes;
 }
 
-SocketCounts count_sockets(const std::string& pid) {
-  const std::set<std::string> mine = socket_inodes(pid);
-  SocketCounts counts;
-  for (const char* table : {"/net/tcp", "/net/tcp6"}) {
-    std::istringstream lines(read_proc_file("/proc/" + pid + table));
+// The state of every TCP socket of this network namespace, by inode (0A
+// listens, 01 is connected). The job's workers are this process's
+// grandchildren and share its namespace, so one read of the tables serves a
+// whole sweep (Note [One read of the tables a sweep] below).
+std::map<std::string, std::string> tcp_states() {
+  std::map<std::string, std::string> states;
+  for (const char* table : {"/proc/self/net/tcp", "/proc/self/net/tcp6"}) {
+    std::istringstream lines(read_proc_file(table));
     std::string line;
     std::getline(lines, line);  // header
     while (std::getline(lines, line)) {
       std::istringstream fields(line);
       std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
       fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >> inode;
-      if (!mine.count(inode)) continue;
-      if (state == "0A") ++counts.listening;
-      if (state == "01") ++counts.connected;
+      states[inode] = state;
     }
+  }
+  return states;
+}
+
+SocketCounts count_sockets(const std::string& pid, const std::map<std::string, std::string>& states) {
+  SocketCounts counts;
+  for (const std::string& inode : socket_inodes(pid)) {
+    const auto found = states.find(inode);
+    if (found == states.end()) continue;
+    if (found->second == "0A") ++counts.listening;
+    if (found->second == "01") ++counts.connected;
   }
   return counts;
 }
@@ -104,21 +116,37 @@ int worker_rank(const std::string& pid, const std::string& marker) {
 
 // Samples every worker of the job every 50 ms until `done`, keeping the most
 // each rank held.
-std::map<int, SocketCounts> watch_workers(const std::string& marker, const std::atomic<bool>& done) {
+//
+// Note [One read of the tables a sweep]: a rank's sockets are its socket
+// inodes (/proc/PID/fd) looked up in the namespace's TCP tables. At 64 ranks
+// on Gloo 1.13 those tables hold ~8,000 sockets (a connection and a listening
+// port per pair), and the watcher, one thread among 64 busy ranks on 2 cores,
+// gets a sliver of a core: reading the tables once per rank made a sweep take
+// longer than the whole training phase, so a rank first seen half connected
+// (57 of 63) was never seen again before it exited (a CI failure). One read of the
+// tables per sweep keeps a sweep short however many ranks there are. The
+// ranks' inodes are read after it: a socket opened in between is counted by
+// the next sweep.
+std::map<int, SocketCounts> watch_workers(const std::string& marker, const std::atomic<bool>& done, int& sweeps) {
   std::map<int, SocketCounts> most;
   while (!done) {
+    std::map<int, std::string> workers;
     DIR* proc = opendir("/proc");
     while (dirent* entry = proc ? readdir(proc) : nullptr) {
       const std::string pid = entry->d_name;
       if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
       const int rank = worker_rank(pid, marker);
-      if (rank < 0) continue;
-      const SocketCounts now = count_sockets(pid);
+      if (rank >= 0) workers[rank] = pid;
+    }
+    if (proc) closedir(proc);
+    const std::map<std::string, std::string> states = tcp_states();
+    for (const auto& [rank, pid] : workers) {
+      const SocketCounts now = count_sockets(pid, states);
       SocketCounts& kept = most[rank];
       kept.listening = std::max(kept.listening, now.listening);
       kept.connected = std::max(kept.connected, now.connected);
     }
-    if (proc) closedir(proc);
+    ++sweeps;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return most;
@@ -158,7 +186,8 @@ void expect_one_mesh(int nproc, int iterations) {
   testing::write_file(config_path, config);
   std::atomic<bool> done{false};
   std::map<int, SocketCounts> most;
-  std::thread watcher([&] { most = watch_workers(config_path, done); });
+  int sweeps = 0;
+  std::thread watcher([&] { most = watch_workers(config_path, done, sweeps); });
   // Every group is built by iteration 6 (the first log line, the first
   // evaluation); the rest of the run keeps them open while they are counted.
   auto run = testing::run_command({testing::lockstep_binary(), "train", config_path, "--work-dir", dir.file("work"),
@@ -169,6 +198,7 @@ void expect_one_mesh(int nproc, int iterations) {
   watcher.join();
   ASSERT_EQ(run.exit_code, 0) << run.output;
   ASSERT_NE(run.output.find("Evaluation on val"), std::string::npos) << run.output;
+  std::cout << sweeps << " sweeps of the workers' sockets\n";
   ASSERT_EQ(static_cast<int>(most.size()), nproc) << "workers seen: " << most.size();
   const std::map<int, StoreUse> use = store_use(run.output, nproc);
   ASSERT_EQ(static_cast<int>(use.size()), nproc) << run.output;
