@@ -21,9 +21,10 @@
 #                into <build>/kit-root and searched after libtorch; its
 #                Fashion-MNIST is used where the host has none.
 #   --logs DIR   where every step's log and summary.md go (<build>/gpu-check)
-#   STEP...      run only these: build gpus unit multiprocess differential cuda-paths demo-1 demo-all
-#                bench-ddp bench-fsdp bench-amp bench-overhead bench-eager cuda-graph. The build (which only redoes what is
-#                out of date) and the GPU count always run first.
+#   STEP...      run only these, in the order given: build gpus unit multiprocess differential cuda-paths demo-1
+#                demo-all make-demo bench-ddp bench-fsdp bench-amp bench-overhead bench-eager cuda-graph. The build (which
+#                only redoes what is out of date) and the GPU count always run first. A lease of a few minutes
+#                puts what matters most first, so that a call cut short still measured it.
 #
 # libtorch: TORCH_DIR when set; else the one inside python3's PyTorch
 # (torch.utils.cmake_prefix_path), when python3 has a CUDA build of torch;
@@ -51,7 +52,7 @@ WORK_DIR=${WORK_DIR:-work_dirs/gpu-check}
 LOG_DIR=$BUILD_DIR/gpu-check
 KIT=""
 DEMO_CONFIG=examples/fashion_mnist/cnn_ddp.yaml
-ALL_STEPS=(build gpus unit multiprocess differential cuda-paths demo-1 demo-all bench-ddp bench-fsdp bench-amp bench-overhead bench-eager cuda-graph)
+ALL_STEPS=(build gpus unit multiprocess differential cuda-paths demo-1 demo-all make-demo bench-ddp bench-fsdp bench-amp bench-overhead bench-eager cuda-graph)
 read -ra extra_cmake_flags <<<"${CMAKE_FLAGS:-}"
 wanted=()
 while (($#)); do
@@ -150,6 +151,13 @@ build() {
   [[ -f "$BUILD_DIR/build.ninja" ]] && keep_going=(-k 0)
   if ! logged build cmake --build "$BUILD_DIR" -j "$JOBS" -- "${keep_going[@]}"; then
     result="build failed: $(grep -cE 'error:' "$LOG_DIR/build.log") error lines; see $LOG_DIR/build.log"
+    # Past a failed file the build went on: where the CLI was linked, the
+    # steps that need only what was built still run (a step whose binary is
+    # missing fails by itself), so that one short lease learns the most.
+    if [[ -x "$BUILD_DIR/bin/lockstep" ]]; then
+      built=1
+      result+="; bin/lockstep was built, so the steps run"
+    fi
     return 1
   fi
   built=1
@@ -327,6 +335,28 @@ demo_all() {
     return 2
   fi
   demo "$gpus"
+}
+
+# `make demo` itself, as README's first command: its quick build of the CLI
+# (build-demo-gpu, against this host's libtorch and the kit), then the 2-rank
+# DDP demo under `device: auto`, which says where its ranks run (on a host
+# with fewer GPUs than ranks: all on the CPU, Note [auto never fails for want
+# of GPUs]). LOCKSTEP_SKIP_INSTALL: a host without network installs nothing.
+make_demo() {
+  ((built)) || { result="not run: no build"; return 2; }
+  # CMake reads CMAKE_PREFIX_PATH from the environment too (':' between folders).
+  local prefix_path=${TORCH_DIR:-}
+  [[ -n "$KIT" ]] && prefix_path+="${prefix_path:+:}$BUILD_DIR/kit-root/usr"
+  rm -rf work_dirs/demo
+  if ! CMAKE_PREFIX_PATH=$prefix_path LOCKSTEP_SKIP_INSTALL=1 logged make-demo make demo DEMO_BUILD_DIR="$BUILD_DIR-demo" JOBS="$JOBS"; then
+    result="make demo failed; see $LOG_DIR/make-demo.log"
+    return 1
+  fi
+  local top1 where
+  top1=$(grep -oE 'Final test accuracy/top1: [0-9.]+' "$LOG_DIR/make-demo.log" | tail -n1 | awk '{print $NF}')
+  where=$(grep -m1 -oE 'device auto: [^;]*|rank 0[^;]* on (cuda|cpu)[^;,]*' "$LOG_DIR/make-demo.log")
+  [[ -n "$top1" ]] || { result="no 'Final test accuracy/top1' line; see $LOG_DIR/make-demo.log"; return 1; }
+  result="test top-1 $top1${where:+; ${where:0:160}}"
 }
 
 # ---- 5. every CUDA path, through `lockstep train` --------------------------------
@@ -662,20 +692,19 @@ declare -A step_title=(
   [build]="configure + build" [gpus]="GPUs visible" [unit]="unit tests (ctest -L unit)"
   [multiprocess]="multi-process tests (dist, parallel, fsdp, amp_dist, gan)"
   [differential]="against the host's PyTorch (tests/differential)"
-  [demo-1]="demo, 1 GPU, NCCL" [demo-all]="demo, every GPU, NCCL" [cuda-paths]="CUDA paths (lockstep train)" [bench-ddp]="bench/ddp (BENCH_DEVICE=cuda)"
+  [demo-1]="demo, 1 GPU, NCCL" [demo-all]="demo, every GPU, NCCL" [make-demo]="make demo, as a newcomer types it" [cuda-paths]="CUDA paths (lockstep train)" [bench-ddp]="bench/ddp (BENCH_DEVICE=cuda)"
   [bench-fsdp]="bench/fsdp (BENCH_DEVICE=cuda)" [bench-amp]="bench/amp" [bench-overhead]="bench/trainer_overhead (BENCH_DEVICE=cuda)"
   [bench-eager]="ConvNet and GPT (bf16) steps: lockstep / PyTorch eager"
   [cuda-graph]="the whole step as one CUDA graph: speed and bitwise"
 )
 declare -A step_function=(
-  [build]=build [gpus]=check_gpus [unit]=unit_tests [multiprocess]=multiprocess_tests [differential]=differential_tests [demo-1]=demo_one [demo-all]=demo_all [cuda-paths]=cuda_paths
+  [build]=build [gpus]=check_gpus [unit]=unit_tests [multiprocess]=multiprocess_tests [differential]=differential_tests [demo-1]=demo_one [demo-all]=demo_all [make-demo]=make_demo [cuda-paths]=cuda_paths
   [bench-ddp]=bench_ddp [bench-fsdp]=bench_fsdp [bench-amp]=bench_amp [bench-overhead]=bench_overhead [bench-eager]=bench_eager [cuda-graph]=bench_graph
 )
 # The build and the GPU count come first whatever was asked: later steps need both.
-[[ " ${wanted[*]} " == *" build "* ]] || wanted=(build "${wanted[@]}")
-[[ " ${wanted[*]} " == *" gpus "* ]] || wanted=(gpus "${wanted[@]}")
-for name in "${ALL_STEPS[@]}"; do
-  [[ " ${wanted[*]} " == *" $name "* ]] && step "${step_title[$name]}" "${step_function[$name]}"
+wanted=(build gpus $(printf '%s\n' "${wanted[@]}" | grep -vxE 'build|gpus' | awk '!seen[$0]++'))
+for name in "${wanted[@]}"; do
+  step "${step_title[$name]}" "${step_function[$name]}"
 done
 
 failed=0
