@@ -626,6 +626,7 @@ print("%s: lockstep graph %.3f ms/step, PyTorch eager %.3f (ratio %.3f), PyTorch
     --set 'train_dataloader.dataset={_delete_: true, type: SyntheticImages, size: 4096}'
     --set 'train_cfg={_delete_: true, max_iters: 200}' --set val_dataloader=null --set val_evaluator=null
     --set test_dataloader=null --set test_evaluator=null --set 'randomness={seed: 5, deterministic: true}'
+    --set default_hooks.checkpoint=null --set 'param_scheduler=[{type: LinearLR, start_factor: 0.1, by_epoch: false, begin: 0, end: 100}]'
     --set optim_wrapper.optimizer.capturable=true)
   local variant extra name
   for variant in "sgd|" "sgd-fp16-skips|--set optim_wrapper.amp={dtype: fp16, loss_scale: {init_scale: 1099511627776}}"; do

@@ -156,7 +156,10 @@ TEST(StepTrainer, EpochsAndTrainingDataAreRefusedWithTheKey) {
 TEST(StepTrainer, CudaGraphOnTheCpuIsRefusedBeforeTheFirstStepNamingTheKey) {
   testing::TempDir dir;
   const std::string error = testing::error_of([&] {
-    StepTrainer trainer(parse_config(config_text("cuda_graph: {warmup_iters: 2}\n"), "steps.yaml"),
+    // On the CPU by choice: `device: auto` takes a GPU where there is one, and captures.
+    StepTrainer trainer(parse_config(config_text("cuda_graph: {warmup_iters: 2}\n"
+                                                 "strategy: {type: SingleDeviceStrategy, device: cpu}\n"),
+                                     "steps.yaml"),
                         StepTrainerOptions().work_dir(dir.path()));
   });
   EXPECT_NE(error.find("(key cuda_graph)"), std::string::npos) << error;
