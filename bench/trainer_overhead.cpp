@@ -16,6 +16,12 @@
 // synchronised, so queued work is counted. There it also counts each side's
 // host synchronisations per step (compat::CudaSyncCounter) and prints them in
 // a second RESULT line, the most of any round.
+//
+// Last, one more run of each (BENCH_ITERS steps) counts the ATen operators
+// each step calls (bench/op_counter.h: outermost calls, on every thread) and
+// prints the count of each, and the operators whose counts differ: on a GPU
+// each is a kernel launch, so this says on any machine what the Trainer's
+// step launches beyond the hand-written one.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -23,8 +29,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "bench/bench_util.h"
+#include "bench/op_counter.h"
 #include "lockstep/compat/cuda.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/data/data_loader.h"
@@ -182,6 +193,38 @@ int main() {
                 *std::max_element(engine_syncs.begin(), engine_syncs.end()),
                 *std::max_element(hand_syncs.begin(), hand_syncs.end()));
   }
+  // Operators per step, each loop counted alone (warm-up steps included alike).
+  std::map<std::string, int64_t> hand_ops, engine_ops;
+  {
+    bench::OperatorCounter counter;
+    hand_written(*data, iters, device);
+    hand_ops = counter.counts();
+    counter.reset();
+    with_trainer(data, iters, work_dir, device);
+    engine_ops = counter.counts();
+  }
+  const double steps = static_cast<double>(iters + 5);
+  auto total = [](const std::map<std::string, int64_t>& counts) {
+    int64_t sum = 0;
+    for (const auto& entry : counts) sum += entry.second;
+    return sum;
+  };
+  std::vector<std::pair<double, std::string>> differences;
+  std::map<std::string, int64_t> names = hand_ops;
+  names.insert(engine_ops.begin(), engine_ops.end());
+  for (const auto& entry : names) {
+    const double more = (static_cast<double>(engine_ops[entry.first]) - static_cast<double>(hand_ops[entry.first])) / steps;
+    if (std::abs(more) >= 0.05) differences.emplace_back(more, entry.first);
+  }
+  std::sort(differences.begin(), differences.end(), [](const auto& a, const auto& b) {
+    return std::abs(a.first) > std::abs(b.first) || (std::abs(a.first) == std::abs(b.first) && a.second < b.second);
+  });
+  std::printf("operators per step that differ (lockstep Trainer - hand-written):");
+  for (const auto& [more, name] : differences) std::printf(" %s %+.1f;", name.c_str(), more);
+  std::printf("\n");
+  std::printf("RESULT trainer_overhead ATen operators per step (outermost calls): lockstep Trainer %.1f, "
+              "hand-written %.1f\n",
+              static_cast<double>(total(engine_ops)) / steps, static_cast<double>(total(hand_ops)) / steps);
   std::filesystem::remove_all(work_dir);
   return 0;
 }

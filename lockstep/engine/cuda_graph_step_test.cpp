@@ -186,7 +186,10 @@ GpuRun gpu_run(const std::string& optimizer, Precision precision, int64_t accumu
                                             torch::optim::SGDOptions(0.05).momentum(0.9).nesterov(true));
   }
   OptimWrapperOptions options;
-  options.accumulative_counts(accumulation).clip_grad(ClipGradOptions{ClipGradOptions::Kind::kNorm, 1.0, 2.0, 0});
+  ClipGradOptions clip;
+  clip.kind = ClipGradOptions::Kind::kNorm;
+  clip.max_norm = 1.0;
+  options.accumulative_counts(accumulation).clip_grad(clip);
   if (precision == Precision::kFp16Scaled) {
     // From 2^22 the first steps overflow in fp16 and the scaler skips them
     // (the tiny model's gradients fit below about 2^18), then it steps.

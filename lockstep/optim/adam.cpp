@@ -2,9 +2,13 @@
 
 #include <cmath>
 #include <memory>
+#include <vector>
+
+#include <ATen/ATen.h>
 
 #include "lockstep/compat/internal/optim.h"
 #include "lockstep/core/error.h"
+#include "lockstep/optim/internal/foreach_groups.h"
 
 namespace lockstep {
 namespace {
@@ -33,28 +37,44 @@ ParamState& adam_state(torch::optim::Optimizer& optimizer, const torch::Tensor& 
 }
 
 // Calls visit(group index, the group's options, param, its gradient, its
-// state) for every parameter that has a gradient, without autograd, making
-// the state where there is none yet.
+// state) for every parameter of group `index` that has a gradient, without
+// autograd, making the state where there is none yet.
 template <typename Options, typename ParamState, typename Visit>
-void for_each_adam_param(torch::optim::Optimizer& optimizer, const Visit& visit) {
+void for_each_adam_param_of(torch::optim::Optimizer& optimizer, size_t index, const Visit& visit) {
   torch::NoGradGuard no_grad;
-  auto& groups = optimizer.param_groups();
-  for (size_t index = 0; index < groups.size(); ++index) {
-    const auto& options = static_cast<const Options&>(groups[index].options());
-    for (auto& param : groups[index].params()) {
-      if (!param.grad().defined()) continue;
-      LOCKSTEP_CHECK(!param.grad().is_sparse(), "Adam does not support sparse gradients");
-      visit(index, options, param, param.grad(), adam_state<ParamState>(optimizer, param, options.amsgrad()));
-    }
+  auto& group = optimizer.param_groups()[index];
+  const auto& options = static_cast<const Options&>(group.options());
+  for (auto& param : group.params()) {
+    if (!param.grad().defined()) continue;
+    LOCKSTEP_CHECK(!param.grad().is_sparse(), "Adam does not support sparse gradients");
+    visit(index, options, param, param.grad(), adam_state<ParamState>(optimizer, param, options.amsgrad()));
   }
 }
 
+// ... for every group.
+template <typename Options, typename ParamState, typename Visit>
+void for_each_adam_param(torch::optim::Optimizer& optimizer, const Visit& visit) {
+  for (size_t index = 0; index < optimizer.param_groups().size(); ++index) {
+    for_each_adam_param_of<Options, ParamState>(optimizer, index, visit);
+  }
+}
+
+// The parameters of group `index` that have a gradient.
+std::vector<torch::Tensor> params_with_grad(const torch::optim::Optimizer& optimizer, size_t index) {
+  std::vector<torch::Tensor> params;
+  for (const auto& param : optimizer.param_groups()[index].params()) {
+    if (param.grad().defined()) params.push_back(param);
+  }
+  return params;
+}
+
 // One step of Python's _single_tensor_adam (decoupled_decay false) or
-// _single_tensor_adamw (true) over every parameter that has a gradient.
+// _single_tensor_adamw (true) over group `index`'s parameters that have a gradient.
 template <typename Options, typename ParamState>
-void python_adam_step(torch::optim::Optimizer& optimizer, bool decoupled_decay) {
-  for_each_adam_param<Options, ParamState>(optimizer, [&](size_t, const Options& options, torch::Tensor& param,
-                                                          torch::Tensor grad, ParamState& state) {
+void python_adam_step(torch::optim::Optimizer& optimizer, size_t group_index, bool decoupled_decay) {
+  for_each_adam_param_of<Options, ParamState>(optimizer, group_index, [&](size_t, const Options& options,
+                                                                           torch::Tensor& param, torch::Tensor grad,
+                                                                           ParamState& state) {
     const double lr = options.lr();
     const double beta1 = std::get<0>(options.betas());
     const double beta2 = std::get<1>(options.betas());
@@ -84,6 +104,69 @@ void python_adam_step(torch::optim::Optimizer& optimizer, bool decoupled_decay) 
     }
     param.addcdiv_(exp_avg, denom, -step_size);
   });
+}
+
+// One step of Python's _multi_tensor_adam (decoupled_decay false) or
+// _multi_tensor_adamw (true) over group `index`'s parameters that have a
+// gradient: the same update as python_adam_step, each operation once for
+// all the parameters of one device and dtype (Note [foreach as Python
+// chooses it]). The bias corrections are host numbers per parameter, as in
+// Python's non-capturable path.
+template <typename Options, typename ParamState>
+void python_adam_foreach_step(torch::optim::Optimizer& optimizer, size_t group_index, bool decoupled_decay) {
+  std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs;
+  std::vector<ParamState*> states;
+  const Options* group_options = nullptr;
+  for_each_adam_param_of<Options, ParamState>(optimizer, group_index, [&](size_t, const Options& options,
+                                                                           torch::Tensor& param, torch::Tensor grad,
+                                                                           ParamState& state) {
+    group_options = &options;
+    params.push_back(param);
+    grads.push_back(grad);
+    exp_avgs.push_back(state.exp_avg());
+    exp_avg_sqs.push_back(state.exp_avg_sq());
+    if (options.amsgrad()) max_exp_avg_sqs.push_back(state.max_exp_avg_sq());
+    states.push_back(&state);
+  });
+  if (params.empty()) return;
+  const Options& options = *group_options;
+  const double lr = options.lr();
+  const double beta1 = std::get<0>(options.betas());
+  const double beta2 = std::get<1>(options.betas());
+  torch::NoGradGuard no_grad;
+  for (const std::vector<size_t>& part : detail::by_device_and_dtype(params)) {
+    std::vector<torch::Tensor> part_params = detail::pick(params, part);
+    std::vector<torch::Tensor> part_grads = detail::pick(grads, part);
+    std::vector<torch::Tensor> part_exp_avgs = detail::pick(exp_avgs, part);
+    std::vector<torch::Tensor> part_exp_avg_sqs = detail::pick(exp_avg_sqs, part);
+    for (size_t i : part) states[i]->step(states[i]->step() + 1);
+    if (decoupled_decay) {
+      if (options.weight_decay() != 0) at::_foreach_mul_(part_params, 1 - lr * options.weight_decay());
+    } else if (options.weight_decay() != 0) {
+      part_grads = at::_foreach_add(part_grads, part_params, options.weight_decay());
+    }
+    compat::foreach_adam_first_moment_(part_exp_avgs, part_grads, beta1);
+    at::_foreach_mul_(part_exp_avg_sqs, beta2);
+    at::_foreach_addcmul_(part_exp_avg_sqs, part_grads, part_grads, 1 - beta2);
+
+    std::vector<c10::Scalar> step_sizes, bias_corrections2_sqrt;
+    for (size_t i : part) {
+      const double step = static_cast<double>(states[i]->step());
+      step_sizes.emplace_back((lr / (1 - std::pow(beta1, step))) * -1);
+      bias_corrections2_sqrt.emplace_back(compat::adam_bias_correction2_sqrt(1 - std::pow(beta2, step)));
+    }
+    std::vector<torch::Tensor> denom;
+    if (options.amsgrad()) {
+      std::vector<torch::Tensor> part_max = detail::pick(max_exp_avg_sqs, part);
+      at::_foreach_maximum_(part_max, part_exp_avg_sqs);
+      denom = at::_foreach_sqrt(part_max);
+    } else {
+      denom = at::_foreach_sqrt(part_exp_avg_sqs);
+    }
+    at::_foreach_div_(denom, bias_corrections2_sqrt);
+    at::_foreach_add_(denom, options.eps());
+    at::_foreach_addcdiv_(part_params, part_exp_avgs, denom, step_sizes);
+  }
 }
 
 // Python's capturable single-tensor path, operation for operation (Python's
@@ -158,7 +241,15 @@ void sync_step_counts(const torch::optim::Optimizer& optimizer, detail::DeviceVa
 template <typename Base, typename Options, typename ParamState, bool kDecoupledDecay>
 torch::Tensor PythonAdam<Base, Options, ParamState, kDecoupledDecay>::step(
     torch::optim::Optimizer::LossClosure closure) {
-  return this->run_step(closure, [this] { python_adam_step<Options, ParamState>(*this, kDecoupledDecay); });
+  return this->run_step(closure, [this] {
+    for (size_t index = 0; index < this->param_groups().size(); ++index) {
+      if (this->steps_foreach(params_with_grad(*this, index))) {
+        python_adam_foreach_step<Options, ParamState>(*this, index, kDecoupledDecay);
+      } else {
+        python_adam_step<Options, ParamState>(*this, index, kDecoupledDecay);
+      }
+    }
+  });
 }
 
 template <typename Base, typename Options, typename ParamState, bool kDecoupledDecay>

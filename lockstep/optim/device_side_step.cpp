@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "lockstep/compat/cuda_graph.h"
+#include "lockstep/compat/internal/optim.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep {
@@ -99,6 +100,16 @@ torch::Tensor& DeviceValues::step(const torch::Tensor& param, int64_t host_count
   fresh.owner = state;
   steps_.emplace_back(key, std::move(fresh));
   return steps_.back().second.value;
+}
+
+void check_single_tensor_for_capture(const std::optional<bool>& foreach) {
+  LOCKSTEP_CHECK(!foreach.value_or(false),
+                 "the device-side (capturable) step takes one tensor at a time: foreach: true cannot be captured "
+                 "(leave foreach unset, or set it false)");
+}
+
+bool steps_foreach(const std::optional<bool>& chosen, const std::vector<torch::Tensor>& params) {
+  return chosen.has_value() ? *chosen : compat::optimizer_foreach_by_default(params);
 }
 
 void check_not_capturing(const char* what) {

@@ -28,11 +28,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include <ATen/core/grad_mode.h>
 #include <torch/optim/optimizer.h>
 #include <torch/types.h>
+
+#include "lockstep/optim/foreach_choice.h"
 
 namespace lockstep {
 
@@ -108,6 +111,15 @@ class DeviceValues {
 
 }  // namespace detail
 
+namespace detail {
+// Fails when `foreach` is true: the device-side step is single-tensor only.
+void check_single_tensor_for_capture(const std::optional<bool>& foreach);
+// Whether a group of `params` steps by the foreach path: `chosen` where the
+// user said (YAML `foreach`), else Python's default for this libtorch
+// (Note [foreach as Python chooses it]).
+bool steps_foreach(const std::optional<bool>& chosen, const std::vector<torch::Tensor>& params);
+}  // namespace detail
+
 // A libtorch optimizer class with the DeviceSideStep bookkeeping every
 // capturable optimizer shares; the subclass writes step_on_device() and, in
 // step(), calls run_step() with its plain step.
@@ -116,13 +128,23 @@ class DeviceValues {
 //     torch::Tensor step(LossClosure closure) override { return run_step(closure, [&] { plain_step(); }); }
 //     void step_on_device(const torch::Tensor& found_inf) override;
 //   };
+// It also keeps the ForeachChoice (optim/foreach_choice.h): the subclass's
+// plain step asks steps_foreach(group's parameters) which path to take.
 template <typename TorchOptimizer>
-class CapturableOptimizer : public TorchOptimizer, public DeviceSideStep {
+class CapturableOptimizer : public TorchOptimizer, public DeviceSideStep, public ForeachChoice {
  public:
   using TorchOptimizer::TorchOptimizer;
   bool capturable() const override { return capturable_; }
-  void set_capturable(bool capturable) override { capturable_ = capturable; }
+  void set_capturable(bool capturable) override {
+    if (capturable) detail::check_single_tensor_for_capture(foreach_);
+    capturable_ = capturable;
+  }
   void stage_host_values() override { device_values_.stage(*this); }
+  void set_foreach(std::optional<bool> foreach) override {
+    if (capturable_) detail::check_single_tensor_for_capture(foreach);
+    foreach_ = foreach;
+  }
+  std::optional<bool> foreach() const override { return foreach_; }
 
  protected:
   // The closure's loss (if any) after the device-side step when capturable,
@@ -142,7 +164,13 @@ class CapturableOptimizer : public TorchOptimizer, public DeviceSideStep {
     return loss;
   }
 
+  // Whether the plain step of a group of `params` takes the foreach path.
+  bool steps_foreach(const std::vector<torch::Tensor>& params) const {
+    return detail::steps_foreach(foreach_, params);
+  }
+
   bool capturable_ = false;
+  std::optional<bool> foreach_;
   // mutable: sync_host_state() is const and makes a count it has not seen.
   mutable detail::DeviceValues device_values_;
 };

@@ -48,6 +48,12 @@ class GradientSync {
   // max for the infinity norm). DDP's gradients are already identical on
   // every rank, so the default returns `local` unchanged.
   virtual torch::Tensor reduce_grad_norm(const torch::Tensor& local, double /*norm_type*/) { return local; }
+  // Whether the local norm is taken one gradient at a time whatever
+  // clip_grad's foreach says: PyTorch's FSDP clip_grad_norm_ takes one
+  // linalg.vector_norm per shard and one mul_ per gradient, never
+  // torch.nn.utils.clip_grad_norm_'s foreach path. DDP's clip is that
+  // function's, so the default is false.
+  virtual bool clips_one_gradient_at_a_time() const { return false; }
   // Whether `local` is true on any rank that holds part of, or a replica of,
   // these gradients: `local` is a float32 [1] tensor, nonzero for true, and
   // so is the answer, on the same device and never read on the host (on GPUs

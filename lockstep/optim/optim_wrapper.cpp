@@ -1,13 +1,16 @@
 #include "lockstep/optim/optim_wrapper.h"
 
+#include <ATen/ATen.h>
 #include <ATen/record_function.h>
 
 #include <cmath>
 
+#include "lockstep/compat/internal/optim.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/core/scalars_to_host.h"
 #include "lockstep/core/spelling.h"
+#include "lockstep/optim/internal/foreach_groups.h"
 #include "lockstep/optim/optimizer_state.h"
 #include "lockstep/optim/param_groups.h"
 
@@ -189,23 +192,41 @@ void clip_gradients(const std::vector<torch::Tensor>& params, const ClipGradOpti
   // Norm clipping as torch.nn.utils.clip_grad_norm_, operation for operation
   // (the same bits as PyTorch's): the norm of the per-tensor norms, in the
   // gradients' dtype, and every gradient multiplied by the clamped
-  // coefficient. Sharded gradients (FSDP) combine their norms through the
-  // GradientSync, as PyTorch's FSDP.clip_grad_norm_ does.
+  // coefficient; by foreach operations over each device and dtype where
+  // Python takes them (Note [foreach as Python chooses it]). Sharded
+  // gradients (FSDP) combine their norms through the GradientSync, as
+  // PyTorch's FSDP.clip_grad_norm_ does, one gradient at a time.
   torch::NoGradGuard no_grad;
+  const bool foreach = (sync == nullptr || !sync->clips_one_gradient_at_a_time()) &&
+                       clip.foreach.value_or(compat::clip_foreach_by_default());
+  const std::vector<std::vector<size_t>> parts = detail::by_device_and_dtype(grads);
   torch::Tensor total;
   if (grads.empty()) {
     total = torch::zeros({}, torch::kFloat);
   } else {
     std::vector<torch::Tensor> norms;
     norms.reserve(grads.size());
-    for (const auto& g : grads) norms.push_back(torch::norm(g.detach(), clip.norm_type));
+    if (foreach) {
+      for (const auto& part : parts) {
+        for (auto& norm : at::_foreach_norm(detail::pick(grads, part), clip.norm_type)) norms.push_back(norm);
+      }
+    } else {
+      for (const auto& g : grads) norms.push_back(torch::norm(g.detach(), clip.norm_type));
+    }
+    for (auto& norm : norms) norm = norm.to(norms.front().device());
     total = torch::norm(torch::stack(norms), clip.norm_type);
   }
   if (sync != nullptr) total = sync->reduce_grad_norm(total, clip.norm_type);
   metrics["grad_norm"] = total.detach();
   // Python's `max_norm / tensor` is tensor.reciprocal() * max_norm (two roundings, unlike C++'s division).
   torch::Tensor coefficient = torch::clamp((total + 1e-6).reciprocal() * clip.max_norm, c10::nullopt, 1.0);
-  for (auto& g : grads) g.mul_(coefficient.to(g.device()));
+  if (foreach) {
+    for (const auto& part : parts) {
+      compat::foreach_mul_(detail::pick(grads, part), coefficient.to(grads[part.front()].device()));
+    }
+  } else {
+    for (auto& g : grads) g.mul_(coefficient.to(g.device()));
+  }
 }
 
 }  // namespace

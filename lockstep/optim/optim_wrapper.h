@@ -53,6 +53,11 @@ struct ClipGradOptions {
   double max_norm = 0;     // kNorm
   double norm_type = 2.0;  // kNorm; use INFINITY for the max norm
   double clip_value = 0;   // kValue
+  // kNorm: the norms by _foreach_norm and the scaling by one _foreach_mul_,
+  // or one norm and one mul_ per gradient; unset, as this libtorch's
+  // clip_grad_norm_ does by default (Note [foreach as Python chooses it]).
+  // Sharded gradients (FSDP) take one norm per gradient, as PyTorch's FSDP.
+  std::optional<bool> foreach;
 };
 
 struct OptimWrapperOptions {

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "lockstep/core/error.h"
+#include "lockstep/optim/foreach_choice.h"
 #include "lockstep/optim/optimizer_builder.h"
 
 namespace lockstep {
@@ -38,6 +39,7 @@ ClipGradOptions parse_clip_grad(const Config& config) {
     clip.max_norm = config.get<double>("max_norm");
     const std::string norm_type = config.child("norm_type").is_null() ? "2" : config.at("norm_type").text();
     clip.norm_type = (norm_type == "inf" || norm_type == ".inf") ? INFINITY : config.get<double>("norm_type", 2.0);
+    clip.foreach = parse_foreach(config);
   } else if (kind == "value") {
     clip.kind = ClipGradOptions::Kind::kValue;
     clip.clip_value = config.get<double>("clip_value");

@@ -18,6 +18,7 @@
 #include "lockstep/config/key_usage.h"
 #include "lockstep/core/error.h"
 #include "lockstep/optim/adam.h"
+#include "lockstep/optim/foreach_choice.h"
 #include "lockstep/optim/sgd.h"
 
 namespace lockstep {
@@ -67,14 +68,18 @@ std::tuple<double, double> read_betas(const Config& cfg) {
   return {betas[0], betas[1]};
 }
 
-// `capturable` (PyTorch's key): the step keeps its numbers on the device
-// (optim/device_side_step.h).
-void set_capturable(DeviceSideStep& optimizer, const Config& cfg) {
+// `foreach` (PyTorch's key: null, true or false; optim/foreach_choice.h)
+// and `capturable` (PyTorch's key: the step keeps its numbers on the device,
+// optim/device_side_step.h). The capturable step is single-tensor, so the
+// two refuse each other, naming `foreach`.
+template <typename OptimizerT>
+void set_step_path(OptimizerT& optimizer, const Config& cfg) {
+  optimizer.set_foreach(parse_foreach(cfg));
   if (!cfg.get<bool>("capturable", false)) return;
   try {
     optimizer.set_capturable(true);
   } catch (const Error& error) {
-    LOCKSTEP_FAIL(cfg.where("capturable"), ": ", error.what());
+    LOCKSTEP_FAIL(cfg.where(optimizer.foreach().value_or(false) ? "foreach" : "capturable"), ": ", error.what());
   }
 }
 
@@ -88,7 +93,7 @@ std::shared_ptr<optim::Optimizer> make_sgd(const Config& cfg, Groups groups) {
                  cfg.where("nesterov"), ": nesterov needs momentum > 0 and dampening 0, got momentum ",
                  options.momentum(), " and dampening ", options.dampening());
   auto sgd = std::make_shared<lockstep::SGD>(std::move(groups), options);
-  set_capturable(*sgd, cfg);
+  set_step_path(*sgd, cfg);
   return sgd;
 }
 
@@ -102,7 +107,7 @@ std::shared_ptr<optim::Optimizer> make_adam_like(const Config& cfg, Groups group
       .weight_decay(read(cfg, "weight_decay", default_weight_decay, kNonNegative))
       .amsgrad(cfg.get<bool>("amsgrad", false));
   auto optimizer = std::make_shared<OptimizerT>(std::move(groups), options);
-  set_capturable(*optimizer, cfg);
+  set_step_path(*optimizer, cfg);
   return optimizer;
 }
 

@@ -1,9 +1,13 @@
 #include "lockstep/optim/sgd.h"
 
 #include <memory>
+#include <vector>
+
+#include <ATen/ATen.h>
 
 #include "lockstep/compat/internal/optim.h"
 #include "lockstep/core/error.h"
+#include "lockstep/optim/internal/foreach_groups.h"
 
 namespace lockstep {
 
@@ -25,7 +29,112 @@ namespace lockstep {
 // (1 - dampening) * gradient instead of the gradient).
 
 torch::Tensor SGD::step(LossClosure closure) {
-  return run_step(closure, [this] { torch::optim::SGD::step(); });
+  return run_step(closure, [this] {
+    for (size_t index = 0; index < param_groups().size(); ++index) {
+      if (steps_foreach(params_with_grad(index))) {
+        foreach_step(index);
+      } else {
+        single_tensor_step(index);
+      }
+    }
+  });
+}
+
+std::vector<torch::Tensor> SGD::params_with_grad(size_t index) const {
+  std::vector<torch::Tensor> params;
+  for (const auto& param : param_groups()[index].params()) {
+    if (param.grad().defined()) params.push_back(param);
+  }
+  return params;
+}
+
+// Python's _single_tensor_sgd over one group, as libtorch's
+// torch::optim::SGD::step does it for every group (Python decides foreach
+// group by group, so the step does too).
+void SGD::single_tensor_step(size_t index) {
+  torch::NoGradGuard no_grad;
+  auto& group = param_groups()[index];
+  const auto& options = static_cast<const torch::optim::SGDOptions&>(group.options());
+  for (auto& param : group.params()) {
+    if (!param.grad().defined()) continue;
+    torch::Tensor d_p = param.grad();
+    if (options.weight_decay() != 0) d_p = d_p.add(param, options.weight_decay());
+    if (options.momentum() != 0) {
+      torch::Tensor buffer;
+      auto& states = state();
+      const auto key = compat::param_state_key(states, param);
+      auto found = states.find(key);
+      if (found == states.end()) {
+        buffer = torch::clone(d_p).detach();
+        auto fresh = std::make_unique<torch::optim::SGDParamState>();
+        fresh->momentum_buffer(buffer);
+        states.emplace(key, std::move(fresh));
+      } else {
+        buffer = static_cast<torch::optim::SGDParamState&>(*found->second).momentum_buffer();
+        buffer.mul_(options.momentum()).add_(d_p, 1 - options.dampening());
+      }
+      d_p = options.nesterov() ? d_p.add(buffer, options.momentum()) : buffer;
+    }
+    param.add_(d_p, -options.lr());
+  }
+}
+
+// Python's _multi_tensor_sgd over one group, operation for operation (Note
+// [foreach as Python chooses it]): a momentum buffer that does not exist yet
+// makes the group's momentum update one tensor at a time, as in Python.
+void SGD::foreach_step(size_t index) {
+  torch::NoGradGuard no_grad;
+  auto& group = param_groups()[index];
+  const auto& options = static_cast<const torch::optim::SGDOptions&>(group.options());
+  const std::vector<torch::Tensor> params = params_with_grad(index);
+  std::vector<torch::Tensor> grads;
+  for (const auto& param : params) {
+    LOCKSTEP_CHECK(!param.grad().is_sparse(), "SGD's foreach step does not take sparse gradients (set foreach: false)");
+    grads.push_back(param.grad());
+  }
+  auto& states = state();
+  for (const std::vector<size_t>& part : detail::by_device_and_dtype(params)) {
+    std::vector<torch::Tensor> part_params = detail::pick(params, part);
+    std::vector<torch::Tensor> part_grads = detail::pick(grads, part);
+    if (options.weight_decay() != 0) part_grads = at::_foreach_add(part_grads, part_params, options.weight_decay());
+    if (options.momentum() != 0) {
+      std::vector<torch::Tensor> buffers;
+      bool every_buffer_exists = true;
+      for (const auto& param : part_params) {
+        auto found = states.find(compat::param_state_key(states, param));
+        if (found == states.end()) {
+          every_buffer_exists = false;
+          break;
+        }
+        buffers.push_back(static_cast<torch::optim::SGDParamState&>(*found->second).momentum_buffer());
+      }
+      if (every_buffer_exists) {
+        at::_foreach_mul_(buffers, options.momentum());
+        at::_foreach_add_(buffers, part_grads, 1 - options.dampening());
+      } else {
+        buffers.clear();
+        for (size_t i = 0; i < part_params.size(); ++i) {
+          const auto key = compat::param_state_key(states, part_params[i]);
+          auto found = states.find(key);
+          if (found == states.end()) {
+            auto fresh = std::make_unique<torch::optim::SGDParamState>();
+            fresh->momentum_buffer(torch::clone(part_grads[i]).detach());
+            found = states.emplace(key, std::move(fresh)).first;
+          } else {
+            static_cast<torch::optim::SGDParamState&>(*found->second)
+                .momentum_buffer()
+                .mul_(options.momentum())
+                .add_(part_grads[i], 1 - options.dampening());
+          }
+          buffers.push_back(static_cast<torch::optim::SGDParamState&>(*found->second).momentum_buffer());
+        }
+      }
+      // Python adds in place into the gradients it holds (the parameters'
+      // own, without weight decay); the values are the same out of place.
+      part_grads = options.nesterov() ? at::_foreach_add(part_grads, buffers, options.momentum()) : buffers;
+    }
+    at::_foreach_add_(part_params, part_grads, -options.lr());
+  }
 }
 
 void SGD::set_capturable(bool capturable) {
@@ -38,7 +147,7 @@ void SGD::set_capturable(bool capturable) {
                      "(Note [SGD's momentum buffer on the device])");
     }
   }
-  capturable_ = capturable;
+  CapturableOptimizer<torch::optim::SGD>::set_capturable(capturable);
 }
 
 void SGD::step_on_device(const torch::Tensor& found_inf) {

@@ -1,6 +1,8 @@
 // SGD: libtorch's torch::optim::SGD (the same options, state and checkpoint
-// format; its plain step is already Python's single-tensor SGD) with the
-// device-side step of optim/device_side_step.h.
+// format; its plain step, one tensor at a time, is Python's single-tensor SGD) with
+// Python's multi-tensor step (`foreach`, optim/foreach_choice.h: the default
+// on a GPU from PyTorch 2.0 on) and the device-side step of
+// optim/device_side_step.h.
 //
 // With set_capturable(true) (YAML `capturable: true`; PyTorch's SGD has no
 // such key, because its only host number is the learning rate) the learning
@@ -39,6 +41,12 @@ class SGD : public CapturableOptimizer<torch::optim::SGD> {
   std::vector<double> baked_options() const override;
 
  private:
+  std::vector<torch::Tensor> params_with_grad(size_t index) const;
+  // One group's plain step, one tensor at a time or by foreach (Note
+  // [foreach as Python chooses it]).
+  void single_tensor_step(size_t index);
+  void foreach_step(size_t index);
+
   // Whether a parameter's momentum buffer holds a first step, on the device
   // (Note [SGD's momentum buffer on the device]), with the host buffer it
   // belongs to: a buffer loaded from a checkpoint replaces that one.

@@ -132,7 +132,7 @@ std::string lockstep_config(const json& c, const std::string& strategy, const st
   const json& opt = c["optimizer"];
   yaml << "optim_wrapper:\n  optimizer: {type: " << opt["type"].get<std::string>() << ", lr: " << opt["lr"];
   for (const char* key :
-       {"momentum", "weight_decay", "nesterov", "eps", "lr_decay", "initial_accumulator_value", "capturable"}) {
+       {"momentum", "weight_decay", "nesterov", "eps", "lr_decay", "initial_accumulator_value", "capturable", "foreach"}) {
     if (opt.contains(key)) yaml << ", " << key << ": " << opt[key];
   }
   if (opt.contains("betas")) yaml << ", betas: " << yaml_list(opt["betas"]);
@@ -140,7 +140,9 @@ std::string lockstep_config(const json& c, const std::string& strategy, const st
   if (c.contains("paramwise")) yaml << "  paramwise_cfg: " << c["paramwise"].dump() << "\n";
   if (c["accumulate"] != 1) yaml << "  accumulative_counts: " << c["accumulate"] << "\n";
   if (!c["clip"].is_null()) {
-    yaml << "  clip_grad: {max_norm: " << c["clip"]["max_norm"] << ", norm_type: " << c["clip"]["norm_type"] << "}\n";
+    yaml << "  clip_grad: {max_norm: " << c["clip"]["max_norm"] << ", norm_type: " << c["clip"]["norm_type"];
+    if (c["clip"].contains("foreach")) yaml << ", foreach: " << c["clip"]["foreach"];
+    yaml << "}\n";
   }
   if (!c["amp"].is_null()) {
     yaml << "  amp: {dtype: " << c["amp"].get<std::string>();
@@ -256,6 +258,17 @@ const std::vector<DiffCase>& all_cases() {
                                       "clip", clipping["clip"]);
     json capturable_adamw = adamw["optimizer"];
     capturable_adamw["capturable"] = true;
+    // lockstep's capturable step is single-tensor; Python's default on a GPU
+    // would be its multi-tensor capturable path.
+    capturable_adamw["foreach"] = false;
+    // The multi-tensor steps and clip, forced on the CPU on both sides (Note
+    // [foreach as Python chooses it]): on a GPU they are the default of
+    // PyTorch 2.x, and the GPU cases above take them unforced.
+    json adamw_foreach_clip = with(adamw, "clip", {{"max_norm", 0.5}, {"norm_type", 2.0}, {"foreach", true}});
+    adamw_foreach_clip["optimizer"]["foreach"] = true;
+    json sgd_foreach = base_case(2);
+    sgd_foreach["optimizer"]["nesterov"] = true;
+    sgd_foreach["optimizer"]["foreach"] = true;
     // PowerSGD from iteration 3 on (after the buckets were rebuilt), at rank 1
     // (Gram-Schmidt) and rank 4 (QR), as PyTorch's powerSGD_hook.
     const json powersgd = with(base_case(2), "comm_hook",
@@ -314,6 +327,10 @@ const std::vector<DiffCase>& all_cases() {
         {"DDP_ClipGradNorm", clipping, kDDP, 0, same_ops + " (clip_grad_norm_ operation for operation)"},
         {"FSDP_ClipGradNorm", clipping, kFullShard, kFsdpTolerance, "the norm is combined from the shards' norms"},
         {"DDP_AdamW", adamw, kDDP, 0, same_ops},
+        {"DDP_AdamW_Foreach_Clip", adamw_foreach_clip, kDDP, 0,
+         same_ops + " (Python's _multi_tensor_adamw and clip_grad_norm_'s foreach path)"},
+        {"DDP_SGD_Nesterov_Foreach", sgd_foreach, kDDP, 0,
+         same_ops + " (Python's _multi_tensor_sgd, its first step's buffers one tensor at a time)"},
         {"FSDP_AdamW", adamw, kFullShard, kFsdpTolerance, "sharded reduction"},
         {"DDP_AdamW_Paramwise", paramwise, kDDP, 0, same_ops + " (a param group per decay and lr multiplier)"},
         {"DDP_Adagrad", adagrad, kDDP, 0, same_ops + " (libtorch's Adagrad is Python's, operation for operation)"},

@@ -20,7 +20,7 @@ CASE is JSON:
             | {"type": "DCGAN", "latent_dim": 16, "generator_channels": 8, "discriminator_channels": 8}
               (examples/gan: two networks, one optimizer each, separate DDP),
    "world": 2, "batch": 16, "iters": 20, "accumulate": 1, "seed": 0,
-   "optimizer": {"type": "SGD"|"Adam"|"AdamW"|"Adagrad", "lr": ..., ...},  (Adam, AdamW: "capturable")
+   "optimizer": {"type": "SGD"|"Adam"|"AdamW"|"Adagrad", "lr": ..., ...},  (Adam, AdamW: "capturable"; SGD, Adam, AdamW: "foreach")
    "clip": {"max_norm": 1.0, "norm_type": 2.0} | null,
    "schedulers": [{"type": "LinearLR", "start_factor": 0.1, "total_iters": 5},
                   {"type": "CosineAnnealingLR", "T_max": 20, "eta_min": 0.001}],
@@ -259,21 +259,35 @@ def grad_scaler(case):
     return torch.cuda.amp.GradScaler(**args)
 
 
+def clip_grad_norm(params, clip):
+    """torch.nn.utils.clip_grad_norm_ as the case says; `foreach` only where
+    this PyTorch takes it (1.13's clip has one path, which on the CPU is the
+    foreach one's arithmetic)."""
+    import inspect
+    import torch
+    kwargs = {}
+    if "foreach" in clip and "foreach" in inspect.signature(torch.nn.utils.clip_grad_norm_).parameters:
+        kwargs["foreach"] = clip["foreach"]
+    torch.nn.utils.clip_grad_norm_(params, clip["max_norm"], clip.get("norm_type", 2.0), **kwargs)
+
+
 def build_optimizer(spec, params):
     import torch
     kind = spec["type"]
     if kind == "SGD":
         return torch.optim.SGD(params, lr=spec["lr"], momentum=spec.get("momentum", 0.0),
                                weight_decay=spec.get("weight_decay", 0.0), nesterov=spec.get("nesterov", False),
-                               foreach=False)
+                               foreach=spec.get("foreach"))
+    # foreach as the case says; unsaid, PyTorch's own default (None), as
+    # lockstep's (Note [foreach as Python chooses it]).
     if kind == "Adam":
         return torch.optim.Adam(params, lr=spec["lr"], betas=tuple(spec.get("betas", (0.9, 0.999))),
-                                eps=spec.get("eps", 1e-8), weight_decay=spec.get("weight_decay", 0.0), foreach=False,
-                                capturable=spec.get("capturable", False))
+                                eps=spec.get("eps", 1e-8), weight_decay=spec.get("weight_decay", 0.0),
+                                foreach=spec.get("foreach"), capturable=spec.get("capturable", False))
     if kind == "AdamW":
         return torch.optim.AdamW(params, lr=spec["lr"], betas=tuple(spec.get("betas", (0.9, 0.999))),
                                  eps=spec.get("eps", 1e-8), weight_decay=spec.get("weight_decay", 0.01),
-                                 foreach=False, capturable=spec.get("capturable", False))
+                                 foreach=spec.get("foreach"), capturable=spec.get("capturable", False))
     if kind == "Adagrad":
         return torch.optim.Adagrad(params, lr=spec["lr"], lr_decay=spec.get("lr_decay", 0.0),
                                    weight_decay=spec.get("weight_decay", 0.0),
@@ -396,7 +410,7 @@ def train_rank(rank, case, init, out, init_method):
             if clip:
                 if scaler:
                     scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), clip["max_norm"], clip.get("norm_type", 2.0))
+                clip_grad_norm(model.parameters(), clip)
             if scaler:
                 scaler.step(optimizer)
                 scaler.update()

@@ -22,6 +22,7 @@
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include <torch/types.h>
 
@@ -33,6 +34,44 @@ void adam_first_moment_(torch::Tensor& exp_avg, const torch::Tensor& grad, doubl
 
 // sqrt(bias_correction2) as this version's Python Adam computes it.
 double adam_bias_correction2_sqrt(double bias_correction2);
+
+// Note [foreach as Python chooses it]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Python's SGD, Adam and AdamW have two paths that compute the same update:
+// one operation per parameter (single-tensor) and one multi-tensor operation
+// per step over all of a group's parameters (`foreach`). On the CPU the two
+// give the same bits (a foreach operation there loops over the tensors). On
+// a GPU they do not quite: a foreach kernel divides where the single-tensor
+// kernel multiplies by a host divisor's reciprocal, and _foreach_norm sums a
+// gradient in another order than linalg.vector_norm. Which one Python takes
+// when the user says nothing (foreach=None) depends on the version:
+//   - the optimizers: from 2.0 on, foreach when every parameter of the group
+//     is on a GPU; 1.13 always single-tensor;
+//   - clip_grad_norm_: from 2.1 on, foreach on the CPU and the GPU (the
+//     norms by _foreach_norm, the scaling by one _foreach_mul_); 1.13 one
+//     torch.norm and one mul_ per gradient.
+// lockstep takes the same default, so that an unchanged config agrees with
+// the Python run of the same PyTorch on a GPU as it does on the CPU; the YAML
+// key `foreach` (the optimizer's, and clip_grad's) chooses either way, as in
+// Python. On a GPU the foreach path is also the fast one: a handful of
+// launches a step instead of a dozen per parameter (BENCHMARKS.md, the H200).
+
+// Whether Python's optimizers take their foreach path for a group of these
+// parameters when foreach is not given.
+bool optimizer_foreach_by_default(const std::vector<torch::Tensor>& params);
+
+// Whether Python's clip_grad_norm_ takes its foreach path when foreach is not given.
+bool clip_foreach_by_default();
+
+// exp_avg <- beta1 * exp_avg + (1 - beta1) * grad for every pair, with the
+// operations of this version's multi-tensor Adam (_foreach_mul_ and
+// _foreach_add_ in 1.13, _foreach_lerp_ from 2.0 on).
+void foreach_adam_first_moment_(at::TensorList exp_avgs, at::TensorList grads, double beta1);
+
+// Every tensor of `tensors` multiplied in place by the 0-dim `factor` (on
+// their device): one _foreach_mul_ where libtorch has the tensor overload
+// (2.1 on), else one mul_ each, the same values.
+void foreach_mul_(at::TensorList tensors, const torch::Tensor& factor);
 
 // The key of `param` in an optimizer's state map: libtorch keys the map by the
 // parameter's TensorImpl, as a string of the pointer in 1.13 and as the
