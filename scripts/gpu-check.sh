@@ -154,9 +154,12 @@ build() {
     # Past a failed file the build went on: where the CLI was linked, the
     # steps that need only what was built still run (a step whose binary is
     # missing fails by itself), so that one short lease learns the most.
-    if [[ -x "$BUILD_DIR/bin/lockstep" ]]; then
+    # Only a CLI that is up to date: a warm machine's second call keeps the
+    # first call's binary, which a failed rebuild would leave behind.
+    if [[ -x "$BUILD_DIR/bin/lockstep" && -f "$BUILD_DIR/build.ninja" ]] &&
+      ninja -C "$BUILD_DIR" -n bin/lockstep 2>/dev/null | grep -q 'no work to do'; then
       built=1
-      result+="; bin/lockstep was built, so the steps run"
+      result+="; bin/lockstep is up to date, so the steps run"
     fi
     return 1
   fi

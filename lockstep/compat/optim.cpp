@@ -37,7 +37,7 @@ bool optimizer_foreach_by_default(const std::vector<torch::Tensor>& params) {
 }
 
 bool clip_foreach_by_default() {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+#if TORCH_VERSION_MAJOR >= 2
   return true;
 #else
   return false;

@@ -15,7 +15,9 @@
 //
 // The device-side step (`capturable`, optim/device_side_step.h) is single-tensor
 // only: choosing foreach for a capturable optimizer, or the other way round,
-// is an error.
+// is an error. (Python 2.x's default on a GPU with capturable=True is its
+// multi-tensor capturable step, which lockstep does not have yet; the Note
+// lists where the defaults still differ.)
 #pragma once
 
 #include <optional>

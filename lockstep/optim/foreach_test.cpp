@@ -117,6 +117,20 @@ TEST(ForeachStep, EveryOptimizerTakesTheSameStepsOneTensorAtATimeAndByForeach) {
   }
 }
 
+TEST(ForeachStep, ASparseGradientStepsItsGroupOneTensorAtATime) {
+  std::vector<torch::Tensor> results;
+  for (bool foreach : {false, true}) {
+    auto param = torch::ones({4, 2});
+    SGD sgd(std::vector<torch::Tensor>{param}, optim::SGDOptions(0.1));
+    sgd.set_foreach(foreach);
+    param.mutable_grad() = torch::sparse_coo_tensor(torch::tensor({{0, 2}}), torch::ones({2, 2}), {4, 2});
+    sgd.step();
+    results.push_back(param.clone());
+  }
+  EXPECT_TRUE(torch::equal(results[0], results[1]));
+  EXPECT_FALSE(torch::equal(results[0], torch::ones({4, 2})));
+}
+
 TEST(ForeachStep, OnTheCpuTheDefaultIsOneTensorAtATimeAsInPython) {
   auto params = foreach_params();
   EXPECT_FALSE(detail::steps_foreach(std::nullopt, params));
@@ -164,12 +178,14 @@ TEST(ForeachStep, TheYamlKeyForeachChoosesAndRefusesCapturable) {
 
 // The norm clip by _foreach_norm and _foreach_mul_ (clip_grad_norm_'s
 // foreach path) against one norm and one mul_ per gradient: the same
-// gradients, the same logged norm, in two dtypes.
+// gradients, the same logged norm. In one dtype: with several, the two
+// stack the norms in other orders (Note [foreach as Python chooses it]).
 TEST(ForeachClip, TheForeachNormClipScalesLikeTheOneTensorAtATimeOne) {
   std::vector<std::vector<torch::Tensor>> clipped;
   std::vector<double> norms;
   for (bool foreach : {false, true}) {
-    auto params = foreach_params();
+    std::vector<torch::Tensor> params;
+    for (const auto& param : foreach_params()) params.push_back(param.to(torch::kFloat));
     set_foreach_grads(params, 1);
     ClipGradOptions clip;
     clip.kind = ClipGradOptions::Kind::kNorm;

@@ -1,5 +1,6 @@
 #include "lockstep/optim/sgd.h"
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -31,7 +32,14 @@ namespace lockstep {
 torch::Tensor SGD::step(LossClosure closure) {
   return run_step(closure, [this] {
     for (size_t index = 0; index < param_groups().size(); ++index) {
-      if (steps_foreach(params_with_grad(index))) {
+      const std::vector<torch::Tensor> params = params_with_grad(index);
+      // foreach operations take no sparse tensors; Python's multi-tensor SGD
+      // adds a sparse gradient one tensor at a time, the single-tensor step's
+      // arithmetic.
+      const bool sparse = std::any_of(params.begin(), params.end(), [](const torch::Tensor& p) {
+        return p.grad().is_sparse();
+      });
+      if (!sparse && steps_foreach(params)) {
         foreach_step(index);
       } else {
         single_tensor_step(index);
@@ -89,7 +97,6 @@ void SGD::foreach_step(size_t index) {
   const std::vector<torch::Tensor> params = params_with_grad(index);
   std::vector<torch::Tensor> grads;
   for (const auto& param : params) {
-    LOCKSTEP_CHECK(!param.grad().is_sparse(), "SGD's foreach step does not take sparse gradients (set foreach: false)");
     grads.push_back(param.grad());
   }
   auto& states = state();

@@ -1,8 +1,9 @@
 // SGD: libtorch's torch::optim::SGD (the same options, state and checkpoint
-// format; its plain step, one tensor at a time, is Python's single-tensor SGD) with
-// Python's multi-tensor step (`foreach`, optim/foreach_choice.h: the default
-// on a GPU from PyTorch 2.0 on) and the device-side step of
-// optim/device_side_step.h.
+// format) stepping as Python's SGD does: one tensor at a time
+// (_single_tensor_sgd, what libtorch's own step does) or all of a group at
+// once (_multi_tensor_sgd: `foreach`, optim/foreach_choice.h, the default on
+// a GPU from PyTorch 2.0 on; a group with a sparse gradient steps one tensor
+// at a time), and with the device-side step of optim/device_side_step.h.
 //
 // With set_capturable(true) (YAML `capturable: true`; PyTorch's SGD has no
 // such key, because its only host number is the learning rate) the learning

@@ -47,14 +47,25 @@ double adam_bias_correction2_sqrt(double bias_correction2);
 // when the user says nothing (foreach=None) depends on the version:
 //   - the optimizers: from 2.0 on, foreach when every parameter of the group
 //     is on a GPU; 1.13 always single-tensor;
-//   - clip_grad_norm_: from 2.1 on, foreach on the CPU and the GPU (the
-//     norms by _foreach_norm, the scaling by one _foreach_mul_); 1.13 one
+//   - clip_grad_norm_: from 2.0 on, foreach on the CPU and the GPU (the
+//     norms by _foreach_norm, the scaling by _foreach_mul_); 1.13 one
 //     torch.norm and one mul_ per gradient.
 // lockstep takes the same default, so that an unchanged config agrees with
 // the Python run of the same PyTorch on a GPU as it does on the CPU; the YAML
 // key `foreach` (the optimizer's, and clip_grad's) chooses either way, as in
 // Python. On a GPU the foreach path is also the fast one: a handful of
 // launches a step instead of a dozen per parameter (BENCHMARKS.md, the H200).
+// Where lockstep still differs from Python's default on a GPU:
+//   - a capturable step (`capturable: true`, `cuda_graph`) is single-tensor,
+//     where Python 2.x takes its multi-tensor capturable path;
+//   - Adagrad and RMSprop (libtorch's own) step one tensor at a time, where
+//     Python 2.x takes foreach;
+//   - gradients of several dtypes or devices: lockstep takes the parts in
+//     the order of their first tensor; Python 2.1+ takes them in the order
+//     of a hash map (at::native::_group_tensors_by_first_tensors_device_and_dtype),
+//     so the clip's total norm, a norm of the parts' norms stacked in that
+//     order, can differ in the last bit. 1.13's foreach does not split by
+//     dtype at all (a mixed list takes its per-tensor fallback).
 
 // Whether Python's optimizers take their foreach path for a group of these
 // parameters when foreach is not given.

@@ -2,10 +2,13 @@
 // a gradient clip takes (Note [foreach as Python chooses it],
 // compat/internal/optim.h).
 //
-// Python splits a group's tensors by device and dtype before each foreach
-// call (Optimizer._group_tensors_by_device_and_dtype), so that every call
-// takes the multi-tensor kernel, whose arithmetic is not quite that of the
-// per-tensor fallback on a GPU. These do the same:
+// Python 2.x splits a group's tensors by device and dtype before each
+// foreach call (Optimizer._group_tensors_by_device_and_dtype), so that every
+// call takes the multi-tensor kernel, whose arithmetic is not quite that of
+// the per-tensor fallback on a GPU. These split the same way; the parts come
+// in the order of their first tensor, where Python's come in a hash map's
+// order (the one place that shows: the clip's norm over several parts, Note
+// [foreach as Python chooses it]):
 //
 //   for (const std::vector<size_t>& part : lockstep::detail::by_device_and_dtype(params)) {
 //     std::vector<torch::Tensor> some = lockstep::detail::pick(params, part);
