@@ -27,7 +27,7 @@ class LambdaPostHook : public torch::autograd::FunctionPostHook {
 
 }  // namespace
 
-std::shared_ptr<torch::autograd::Node> grad_accumulator(const torch::Tensor& param) {
+NodePtr grad_accumulator(const torch::Tensor& param) {
   LOCKSTEP_CHECK(param.is_leaf() && param.requires_grad(), "a gradient hook needs a leaf tensor that requires grad");
   return torch::autograd::impl::grad_accumulator(param);
 }

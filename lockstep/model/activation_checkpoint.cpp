@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "lockstep/compat/autocast.h"
+#include "lockstep/compat/autograd.h"
 #include "lockstep/compat/cuda.h"
 #include "lockstep/core/error.h"
 
@@ -179,7 +180,7 @@ std::vector<torch::Tensor> checkpoint(const CheckpointFunction& fn, const std::v
   // the parameters inside fn need theirs.
   if (!torch::GradMode::is_enabled()) return fn(inputs);
 
-  auto node = std::shared_ptr<CheckpointBackward>(new CheckpointBackward(), torch::autograd::deleteNode);
+  auto node = compat::make_node<CheckpointBackward>();
   node->fn = fn;
   node->generators = GeneratorStates::capture(inputs);
   node->autocast = AutocastSettings::capture();
