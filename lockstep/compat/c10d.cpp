@@ -73,13 +73,43 @@ c10::intrusive_ptr<C10dGroup> make_gloo(const c10::intrusive_ptr<C10dStore>& sto
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
 }
 
+// Note [Gloo's 16-bit types, asked]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// ProcessGroupGloo picks Gloo's element type from the tensor's dtype in
+// ProcessGroupGloo.cpp, which no header shows. Debian's libtorch 2.14 (built
+// against the system's Gloo) answers every float16, bfloat16 and int16 tensor
+// with "Invalid scalar type": broadcast, all-gather and all-reduce alike,
+// from Python too. 1.13 moves and reduces float16; 2.6 and pip's builds all
+// three. Whether a build can is a fact about the build, not its version
+// number, so lockstep asks it once: a broadcast of one float16 element in a
+// one-rank Gloo group of its own (a HashStore, the loopback device; no
+// socket leaves the process). Where the answer is no, process_group.cpp
+// moves 16-bit tensors as bytes and reduces them in float32, rounding back
+// once: for two ranks the same values as Gloo's float16 sum (one addition,
+// rounded once), for more a sum rounded once instead of at each step.
+bool probe_16_bit_types() {
+  try {
+    auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::milliseconds(10000));
+    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    options->threads = 1;
+    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::HashStore>(), 0, 1, options);
+    std::vector<at::Tensor> tensors{at::ones({1}, at::kHalf)};
+    group->broadcast(tensors)->wait();
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 GlooCapabilities gloo_capabilities() {
+  static const bool knows_16_bit_types = probe_16_bit_types();
 #if TORCH_VERSION_MAJOR >= 2
-  return GlooCapabilities{/*reduces_bfloat16=*/true, /*moves_bfloat16=*/true,
+  return GlooCapabilities{/*reduces_bfloat16=*/knows_16_bit_types, /*moves_bfloat16=*/knows_16_bit_types,
+                          knows_16_bit_types,
                           /*reduce_scatter_base=*/true, /*reduce_scatter_base_max_min=*/false,
                           /*allgather_base=*/true, /*listens_per_pair=*/false};
 #else
-  return GlooCapabilities{/*reduces_bfloat16=*/false, /*moves_bfloat16=*/false,
+  return GlooCapabilities{/*reduces_bfloat16=*/false, /*moves_bfloat16=*/false, knows_16_bit_types,
                           /*reduce_scatter_base=*/false, /*reduce_scatter_base_max_min=*/false,
                           /*allgather_base=*/false, /*listens_per_pair=*/true};
 #endif

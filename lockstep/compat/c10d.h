@@ -142,6 +142,10 @@ NcclWaitSettings nccl_wait_settings(std::chrono::milliseconds group_timeout, int
 struct GlooCapabilities {
   bool reduces_bfloat16;      // all_reduce / reduce on bfloat16 tensors
   bool moves_bfloat16;        // broadcast / allgather / gather of bfloat16 tensors
+  // float16 (and int16), reduced and moved: every libtorch but Debian's 2.14,
+  // whose ProcessGroupGloo knows no 16-bit type at all (Note [Gloo's 16-bit
+  // types, asked]).
+  bool knows_16_bit_types;
   bool reduce_scatter_base;   // _reduce_scatter_base (reduce_scatter_tensor) with SUM
   // 2.6's Gloo _reduce_scatter_base sums whatever op it is given (MAX and
   // MIN come back as sums), so only SUM may use it.

@@ -40,12 +40,20 @@ detail::RingReduce to_ring(ReduceOp op) {
 }
 
 // Gloo moves bytes by dtype and knows only float, double, half and 8/32/64-bit
-// integers. Same-size stand-ins carry the others through unchanged.
+// integers (some builds no 16-bit type at all: Note [Gloo's 16-bit types,
+// asked]). Same-size stand-ins carry the others through unchanged; bytes
+// carry 16-bit types where nothing of their size can (the tensor's storage
+// receives them: callers hand in contiguous tensors and keep their own view).
 at::Tensor gloo_move_view(const at::Tensor& tensor) {
+  const compat::GlooCapabilities caps = compat::gloo_capabilities();
   switch (tensor.scalar_type()) {
     case at::kBFloat16:
-      return compat::gloo_capabilities().moves_bfloat16 ? tensor : tensor.view(at::kHalf);
-    case at::kShort: return tensor.view(at::kHalf);
+      if (caps.moves_bfloat16) return tensor;
+      return caps.knows_16_bit_types ? tensor.view(at::kHalf) : tensor.reshape({-1}).view(at::kByte);
+    case at::kHalf:
+    case at::kShort:
+      if (caps.knows_16_bit_types) return tensor.scalar_type() == at::kHalf ? tensor : tensor.view(at::kHalf);
+      return tensor.reshape({-1}).view(at::kByte);
     case at::kBool: return tensor.view(at::kByte);
     default: return tensor;
   }
@@ -55,6 +63,7 @@ at::Tensor gloo_move_view(const at::Tensor& tensor) {
 at::ScalarType gloo_reduce_dtype(at::ScalarType type) {
   switch (type) {
     case at::kBFloat16: return compat::gloo_capabilities().reduces_bfloat16 ? type : at::kFloat;
+    case at::kHalf: return compat::gloo_capabilities().knows_16_bit_types ? type : at::kFloat;
     case at::kShort: return at::kInt;
     case at::kBool: return at::kByte;
     default: return type;

@@ -448,17 +448,23 @@ class CacheLock {
   int fd_ = -1;
 };
 
+// Whether the reference script wrote `ref`'s weights, or why it cannot
+// (final_weights + ".unsupported": this PyTorch cannot run the case).
+bool reference_done(const Reference& ref) {
+  return testing::file_exists(ref.final_weights) || testing::file_exists(ref.final_weights + ".unsupported");
+}
+
 Reference reference_for(const json& c) {
   Reference ref = cached_reference(c);
-  if (testing::file_exists(ref.final_weights)) return ref;
+  if (reference_done(ref)) return ref;
   CacheLock lock(testing::binary_dir() + "/differential_cache");
-  if (testing::file_exists(ref.final_weights)) return ref;  // written while this case waited
+  if (reference_done(ref)) return ref;  // written while this case waited
   json jobs = json::array();
   std::set<std::string> queued;  // cases that differ only in lockstep's strategy share a reference
   for (const auto& other : all_cases()) {
     if (on_gpu(other.reference) && !cuda_available()) continue;  // PyTorch's side would need the GPU too
     Reference missing = cached_reference(other.reference);
-    if (testing::file_exists(missing.final_weights) || !queued.insert(missing.final_weights).second) continue;
+    if (reference_done(missing) || !queued.insert(missing.final_weights).second) continue;
     const std::string dir = missing.init.substr(0, missing.init.rfind('/'));
     testing::run_command({"mkdir", "-p", dir});
     jobs.push_back({{"case", other.reference}, {"init", missing.init}, {"out", missing.final_weights}});
@@ -533,6 +539,10 @@ TEST_P(Differential, FinalWeightsMatchPyTorch) {
   if (on_gpu(c.reference) && !cuda_available()) GTEST_SKIP() << "no CUDA device: this case runs on GPU 0";
   if (c.reference.value("driver", std::string()) == "capi_mpirun") {
     if (auto problem = testing::mpirun_problem(); !problem.empty()) GTEST_SKIP() << problem;
+  }
+  const std::string unsupported = reference_for(c.reference).final_weights + ".unsupported";
+  if (testing::file_exists(unsupported)) {
+    GTEST_SKIP() << testing::read_file(unsupported);
   }
   SCOPED_TRACE(c.name + ": " + (c.tolerance == 0 ? std::string("bitwise, ") : "within 1e-5 relative, ") + c.why);
   const double worst = train_and_compare(c.reference, c.strategy);
