@@ -10,6 +10,12 @@
 #            compile, link and test lockstep's CUDA/NCCL path against on a
 #            machine without a GPU (about 7.8 GB, 3 minutes from a near mirror).
 #
+#   --forky  not trixie: Debian forky (testing) with libtorch-dev 2.14 and
+#            python3-torch 2.14 (CPU, Gloo; Python 3.14, GCC 16): the
+#            libtorch users install today, which needs C++20 (Note [One C++
+#            standard per libtorch]). The archive's forky Release file may be
+#            past its Valid-Until date; apt is told not to check it there.
+#
 #   --fresh  not trixie: a bare Debian bookworm root (debootstrap's minbase,
 #            nothing installed after it), made anew each time, where a
 #            command installs what it needs itself, as on a new machine
@@ -35,13 +41,19 @@
 set -euo pipefail
 # debootstrap, chroot and mount need root.
 if [[ $(id -u) -ne 0 ]]; then exec sudo --preserve-env=TRIXIE_ROOT,DEBIAN_MIRROR "$0" "$@"; fi
-cuda=0 kit_proof=0 fresh=0 suite=trixie
+cuda=0 kit_proof=0 fresh=0 forky=0 suite=trixie
 if [[ "${1:-}" == "--cuda" ]]; then cuda=1; shift; fi
+if [[ "${1:-}" == "--forky" ]]; then forky=1; suite=forky; shift; fi
 if [[ "${1:-}" == "--kit-proof" ]]; then kit_proof=1; suite=bookworm; shift; fi
 if [[ "${1:-}" == "--fresh" ]]; then fresh=1; suite=bookworm; shift; fi
 here=$(cd "$(dirname "$0")/.." && pwd)
 if [[ $cuda == 1 ]]; then root=${TRIXIE_ROOT:-/var/tmp/lockstep-trixie-cuda}; else root=${TRIXIE_ROOT:-/var/tmp/lockstep-trixie}; fi
 [[ $kit_proof == 1 ]] && root=${TRIXIE_ROOT:-/var/tmp/lockstep-kit-proof}
+[[ $forky == 1 ]] && root=${TRIXIE_ROOT:-/var/tmp/lockstep-forky}
+# apt in a testing root: its Release file's Valid-Until may have passed on a
+# mirror that is not refreshed daily.
+apt_options=()
+[[ $forky == 1 ]] && apt_options=(-o Acquire::Check-Valid-Until=false)
 if [[ $fresh == 1 ]]; then
   root=${TRIXIE_ROOT:-/var/tmp/lockstep-fresh}
   rm -rf "$root"  # anew each time: nothing left from an earlier run
@@ -136,10 +148,14 @@ if [[ ! -f "$root/.lockstep-ready" ]]; then
   command -v debootstrap >/dev/null || "$here/scripts/install-deps.sh" --chroot
   echo "trixie-root: debootstrap $suite into $root from $mirror ($components)"
   rm -rf "$root"
-  debootstrap --variant=minbase --components="$components" "$suite" "$root" "$mirror" >/dev/null
+  # bookworm's debootstrap has no script named forky; sid's makes any suite
+  # after trixie.
+  script=()
+  [[ -f /usr/share/debootstrap/scripts/$suite ]] || script=(/usr/share/debootstrap/scripts/sid)
+  debootstrap --variant=minbase --components="$components" "$suite" "$root" "$mirror" "${script[@]}" >/dev/null
   mount --bind /proc "$root/proc"
   trap 'umount "$root/proc" 2>/dev/null || true' EXIT
-  chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get "${apt_options[@]}" update -qq
   [[ $cuda == 1 ]] && install_cuda_standins
   if ((${#need[@]})); then
     chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
@@ -160,7 +176,7 @@ if ((${#missing[@]})); then
   echo "trixie-root: installing into $root: ${missing[*]}"
   mount --bind /proc "$root/proc"
   trap 'umount "$root/proc" 2>/dev/null || true' EXIT
-  chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get "${apt_options[@]}" update -qq
   chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   chroot "$root" apt-get clean
   umount "$root/proc"; trap - EXIT
