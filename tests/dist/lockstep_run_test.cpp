@@ -227,10 +227,13 @@ TEST(Launcher, TwoLaunchersActAsTwoMachines) {
 }
 
 // Round 0 of an elastic job (one node) waits to be stopped for the next
-// round; later rounds count the world and end.
+// round; later rounds count the world and end. In round 0, rank 1 creates the
+// file ELASTIC_ROUND0_MARK names (when set) once it said it runs.
 LOCKSTEP_WORKER_TEST(ElasticWorker, WaitsForTheSecondNode) {
   if (env_or("LOCKSTEP_RDZV_ROUND") == "0") {
     std::cout << "round 0 running" << std::endl;
+    const std::string mark = env_or("ELASTIC_ROUND0_MARK");
+    if (!mark.empty() && env_or("RANK") == "1") std::ofstream(mark) << "running\n";
     std::this_thread::sleep_for(std::chrono::seconds(100));
     std::cout << "round 0 was never stopped" << std::endl;
     std::_Exit(5);
@@ -246,17 +249,22 @@ LOCKSTEP_WORKER_TEST(ElasticWorker, WaitsForTheSecondNode) {
 TEST(Launcher, ElasticJobTakesANodeThatJoinsLater) {
   LOCKSTEP_REQUIRE_LAUNCHER();
   const std::string port = std::to_string(testing::free_port());
-  auto launch = [&](testing::CommandResult* result) {
+  testing::TempDir dir;
+  const std::string round0_running = dir.file("round0_running");
+  auto launch = [&](testing::CommandResult* result, std::vector<std::string> env) {
     auto options = testing::worker_options();
     options.launcher_args = {"--nnodes", "1:2", "--master-addr", "127.0.0.1", "--master-port", port,
                              "--rdzv-conf", "last_call_timeout=1", "--max-restarts", "0"};
+    options.env.insert(options.env.end(), env.begin(), env.end());
     *result = testing::run_workers(2, "ElasticWorker.WaitsForTheSecondNode", options);
   };
   testing::CommandResult first, second;
-  std::thread first_node(launch, &first);
-  // The second node arrives once round 0 (the first node alone) runs.
-  std::this_thread::sleep_for(std::chrono::seconds(4));
-  std::thread second_node(launch, &second);
+  std::thread first_node(launch, &first, std::vector<std::string>{"ELASTIC_ROUND0_MARK=" + round0_running});
+  // The second node arrives once round 0 (the first node alone) runs: when
+  // its rank 1 says so, however long a loaded machine took to get there.
+  const bool round0_ran = testing::wait_for_file(round0_running, 90);
+  std::thread second_node(launch, &second, std::vector<std::string>{});
+  EXPECT_TRUE(round0_ran) << "round 0 did not start within 90 s";
   first_node.join();
   second_node.join();
   EXPECT_EQ(first.exit_code, 0) << first.output;

@@ -37,10 +37,27 @@ struct TwinUnits : Model {
   }
   LossDict loss(const Batch& data) override {
     torch::Tensor x = data.at("x");
-    x = skip_b ? a(x) : swapped ? a(b(x)) : b(a(x));
-    // A rank that skips b reaches the step check half a second after the
-    // others entered b's gather, so that they always time out first.
-    if (skip_b) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const std::string entering_b = "entering_b/" + std::to_string(step) + "/";
+    if (swapped) {
+      x = a(b(x));
+    } else {
+      x = a(x);
+      if (!skip_b) {
+        world()->store()->set(entering_b + std::to_string(get_rank()), std::vector<uint8_t>{1});
+        x = b(x);
+      }
+    }
+    if (skip_b) {
+      // A rank that skips b reaches the step check half a second after the
+      // others said they enter b's gather, so that they always time out
+      // first, however late a loaded machine lets them get there.
+      std::vector<std::string> others;
+      for (int rank = 0; rank < get_world_size(); ++rank) {
+        if (rank != get_rank()) others.push_back(entering_b + std::to_string(rank));
+      }
+      world()->store()->wait(others);
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
     LossDict losses;
     losses.insert("loss", torch::nn::functional::cross_entropy(head(x), data.at("y")));
     return losses;
@@ -50,6 +67,7 @@ struct TwinUnits : Model {
   torch::nn::Linear head{nullptr};
   bool swapped = false;
   bool skip_b = false;
+  int64_t step = 0;
 };
 
 Batch batch_for(int64_t step) {
@@ -86,6 +104,7 @@ std::string train_until_error(Deviation deviate) {
   try {
     for (int64_t step = 0; step < 5; ++step) {
       model->swapped = model->skip_b = false;
+      model->step = step;
       if (!deviate(step, *model)) continue;
       model->run_train_step(batch_for(step), *optim, {step, {}});  // as the Trainer does
     }

@@ -290,8 +290,9 @@ void expect_every_rank_fails_fast(const PhaseFault& fault, const std::string& wo
   for (const auto& [rank, ending] : ended) {
     EXPECT_TRUE(contains(ending.message, fault.expected)) << fault.name << ", rank " << rank << ": " << ending.message;
     EXPECT_TRUE(contains(ending.message, "lockstep fault injection")) << fault.name << ", rank " << rank;
-    // Training itself takes a few seconds; a rank left waiting would sit out the 30-minute timeout.
-    EXPECT_LT(ending.seconds, 15) << fault.name << ", rank " << rank << ": " << ending.message;
+    // Training itself takes a few seconds (more on a loaded machine); a rank
+    // left waiting would sit out the 30-minute timeout.
+    EXPECT_LT(ending.seconds, 90) << fault.name << ", rank " << rank << ": " << ending.message;
   }
 }
 

@@ -91,6 +91,18 @@ inline int free_port() {
   return port;
 }
 
+// Whether the file `path` exists within `seconds`: a worker's sign that it
+// reached a point, for a test that must act only after it (never a fixed
+// sleep: under load a worker takes any time to get there).
+inline bool wait_for_file(const std::string& path, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (access(path.c_str(), F_OK) == 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
 // Whether something accepts TCP connections on 127.0.0.1:port within `seconds`.
 inline bool wait_for_listener(int port, double seconds) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
