@@ -14,7 +14,7 @@ namespace lockstep::testing {
 
 // The dtypes every collective is checked with.
 inline std::vector<torch::ScalarType> tested_dtypes() {
-  return {torch::kFloat, torch::kDouble, torch::kLong, torch::kBFloat16};
+  return {torch::kFloat, torch::kDouble, torch::kLong, torch::kBFloat16, torch::kHalf, torch::kShort};
 }
 
 // Compares exactly, in float64 (all test values are exact in every tested dtype).
@@ -39,11 +39,11 @@ inline WorkersOptions worker_options(std::vector<std::string> env = {}) {
 }
 
 // Runs every worker test `pattern` matches on `nproc` ranks with
-// worker_options() and expects them all to pass.
+// worker_options(env) and expects them all to pass.
 //   TEST(Collectives, TwoRanks) { testing::expect_workers_pass(2, "CollectivesWorker.*"); }
-inline void expect_workers_pass(int nproc, const std::string& pattern) {
+inline void expect_workers_pass(int nproc, const std::string& pattern, const std::vector<std::string>& env = {}) {
   LOCKSTEP_REQUIRE_LAUNCHER();
-  const CommandResult result = run_workers(nproc, pattern, worker_options());
+  const CommandResult result = run_workers(nproc, pattern, worker_options(env));
   EXPECT_WORKERS_OK(result) << "on " << nproc << " ranks";
 }
 
