@@ -8,7 +8,8 @@
 //   none      - the same two processes training with no communication (the limit)
 //   pytorch   - torch.nn.parallel.DistributedDataParallel from Debian's python3-torch,
 //               on the same libtorch (gradient_as_bucket_view=True)
-// and prints median step times and the ratios the DDP issue asks for.
+// and prints median step times and the ratios the DDP issue asks for, with
+// every round's ratio (PyTorch goes first in every other round).
 //
 // With BENCH_DEVICE=cuda each rank trains on its GPU (cuda:LOCAL_RANK) over
 // NCCL, PyTorch's DDP too, and rank 0 reports the CUDA caching allocator's peak.
@@ -97,6 +98,16 @@ double parse_result(const testing::CommandResult& result, const std::vector<std:
   std::exit(1);
 }
 
+// lockstep's time over `other`'s, round by round (the runs of one round ran
+// minutes apart at most).
+std::vector<double> lockstep_ratios(std::map<std::string, std::vector<double>>& times, const std::string& other) {
+  std::vector<double> ratios;
+  for (size_t r = 0; r < times["lockstep"].size() && r < times[other].size(); ++r) {
+    ratios.push_back(times["lockstep"][r] / times[other][r]);
+  }
+  return ratios;
+}
+
 int driver() {
   const int rounds = static_cast<int>(bench::env_int("BENCH_ROUNDS", 5));
   const int iters = static_cast<int>(bench::env_int("BENCH_ITERS", 40));
@@ -111,21 +122,33 @@ int driver() {
   std::map<std::string, std::map<std::string, std::vector<double>>> times;  // model -> mode -> per round
   for (int round = 0; round < rounds; ++round) {
     for (const std::string model : {"cnn", "mlp"}) {
-      for (const std::string mode : {"lockstep", "none", "after"}) {
-        auto result = testing::run_command({launcher, "run", "--standalone", "--nproc-per-node", "2", "--", self,
-                                            "worker", mode, model, std::to_string(iters)}, {}, 900);
-        times[model][mode].push_back(parse_result(result, {mode, model}, mode + " " + model));
-        auto peak = result.output.find("CUDA peak: ");
-        if (round == 0 && peak != std::string::npos) {
-          std::printf("  %s\n", result.output.substr(peak, result.output.find('\n', peak) - peak).c_str());
+      auto run_lockstep = [&] {
+        for (const std::string mode : {"lockstep", "none", "after"}) {
+          auto result = testing::run_command({launcher, "run", "--standalone", "--nproc-per-node", "2", "--", self,
+                                              "worker", mode, model, std::to_string(iters)}, {}, 900);
+          times[model][mode].push_back(parse_result(result, {mode, model}, mode + " " + model));
+          auto peak = result.output.find("CUDA peak: ");
+          if (round == 0 && peak != std::string::npos) {
+            std::printf("  %s\n", result.output.substr(peak, result.output.find('\n', peak) - peak).c_str());
+          }
         }
-      }
-      if (have_python) {
+      };
+      auto run_pytorch = [&] {
+        if (!have_python) return;
         std::vector<std::string> argv = testing::torchrun();
         argv.insert(argv.end(), {"--standalone", "--nproc_per_node", "2", source + "/bench/ddp_peer.py", model,
                                  std::to_string(iters), std::to_string(kWarmup), std::to_string(kBatch), "1"});
         auto result = testing::run_command(argv, {"OMP_NUM_THREADS=1"}, 900);
         times[model]["pytorch"].push_back(parse_result(result, {model}, "pytorch " + model));
+      };
+      // PyTorch goes first in every other round: the machine's speed drifts
+      // within a round too, and a fixed order would lean the ratio one way.
+      if (round % 2 == 0) {
+        run_lockstep();
+        run_pytorch();
+      } else {
+        run_pytorch();
+        run_lockstep();
       }
       std::printf("  round %d %s:", round, model.c_str());
       for (auto& [mode, values] : times[model]) std::printf("  %s %.2f ms", mode.c_str(), values.back() * 1e3);
@@ -139,13 +162,7 @@ int driver() {
     // Ratios pair the runs of one round (they ran minutes apart at most), and
     // take the median over rounds: the machine's speed drifts more between
     // rounds than the ratios differ.
-    auto paired = [&](const std::string& other) {
-      std::vector<double> ratios;
-      for (size_t r = 0; r < m["lockstep"].size() && r < m[other].size(); ++r) {
-        ratios.push_back(m["lockstep"][r] / m[other][r]);
-      }
-      return bench::median(ratios);
-    };
+    auto paired = [&](const std::string& other) { return bench::median(lockstep_ratios(m, other)); };
     double pytorch = have_python ? bench::median(m["pytorch"]) : 0;
     std::printf("| %s | %.2f ms | %.2f ms | %.2f ms | %s | %s | %.3f |\n", model.c_str(),
                 bench::median(m["lockstep"]) * 1e3, bench::median(m["none"]) * 1e3, bench::median(m["after"]) * 1e3,
@@ -153,6 +170,18 @@ int driver() {
                 have_python ? std::to_string(paired("pytorch")).substr(0, 5).c_str() : "n/a", paired("none"));
   }
   std::printf("times: medians over rounds; ratios: median over rounds of the ratio within a round\n");
+  // How far the rounds spread: a median ratio means something only where
+  // most rounds fall on the same side of the target.
+  for (const std::string model : {"cnn", "mlp"}) {
+    for (const std::string other : {"pytorch", "none"}) {
+      std::vector<double> ratios = lockstep_ratios(times[model], other);
+      if (ratios.empty()) continue;
+      std::sort(ratios.begin(), ratios.end());
+      std::printf("%s lockstep / %s per round, sorted:", model.c_str(), other.c_str());
+      for (double ratio : ratios) std::printf(" %.3f", ratio);
+      std::printf("\n");
+    }
+  }
   std::printf("targets: lockstep / PyTorch <= 0.85 on both models; lockstep / no-comm <= 1.10 on the CNN\n");
   return 0;
 }

@@ -14,6 +14,9 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_group import init_process_group  # noqa: E402
+
 
 def make_model(name):
     if name == "cnn":
@@ -56,7 +59,7 @@ def main():
     device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if cuda else "gloo")
+    init_process_group("nccl" if cuda else "gloo")
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(make_model(name).to(device), gradient_as_bucket_view=view,
                                                 device_ids=[device.index] if cuda else None)

@@ -25,12 +25,8 @@ largest blocks' parameters; numel the model's parameter count; activation 0.
 BENCH_SMALL=1 shrinks the model to 2 blocks 64 wide (4 heads), for a smoke test.
 
 Any torchrun-style launcher will do: the script reads RANK, WORLD_SIZE,
-MASTER_ADDR, MASTER_PORT and TORCHELASTIC_USE_AGENT_STORE. Debian's torch 2.6
-is built without libuv, and its env:// rendezvous asks for a libuv TCPStore
-whatever USE_LIBUV says (rendezvous.py reads the variable, _create_c10d_store
-drops it), so the script makes its store itself, without libuv. That torch's
-own torchrun fails the same way in its agent (its rendezvous stores ignore
-USE_LIBUV too) before any worker starts.
+MASTER_ADDR, MASTER_PORT and TORCHELASTIC_USE_AGENT_STORE; its store is made
+without libuv, which Debian's torch 2.x lacks (peer_group.py).
 """
 import os
 import statistics
@@ -45,6 +41,7 @@ from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt_reference import BLOCK_SIZE, GPT, VOCAB, Block  # noqa: E402
+from peer_group import init_process_group  # noqa: E402
 
 WARMUP = 1
 
@@ -101,20 +98,10 @@ def vm_hwm_bytes():
     return -1
 
 
-def init_gloo():
-    """Gloo over the launcher's store (torchrun's agent store, TORCHELASTIC_USE_AGENT_STORE=True)
-    or, without one, a store hosted by rank 0: as env:// does, but without libuv."""
-    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
-                          is_master=rank == 0 and not agent_store, use_libuv=False)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
-
-
 def main():
     steps, tokens = int(sys.argv[1]), int(sys.argv[2])
     torch.set_num_threads(1)
-    init_gloo()
+    init_process_group("gloo")
     torch.manual_seed(0)
     model = build_model()
     numel = sum(p.numel() for p in model.parameters())
