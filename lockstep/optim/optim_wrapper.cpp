@@ -330,7 +330,18 @@ void OptimWrapperDict::open_step(const StepContext* context) {
 void OptimWrapperDict::close_step() { open_steps_.clear(); }
 
 void OptimWrapperDict::abandon_step(const std::exception_ptr& error) {
-  for (auto& entry : wrappers_) entry.second->abandon_step(error);
+  // DDP's step_failed throws the error every rank agreed on: a wrapper after
+  // the first that throws must still be told, or its reducer stays mid-pass
+  // and the next step of its network fails (a GAN's second network).
+  std::exception_ptr first;
+  for (auto& entry : wrappers_) {
+    try {
+      entry.second->abandon_step(error);
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
 }
 
 

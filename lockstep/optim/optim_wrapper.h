@@ -243,7 +243,8 @@ class OptimWrapperDict : public OptimWrapperBase {
   State state() const override;
   void load_state(const State& state) override;
   std::vector<std::pair<std::string, OptimWrapper*>> wrappers() override;
-  // Every wrapper is told, in order; the first agreed error is thrown.
+  // Every wrapper is told, in name order, even after one threw; the first
+  // error thrown (the agreed one) is rethrown once all were told.
   void abandon_step(const std::exception_ptr& error) override;
 
  protected:

@@ -316,6 +316,37 @@ TEST(OptimWrapperDictTest, HoldsNamedWrappersAndReportsEachLr) {
   }
 }
 
+// Each sync's step_failed throws its own agreed error, as DDP's does.
+struct AgreeingFailureSync : FailureRecordingSync {
+  explicit AgreeingFailureSync(std::string agreed) : agreed(std::move(agreed)) {}
+  std::string agreed;
+  void step_failed(const std::exception_ptr& error, bool was_reduced, bool sync, int64_t iteration) override {
+    FailureRecordingSync::step_failed(error, was_reduced, sync, iteration);
+    throw Error(agreed);
+  }
+};
+
+// A failed step of a model with several networks (a GAN under separate DDP)
+// is reported to every network's sync, although the first one throws.
+TEST(OptimWrapperDictTest, AnAbandonedStepTellsEveryWrapperAndThrowsTheFirstError) {
+  OptimWrapperDict dict;
+  std::vector<std::shared_ptr<AgreeingFailureSync>> syncs;
+  for (const std::string name : {"discriminator", "generator"}) {
+    auto net = std::make_shared<TinyNet>();
+    auto wrapper = std::make_shared<OptimWrapper>(
+        std::make_shared<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(0.1)));
+    syncs.push_back(std::make_shared<AgreeingFailureSync>(name + "'s agreed error"));
+    wrapper->set_gradient_sync(syncs.back());
+    dict.add(name, wrapper);
+  }
+  StepContext context;
+  auto scope = dict.begin_step(context);
+  const std::string message =
+      testing::error_of([&] { dict.abandon_step(std::make_exception_ptr(Error("the generator's loss failed"))); });
+  EXPECT_NE(message.find("discriminator's agreed error"), std::string::npos) << message;  // the first, by name
+  for (const auto& sync : syncs) EXPECT_EQ(sync->reduced, (std::vector<bool>{false})) << sync->agreed;
+}
+
 // accumulative_counts and clip_grad are checked in one place
 // (check_optim_wrapper_options): from a config the error names its line,
 // from C++ the option.
