@@ -247,10 +247,6 @@ lockstep_status create_trainer(const char* config_path, const char* const* overr
   return LOCKSTEP_OK;
 }
 
-lockstep_status run_guarded(lockstep_status own_failures, const std::function<void()>& body) {
-  return guarded(own_failures, body);
-}
-
 }  // namespace lockstep
 
 using lockstep::ArgumentError;

@@ -54,13 +54,6 @@ torch::Tensor StateReader::read_elements(const std::string& key, int64_t begin, 
   return backend_->read_elements(full_key(key), begin, count);
 }
 
-State StateReader::read_all() const {
-  State state;
-  state.values = *values_;
-  for (const auto& key : keys()) state.tensors[key] = read(key);
-  return state;
-}
-
 StateReader StateReader::part(const std::string& prefix) const {
   const nlohmann::json* values = &empty_object();
   if (values_->is_object() && values_->contains(prefix)) values = &values_->at(prefix);

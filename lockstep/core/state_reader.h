@@ -58,8 +58,6 @@ class StateReader {
   // Elements [begin, begin + count) of the flattened tensor; an error naming
   // the file and the key when they are not all inside it.
   torch::Tensor read_elements(const std::string& key, int64_t begin, int64_t count) const;
-  // Every tensor of this part, read whole, with its values.
-  State read_all() const;
   // The part stored under `prefix` (State::put's); empty when absent.
   StateReader part(const std::string& prefix) const;
   // Tensor bytes read from the backend so far, by every part of it.

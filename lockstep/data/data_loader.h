@@ -146,8 +146,6 @@ class DataLoader {
   // same world size and batch size (the dataset or sampler changed), is refused.
   State state() const;
   void load_state(const State& state);
-  // The epoch whose rest was re-sharded by load_state(), or -1.
-  int64_t resharded_epoch() const { return rest_ ? rest_->epoch : -1; }
 
   // Examples the dataset skipped as unreadable (on_bad_sample: skip) in the
   // batches next() returned so far. Each epoch's count is logged when its

@@ -15,8 +15,6 @@
 namespace lockstep {
 namespace {
 
-thread_local int recomputation_depth = 0;
-
 // The random number generators a recomputation must replay.
 struct GeneratorStates {
   at::Tensor cpu;
@@ -108,19 +106,16 @@ struct CheckpointBackward : public torch::autograd::Node {
     const AutocastSettings autocast_now = AutocastSettings::capture();
     std::vector<torch::Tensor> outputs;
     {
-      ++recomputation_depth;
       try {
         generators.restore();
         autocast.apply();
         torch::AutoGradMode grad_mode(true);
         outputs = fn(leaves);
       } catch (...) {
-        --recomputation_depth;
         now.restore();
         autocast_now.apply();
         throw;
       }
-      --recomputation_depth;
       now.restore();
       autocast_now.apply();
     }
@@ -167,7 +162,6 @@ Marks& marks() {
 
 }  // namespace
 
-bool in_checkpoint_recomputation() { return recomputation_depth > 0; }
 
 bool is_checkpoint_node(const torch::autograd::Node& node) {
   return dynamic_cast<const CheckpointBackward*>(&node) != nullptr;

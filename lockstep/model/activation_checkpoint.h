@@ -39,8 +39,6 @@ using CheckpointFunction = std::function<std::vector<torch::Tensor>(const std::v
 std::vector<torch::Tensor> checkpoint(const CheckpointFunction& fn, const std::vector<torch::Tensor>& inputs);
 torch::Tensor checkpoint(const std::function<torch::Tensor(const torch::Tensor&)>& fn, const torch::Tensor& input);
 
-// Whether a checkpointed function is running again inside backward, on this thread.
-bool in_checkpoint_recomputation();
 // Whether `node` is the backward of a checkpointed call: the parameters it
 // reaches are hidden from a walk of the graph (they appear in backward only).
 bool is_checkpoint_node(const torch::autograd::Node& node);

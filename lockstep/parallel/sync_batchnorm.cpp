@@ -189,14 +189,6 @@ SyncBatchNormOptions::SyncBatchNormOptions(const torch::nn::BatchNormOptions& op
       track_running_stats_(options.track_running_stats()),
       process_group_(std::move(group)) {}
 
-torch::nn::BatchNormOptions SyncBatchNormOptions::batch_norm_options() const {
-  return torch::nn::BatchNormOptions(num_features_)
-      .eps(eps_)
-      .momentum(momentum_)
-      .affine(affine_)
-      .track_running_stats(track_running_stats_);
-}
-
 // --- module -----------------------------------------------------------------
 
 SyncBatchNormImpl::SyncBatchNormImpl(SyncBatchNormOptions options_) : options(std::move(options_)) {

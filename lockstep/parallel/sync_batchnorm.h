@@ -56,8 +56,6 @@ struct SyncBatchNormOptions {
   // The ranks whose batches form one batch: a group every rank holding this
   // module belongs to. Null: lockstep::world() as it is at forward time.
   TORCH_ARG(std::shared_ptr<ProcessGroup>, process_group);
-
-  torch::nn::BatchNormOptions batch_norm_options() const;
 };
 
 class SyncBatchNormImpl : public torch::nn::Cloneable<SyncBatchNormImpl> {

@@ -110,7 +110,6 @@ class Runner {
   // Resumes as `plan` says (or loads load_from); returns the iteration to start from.
   int64_t restore(const ResumePlan& plan);
   std::map<std::string, double> evaluate(const std::string& split);
-  std::vector<std::shared_ptr<Hook>> build_hooks(int64_t iters_per_epoch, int64_t max_iters);
   // `activation_checkpointing: {module_types: [...]}`; true when it is on.
   bool apply_activation_checkpointing_config(Model& model);
   // The `cuda_graph` section's options, once the strategy and the optimizer

@@ -41,8 +41,6 @@ class DistributedStrategy : public Strategy {
  public:
   explicit DistributedStrategy(const DistributedOptions& options);
 
-  std::shared_ptr<ProcessGroup> world_group() const { return world_; }
-
  protected:
   std::shared_ptr<ProcessGroup> world_;
 };

@@ -16,9 +16,4 @@ namespace lockstep {
 lockstep_status create_trainer(const char* config_path, const char* const* overrides, int32_t count,
                                lockstep_trainer* out, const std::function<void()>& before);
 
-// `body` with every exception caught: its message becomes this thread's last
-// error and the status is `own_failures` for a lockstep::Error of the call's
-// own kind (DISTRIBUTED, ARGUMENT, INTERNAL as their kinds say).
-lockstep_status run_guarded(lockstep_status own_failures, const std::function<void()>& body);
-
 }  // namespace lockstep

@@ -425,11 +425,6 @@ void Reducer::finish_backward() {
   if (needs_finalize) finalize_backward();
 }
 
-bool Reducer::reduction_pending() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return reducing();
-}
-
 void Reducer::enter(Phase next) {
   constexpr unsigned kQuiet = phase_bit(Phase::kIdle) | phase_bit(Phase::kLocalBackward);
   constexpr unsigned kMayComeFrom[] = {kFromAny, kQuiet, kQuiet, phase_bit(Phase::kReducing)};

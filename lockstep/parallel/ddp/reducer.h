@@ -107,8 +107,6 @@ class Reducer {
   // (so the final callback was never queued) and reports a backward that
   // left parameters without gradients.
   void finish_backward();
-  // True between a synchronised prepare_for_backward and its finalisation.
-  bool reduction_pending() const;
 
   // This rank's step failed with `error` before its gradients were reduced
   // (Note [Dropping a failed step]). With a synchronised pass in flight, or

@@ -48,8 +48,6 @@ class ShardGradients {
   // With CPU offload from a GPU the gradient goes to pinned host memory
   // asynchronously: call wait_for_host_copies() before reading it.
   void finish_reduce();
-  // Whether a device-to-host copy into shard().grad() may still be running.
-  bool host_copy_pending() const { return host_copy_pending_; }
   // Waits for that copy (synchronises the compute device).
   void wait_for_host_copies();
   // Bytes held by gradients: the parameters' own, the flat buffers in flight, the shard's.
