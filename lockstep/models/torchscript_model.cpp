@@ -3,20 +3,27 @@
 #include "lockstep/model/named_loss.h"
 
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include "lockstep/core/atomic_file.h"
 #include "lockstep/core/error.h"
-#include "lockstep/optim/optimizer_builder.h"
+#include "lockstep/optim/paramwise.h"
 
 namespace lockstep {
 namespace {
 
 // A node of the scripted module's tree on the C++ side: it holds the same
-// parameter and buffer tensors, under the same names, and nothing else.
+// parameter and buffer tensors, under the same names, its type's short name,
+// and what paramwise_cfg's rules ask of a convolution.
 class ScriptedPart : public torch::nn::Module {
  public:
-  explicit ScriptedPart(const std::string& type) : torch::nn::Module(type) {}
+  ScriptedPart(const std::string& type, std::optional<int64_t> in_channels, std::optional<int64_t> groups)
+      : torch::nn::Module(type), in_channels_(in_channels), groups_(groups) {}
+  bool is_depthwise() const { return in_channels_ && groups_ && *in_channels_ == *groups_; }
+
+ private:
+  std::optional<int64_t> in_channels_, groups_;
 };
 
 // "__torch__.torch.nn.modules.conv.Conv2d" -> "Conv2d".
@@ -26,13 +33,26 @@ std::string short_type_name(const torch::jit::Module& module) {
   return dot == std::string::npos ? full : full.substr(dot + 1);
 }
 
+// An int the scripted module holds as an attribute or, as torch.nn.Conv2d's
+// in_channels and groups (its __constants__), a constant of its type.
+std::optional<int64_t> int_member(const torch::jit::Module& module, const std::string& name) {
+  c10::IValue value;
+  if (module.hasattr(name)) {
+    value = module.attr(name);
+  } else if (module.type()->hasConstant(name)) {
+    value = module.type()->getConstant(name);
+  }
+  return value.isInt() ? std::optional<int64_t>(value.toInt()) : std::nullopt;
+}
+
 void mirror(const torch::jit::Module& scripted, torch::nn::Module& into) {
   for (const auto& item : scripted.named_parameters(/*recurse=*/false)) {
     into.register_parameter(item.name, item.value, item.value.requires_grad());
   }
   for (const auto& item : scripted.named_buffers(/*recurse=*/false)) into.register_buffer(item.name, item.value);
   for (const auto& child : scripted.named_children()) {
-    auto part = std::make_shared<ScriptedPart>(short_type_name(child.value));
+    auto part = std::make_shared<ScriptedPart>(short_type_name(child.value), int_member(child.value, "in_channels"),
+                                               int_member(child.value, "groups"));
     mirror(child.value, *part);
     into.register_module(child.name, part);
   }
@@ -40,17 +60,23 @@ void mirror(const torch::jit::Module& scripted, torch::nn::Module& into) {
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
-// paramwise_cfg's norm_decay_mult reaches the scripted module's norm layers too.
-const bool kScriptedNormsRegistered = [] {
-  add_norm_module_predicate([](const torch::nn::Module& module) {
+// paramwise_cfg's rules see the scripted module's layers by their Python
+// class names, as mmengine's isinstance checks see them in Python (a
+// scripted mmcv DeformConv2d keeps its name).
+const bool kScriptedTraitsRegistered = [] {
+  add_module_traits_reader([](const torch::nn::Module& module, ModuleTraits& traits) {
     const auto* part = dynamic_cast<const ScriptedPart*>(&module);
-    if (part == nullptr) return false;
+    if (part == nullptr) return;
     const std::string& type = part->name();
     for (const char* norm : {"BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "InstanceNorm1d",
                              "InstanceNorm2d", "InstanceNorm3d", "GroupNorm", "LayerNorm"}) {
-      if (type == norm) return true;
+      if (type == norm) traits.norm = true;
     }
-    return false;
+    if (type == "Conv2d") {
+      traits.conv2d = true;
+      traits.depthwise_conv = part->is_depthwise();
+    }
+    if (type == "DeformConv2d" || type == "ModulatedDeformConv2d") traits.deformable_conv = true;
   });
   return true;
 }();

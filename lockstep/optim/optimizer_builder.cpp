@@ -1,21 +1,15 @@
 #include "lockstep/optim/optimizer_builder.h"
 
-#include <algorithm>
 #include <cmath>
 #include <map>
 #include <tuple>
-#include <unordered_set>
 
-#include <torch/nn/modules/batchnorm.h>
-#include <torch/nn/modules/instancenorm.h>
-#include <torch/nn/modules/normalization.h>
 #include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 
-#include "lockstep/config/key_usage.h"
 #include "lockstep/core/error.h"
 #include "lockstep/optim/adam.h"
 #include "lockstep/optim/foreach_choice.h"
@@ -145,61 +139,17 @@ std::shared_ptr<optim::Optimizer> refuse_lbfgs(const Config& cfg, Groups) {
 
 // ---- parameter groups --------------------------------------------------------
 
-std::vector<std::function<bool(const torch::nn::Module&)>>& norm_predicates() {
-  static std::vector<std::function<bool(const torch::nn::Module&)>> predicates;
-  return predicates;
-}
-
-template <typename... Impls>
-bool is_any_of(const torch::nn::Module& module) {
-  return (... || (dynamic_cast<const Impls*>(&module) != nullptr));
-}
-
-std::string leaf_name(const std::string& name) {
-  const size_t dot = name.rfind('.');
-  return dot == std::string::npos ? name : name.substr(dot + 1);
-}
-
-// The custom key for `name`: longest substring match, alphabetical among ties.
-const CustomKeyOptions* match_custom_key(const std::string& name,
-                                         const std::vector<CustomKeyOptions>& keys) {
-  // mmengine matches f"{prefix}.{name}", so a root parameter reads ".name".
-  const std::string subject = name.find('.') == std::string::npos ? "." + name : name;
-  const CustomKeyOptions* best = nullptr;
-  for (const auto& key : keys) {
-    if (subject.find(key.key) == std::string::npos) continue;
-    if (!best || key.key.size() > best->key.size() ||
-        (key.key.size() == best->key.size() && key.key < best->key)) {
-      best = &key;
-    }
-  }
-  return best;
-}
-
-// (lr_mult, decay_mult) of one parameter under mmengine's rules.
-std::pair<double, double> multipliers(const std::string& name, bool is_norm,
-                                      const ParamwiseOptions& options) {
-  if (const CustomKeyOptions* key = match_custom_key(name, options.custom_keys())) {
-    return {key->lr_mult, key->decay_mult.value_or(1.0)};
-  }
-  const bool is_bias = leaf_name(name) == "bias";
-  const double lr_mult = (is_bias && !is_norm) ? options.bias_lr_mult() : 1.0;
-  double decay_mult = 1.0;
-  if (is_norm) {
-    decay_mult = options.norm_decay_mult().value_or(1.0);
-  } else if (is_bias) {
-    decay_mult = options.bias_decay_mult().value_or(1.0);
-  }
-  return {lr_mult, decay_mult};
-}
-
 // The first paramwise key that sets a decay multiplier, as (label, location);
 // empty when none does.
-std::pair<std::string, std::string> first_decay_key(const Config& cfg,
-                                                    const ParamwiseOptions& options) {
+std::pair<std::string, std::string> first_decay_key(const Config& cfg, const ParamwiseOptions& options) {
   auto location = [&](const std::string& key) { return cfg.is_map() ? cfg.where(key) : cfg.where(); };
-  if (options.bias_decay_mult()) return {"bias_decay_mult", location("bias_decay_mult")};
-  if (options.norm_decay_mult()) return {"norm_decay_mult", location("norm_decay_mult")};
+  const std::pair<const char*, bool> keys[] = {{"bias_decay_mult", options.bias_decay_mult().has_value()},
+                                               {"norm_decay_mult", options.norm_decay_mult().has_value()},
+                                               {"dwconv_decay_mult", options.dwconv_decay_mult().has_value()},
+                                               {"flat_decay_mult", options.flat_decay_mult().has_value()}};
+  for (const auto& [key, set] : keys) {
+    if (set) return {key, location(key)};
+  }
   for (const auto& key : options.custom_keys()) {
     if (!key.decay_mult) continue;
     std::string where = location("custom_keys");
@@ -212,9 +162,41 @@ std::pair<std::string, std::string> first_decay_key(const Config& cfg,
   return {};
 }
 
+// Note [A custom key's optimizer options]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// mmengine copies a custom key's entries into the group's dict, and
+// torch.optim reads what it knows and silently keeps the rest. lockstep
+// reads them as the optimizer's own factory reads its config: the optimizer
+// config with the key's entries written over it builds an optimizer of one
+// group, whose options become the group's. So every option the type has is
+// accepted with the factory's own checks and bounds, for built-in and
+// registered types alike, and an option it lacks fails with the registry's
+// "unknown key" error, which lists the keys the type reads. `foreach` and
+// `capturable` choose lockstep's step for the whole optimizer, not a group.
+std::unique_ptr<optim::OptimizerOptions> custom_key_options(const Config& optimizer_cfg,
+                                                            const CustomKeyOptions& custom) {
+  const Config& overrides = custom.optimizer_options;
+  const std::string key = "paramwise_cfg.custom_keys." + custom.key;
+  for (const char* whole_optimizer : {"foreach", "capturable"}) {
+    LOCKSTEP_CHECK(!overrides.has(whole_optimizer), overrides.where(whole_optimizer), ": ", key, ".",
+                   whole_optimizer, ": ", whole_optimizer, " is chosen for the whole optimizer in lockstep, not for "
+                   "the parameter groups of one custom key; write it in the optimizer config");
+  }
+  Config merged = optimizer_cfg.clone();
+  for (const std::string& option : overrides.keys()) merged.set(option, overrides.at(option));
+  std::shared_ptr<optim::Optimizer> one_group;
+  try {
+    one_group = optimizer_registry().build(
+        merged, Groups{optim::OptimizerParamGroup(std::vector<torch::Tensor>{torch::empty({0})})});
+  } catch (const Error& error) {
+    LOCKSTEP_FAIL(key, " (the options of the parameter groups this key matches): ", error.what());
+  }
+  return one_group->param_groups().front().options().clone();
+}
+
 BuiltOptimizer build_from_specs(const Config& optimizer_cfg, const Config& paramwise_cfg,
                                 const ParamwiseOptions& paramwise,
-                                std::vector<ParamGroupSpec> specs) {
+                                const std::vector<ParamGroupSpec>& specs) {
   LOCKSTEP_CHECK(!specs.empty(), optimizer_cfg.where(),
                  ": there are no trainable parameters to optimize (all have requires_grad false?)");
   const auto [decay_key, decay_where] = first_decay_key(paramwise_cfg, paramwise);
@@ -225,7 +207,7 @@ BuiltOptimizer build_from_specs(const Config& optimizer_cfg, const Config& param
   }
   Groups groups;
   BuiltOptimizer built;
-  for (auto& spec : specs) {
+  for (const auto& spec : specs) {
     groups.emplace_back(spec.params);
     built.groups.push_back(spec.info);
   }
@@ -233,21 +215,26 @@ BuiltOptimizer build_from_specs(const Config& optimizer_cfg, const Config& param
   auto& optimizer = *built.optimizer;
   LOCKSTEP_CHECK(optimizer.param_groups().size() == built.groups.size(), optimizer_cfg.where(),
                  ": the optimizer factory changed the number of parameter groups");
+  // Every key's options are checked, whether a parameter matches it or not.
+  std::map<std::string, std::unique_ptr<optim::OptimizerOptions>> key_options;
+  for (const auto& custom : paramwise.custom_keys()) {
+    if (!custom.optimizer_options.is_null()) key_options[custom.key] = custom_key_options(optimizer_cfg, custom);
+  }
   for (size_t g = 0; g < built.groups.size(); ++g) {
     const ParamGroupInfo& info = built.groups[g];
-    if (info.lr_mult != 1.0) {
+    const Config& overrides = specs[g].optimizer_options;
+    if (!overrides.is_null()) optimizer.param_groups()[g].set_options(key_options.at(specs[g].custom_key)->clone());
+    // mmengine sets lr and weight_decay from the multipliers, then writes
+    // the key's own entries over them.
+    if (info.lr_mult != 1.0 && !overrides.has("lr")) {
       set_group_option(optimizer, g, "lr", get_group_option(optimizer, g, "lr") * info.lr_mult);
     }
-    if (info.decay_mult != 1.0) {
+    if (info.decay_mult != 1.0 && !overrides.has("weight_decay")) {
       set_group_option(optimizer, g, "weight_decay",
                        get_group_option(optimizer, g, "weight_decay") * info.decay_mult);
     }
   }
   return built;
-}
-
-double read_mult(const Config& cfg, const std::string& key) {
-  return read(cfg, key, std::nullopt, kNonNegative);
 }
 
 }  // namespace
@@ -272,100 +259,10 @@ optimizer_registry() {
   return *registry;
 }
 
-ParamwiseOptions parse_paramwise_options(const Config& cfg) {
-  ParamwiseOptions options;
-  if (cfg.is_null()) return options;
-  LOCKSTEP_CHECK(cfg.is_map(), cfg.where(), ": paramwise_cfg must be a map");
-  if (cfg.has("bias_lr_mult")) options.bias_lr_mult(read_mult(cfg, "bias_lr_mult"));
-  if (cfg.has("bias_decay_mult")) options.bias_decay_mult(read_mult(cfg, "bias_decay_mult"));
-  if (cfg.has("norm_decay_mult")) options.norm_decay_mult(read_mult(cfg, "norm_decay_mult"));
-  if (cfg.has("custom_keys")) {
-    Config keys = cfg.at("custom_keys");
-    LOCKSTEP_CHECK(keys.is_map(), keys.where(),
-                   ": custom_keys must be a map of name substring -> {lr_mult, decay_mult}");
-    for (const std::string& name : keys.keys()) {
-      Config entry = keys.at(name);
-      LOCKSTEP_CHECK(entry.is_map(), entry.where(), ": custom_keys.", name,
-                     " must be a map with lr_mult and/or decay_mult");
-      CustomKeyOptions key;
-      key.key = name;
-      if (entry.has("lr_mult")) key.lr_mult = read_mult(entry, "lr_mult");
-      if (entry.has("decay_mult")) key.decay_mult = read_mult(entry, "decay_mult");
-      options.custom_keys().push_back(key);
-    }
-  }
-  check_all_used(cfg, "paramwise_cfg");
-  return options;
-}
-
-void add_norm_module_predicate(std::function<bool(const torch::nn::Module&)> predicate) {
-  norm_predicates().push_back(std::move(predicate));
-}
-
-bool is_norm_module(const torch::nn::Module& module) {
-  namespace nn = torch::nn;
-  if (is_any_of<nn::BatchNorm1dImpl, nn::BatchNorm2dImpl, nn::BatchNorm3dImpl,
-                nn::InstanceNorm1dImpl, nn::InstanceNorm2dImpl, nn::InstanceNorm3dImpl,
-                nn::GroupNormImpl, nn::LayerNormImpl>(module)) {
-    return true;
-  }
-  for (const auto& predicate : norm_predicates()) {
-    if (predicate(module)) return true;
-  }
-  return false;
-}
-
-std::set<std::string> norm_parameter_names(const torch::nn::Module& model) {
-  std::set<std::string> names;
-  // The const, named apply visits the root as "" and needs no shared_ptr.
-  model.apply([&](const std::string& prefix, const torch::nn::Module& module) {
-    if (!is_norm_module(module)) return;
-    for (const auto& param : module.named_parameters(/*recurse=*/false)) {
-      names.insert(prefix.empty() ? param.key() : prefix + "." + param.key());
-    }
-  });
-  return names;
-}
-
-std::vector<ParamGroupSpec> build_param_groups(const torch::nn::Module& model,
-                                               const ParamwiseOptions& options) {
-  NamedParams named;
-  for (const auto& param : model.named_parameters(/*recurse=*/true)) {
-    named.emplace_back(param.key(), param.value());
-  }
-  return build_param_groups(named, norm_parameter_names(model), options);
-}
-
-std::vector<ParamGroupSpec> build_param_groups(const NamedParams& named_params,
-                                               const std::set<std::string>& norm_param_names,
-                                               const ParamwiseOptions& options) {
-  std::vector<ParamGroupSpec> groups;
-  std::map<std::pair<double, double>, size_t> group_of;  // (lr_mult, decay_mult) -> index
-  std::unordered_set<const c10::TensorImpl*> seen;
-  for (const auto& [name, param] : named_params) {
-    LOCKSTEP_CHECK(param.defined(), "parameter '", name, "' is an undefined tensor");
-    if (!param.requires_grad() || !seen.insert(param.unsafeGetTensorImpl()).second) continue;
-    const auto mults = multipliers(name, norm_param_names.count(name) > 0, options);
-    auto found = group_of.find(mults);
-    if (found == group_of.end()) {
-      found = group_of.emplace(mults, groups.size()).first;
-      ParamGroupSpec spec;
-      spec.info.lr_mult = mults.first;
-      spec.info.decay_mult = mults.second;
-      groups.push_back(std::move(spec));
-    }
-    groups[found->second].params.push_back(param);
-    groups[found->second].info.param_names.push_back(name);
-  }
-  return groups;
-}
-
 BuiltOptimizer build_optimizer_with_groups(const Config& optimizer_cfg, const Config& paramwise_cfg,
-                                           const NamedParams& named_params,
-                                           const std::set<std::string>& norm_param_names) {
+                                           const NamedParams& named_params, const ParamOwners& owners) {
   const ParamwiseOptions paramwise = parse_paramwise_options(paramwise_cfg);
-  return build_from_specs(optimizer_cfg, paramwise_cfg, paramwise,
-                          build_param_groups(named_params, norm_param_names, paramwise));
+  return build_from_specs(optimizer_cfg, paramwise_cfg, paramwise, build_param_groups(named_params, owners, paramwise));
 }
 
 BuiltOptimizer build_optimizer_with_groups(const Config& optimizer_cfg, const Config& paramwise_cfg,

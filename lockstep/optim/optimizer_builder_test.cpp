@@ -10,6 +10,7 @@
 namespace lockstep {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 namespace nn = torch::nn;
@@ -52,12 +53,21 @@ std::string build_error(const std::string& optimizer, const std::string& paramwi
   return "(no error)";
 }
 
-TEST(OptimizerBuilderTest, NormParametersAreFoundFromTheModuleTree) {
+TEST(OptimizerBuilderTest, ModuleTraitsAreReadFromTheModuleTree) {
   Net net;
-  EXPECT_THAT(norm_parameter_names(*net),
-              ElementsAre("backbone.ln.bias", "backbone.ln.weight", "bn.bias", "bn.weight"));
+  const ParamOwners owners = param_owners(*net);
+  ASSERT_EQ(owners.size(), 12u);  // every parameter, the frozen one too
+  EXPECT_TRUE(owners.at("bn.weight").module.norm);
+  EXPECT_TRUE(owners.at("backbone.ln.bias").module.norm);
+  EXPECT_TRUE(owners.at("conv.weight").module.conv2d);
+  // mmengine's test, in_channels == groups: a conv of one input channel is "depthwise".
+  EXPECT_TRUE(owners.at("conv.weight").module.depthwise_conv);
+  EXPECT_FALSE(module_traits(*nn::Conv2d(nn::Conv2dOptions(4, 8, 3))).depthwise_conv);
+  EXPECT_FALSE(owners.at("head.bias").module.norm);
+  EXPECT_FALSE(owners.at("bias").module.conv2d);
   EXPECT_TRUE(is_norm_module(*net->bn));
   EXPECT_FALSE(is_norm_module(*net->head));
+  EXPECT_TRUE(module_traits(*nn::Conv2d(nn::Conv2dOptions(4, 4, 3).groups(4))).depthwise_conv);
 }
 
 TEST(OptimizerBuilderTest, WithoutParamwiseEveryTrainableParameterIsInOneGroup) {
@@ -73,27 +83,148 @@ TEST(OptimizerBuilderTest, WithoutParamwiseEveryTrainableParameterIsInOneGroup) 
   EXPECT_EQ(get_group_option(*built.optimizer, 0, "momentum"), 0.9);
 }
 
-TEST(OptimizerBuilderTest, BiasAndNormMultipliersFollowMmengine) {
+// name -> (lr, weight decay) of its group, and that every group holds one parameter.
+std::map<std::string, std::pair<double, double>> options_by_name(const BuiltOptimizer& built) {
+  std::map<std::string, std::pair<double, double>> by_name;
+  for (size_t g = 0; g < built.groups.size(); ++g) {
+    EXPECT_EQ(built.groups[g].param_names.size(), 1u);
+    by_name[built.groups[g].param_names[0]] = {lr_of(*built.optimizer, g), wd_of(*built.optimizer, g)};
+  }
+  return by_name;
+}
+
+TEST(OptimizerBuilderTest, WithParamwiseEveryParameterHasAGroupInModelOrder) {
   Net net;
   auto built = build_optimizer_with_groups(
       yaml("{type: SGD, lr: 0.1, weight_decay: 0.01}"),
       yaml("{bias_lr_mult: 2.0, bias_decay_mult: 0.5, norm_decay_mult: 0.0}"), *net);
   auto& o = *built.optimizer;
-  // Groups in order of first appearance: root bias (a bias), conv.weight (plain), bn (norm).
-  ASSERT_EQ(o.param_groups().size(), 3u);
-  EXPECT_THAT(built.groups[0].param_names, ElementsAre("bias", "conv.bias", "backbone.fc1.bias", "head.bias"));
-  EXPECT_EQ(lr_of(o, 0), 0.1 * 2.0);
-  EXPECT_EQ(wd_of(o, 0), 0.01 * 0.5);
-  EXPECT_THAT(built.groups[1].param_names, ElementsAre("conv.weight", "backbone.fc1.weight", "head.weight"));
-  EXPECT_EQ(lr_of(o, 1), 0.1);
-  EXPECT_EQ(wd_of(o, 1), 0.01);
+  // mmengine's add_params order (a module's own parameters, then its
+  // children's), the frozen one left out: the order clip_grad sees.
+  std::vector<std::string> names;
+  for (const auto& group : built.groups) names.push_back(group.param_names.at(0));
+  EXPECT_THAT(names, ElementsAre("bias", "conv.weight", "conv.bias", "bn.weight", "bn.bias", "backbone.fc1.weight",
+                                 "backbone.fc1.bias", "backbone.ln.weight", "backbone.ln.bias", "head.weight",
+                                 "head.bias"));
+  ASSERT_EQ(o.param_groups().size(), 11u);
+  EXPECT_TRUE(o.param_groups()[1].params().at(0).is_same(net->conv->weight));
+  auto by_name = options_by_name(built);
+  EXPECT_EQ(by_name["conv.bias"], std::make_pair(0.1 * 2.0, 0.01 * 0.5));
+  EXPECT_EQ(by_name["bias"], std::make_pair(0.1 * 2.0, 0.01 * 0.5));
+  EXPECT_EQ(by_name["conv.weight"], std::make_pair(0.1, 0.01));
   // A norm layer's bias keeps the plain lr (bias_lr_mult skips norms) and takes norm_decay_mult.
-  EXPECT_THAT(built.groups[2].param_names,
-              ElementsAre("bn.weight", "bn.bias", "backbone.ln.weight", "backbone.ln.bias"));
-  EXPECT_EQ(lr_of(o, 2), 0.1);
-  EXPECT_EQ(wd_of(o, 2), 0.0);
-  EXPECT_EQ(built.groups[2].lr_mult, 1.0);
-  EXPECT_EQ(built.groups[2].decay_mult, 0.0);
+  EXPECT_EQ(by_name["bn.bias"], std::make_pair(0.1, 0.0));
+  EXPECT_EQ(by_name["backbone.ln.weight"], std::make_pair(0.1, 0.0));
+  EXPECT_EQ(built.groups[3].decay_mult, 0.0);
+}
+
+TEST(OptimizerBuilderTest, DecayRulesAreMmenginesChain) {
+  // Without norm_decay_mult, a norm layer's bias falls through to
+  // bias_decay_mult, as in mmengine's if/elif chain; flat_decay_mult takes
+  // the 1-D parameters no earlier rule took (the root's "bias" is a bias).
+  Net net;
+  auto built = build_optimizer_with_groups(yaml("{type: SGD, lr: 0.1, weight_decay: 0.01}"),
+                                           yaml("{bias_decay_mult: 0.5, flat_decay_mult: 0.25}"), *net);
+  auto by_name = options_by_name(built);
+  EXPECT_EQ(by_name["bn.bias"].second, 0.01 * 0.5);
+  EXPECT_EQ(by_name["bn.weight"].second, 0.01 * 0.25);
+  EXPECT_EQ(by_name["backbone.ln.weight"].second, 0.01 * 0.25);
+  EXPECT_EQ(by_name["head.bias"].second, 0.01 * 0.5);
+  EXPECT_EQ(by_name["head.weight"].second, 0.01);
+}
+
+// A deformable convolution of a user's own: its offsets come from a Conv2d
+// named conv_offset, as in mmcv.
+struct DeformConvImpl : nn::Module {
+  DeformConvImpl() {
+    weight = register_parameter("weight", torch::randn({4, 4, 3, 3}));
+    conv_offset = register_module("conv_offset", nn::Conv2d(nn::Conv2dOptions(4, 18, 3)));
+  }
+  torch::Tensor weight;
+  nn::Conv2d conv_offset{nullptr};
+};
+const bool kDeformConvRegistered = [] {
+  add_module_traits_reader([](const nn::Module& module, ModuleTraits& traits) {
+    if (dynamic_cast<const DeformConvImpl*>(&module) != nullptr) traits.deformable_conv = true;
+  });
+  return true;
+}();
+
+TEST(OptimizerBuilderTest, DepthwiseAndDeformableConvolutionsFollowMmengine) {
+  nn::Module net;
+  net.register_module("0", nn::Conv2d(nn::Conv2dOptions(4, 4, 3).groups(4)));
+  net.register_module("1", std::make_shared<DeformConvImpl>());
+  net.register_module("2", nn::Conv2d(nn::Conv2dOptions(4, 4, 1)));
+  auto built = build_optimizer_with_groups(yaml("{type: SGD, lr: 0.1, weight_decay: 0.01}"), yaml(R"(
+    dwconv_decay_mult: 0.0
+    dcn_offset_lr_mult: 0.5
+    bias_lr_mult: 2.0
+    bias_decay_mult: 0.25
+  )"),
+                                           net);
+  auto by_name = options_by_name(built);
+  EXPECT_EQ(by_name["0.weight"], std::make_pair(0.1, 0.0));         // depthwise
+  EXPECT_EQ(by_name["0.bias"], std::make_pair(0.2, 0.01 * 0.25));   // the bias rule comes first
+  EXPECT_EQ(by_name["1.weight"], std::make_pair(0.1, 0.01));        // the deformable conv's own weight
+  EXPECT_EQ(by_name["1.conv_offset.weight"], std::make_pair(0.05, 0.01));
+  EXPECT_EQ(by_name["1.conv_offset.bias"], std::make_pair(0.05, 0.01));  // no bias rule inside a DCN
+  EXPECT_EQ(by_name["2.weight"], std::make_pair(0.1, 0.01));        // 1x1, not depthwise
+}
+
+TEST(OptimizerBuilderTest, CustomKeysCarryAnyOptionOfTheOptimizer) {
+  Net net;
+  auto built = build_optimizer_with_groups(yaml("{type: SGD, lr: 0.1, momentum: 0.9, weight_decay: 0.01}"), yaml(R"(
+    custom_keys:
+      head: {momentum: 0.5, nesterov: true, lr_mult: 0.5}
+      conv: {lr: 0.3, lr_mult: 0.5, weight_decay: 0.125}
+  )"),
+                                           *net);
+  const auto& o = *built.optimizer;
+  auto by_name = options_by_name(built);
+  EXPECT_EQ(by_name["head.weight"], std::make_pair(0.05, 0.01));
+  EXPECT_EQ(by_name["conv.weight"], std::make_pair(0.3, 0.125));  // written options win over the multipliers
+  for (size_t g = 0; g < built.groups.size(); ++g) {
+    const auto& options = static_cast<const optim::SGDOptions&>(o.param_groups()[g].options());
+    const bool head = built.groups[g].param_names[0].rfind("head.", 0) == 0;
+    EXPECT_EQ(options.momentum(), head ? 0.5 : 0.9) << built.groups[g].param_names[0];
+    EXPECT_EQ(options.nesterov(), head) << built.groups[g].param_names[0];
+  }
+  auto adam = build_optimizer_with_groups(yaml("{type: Adam, lr: 0.1}"),
+                                          yaml("{custom_keys: {head: {betas: [0.5, 0.75], eps: 0.001}}}"), *net);
+  const auto& head = static_cast<const optim::AdamOptions&>(adam.optimizer->param_groups().back().options());
+  EXPECT_EQ(std::get<0>(head.betas()), 0.5);
+  EXPECT_EQ(std::get<1>(head.betas()), 0.75);
+  EXPECT_EQ(head.eps(), 0.001);
+}
+
+TEST(OptimizerBuilderTest, ACustomKeyOptionTheOptimizerLacksIsAnErrorEvenWhereNothingMatches) {
+  const std::string message = build_error("{type: Adam, lr: 0.1}", "{custom_keys: {nowhere: {momentum: 0.5}}}");
+  EXPECT_THAT(message, HasSubstr("paramwise_cfg.custom_keys.nowhere"));
+  EXPECT_THAT(message, HasSubstr("optim.yaml:1"));
+  EXPECT_THAT(message, HasSubstr("momentum"));
+  EXPECT_THAT(message, HasSubstr("betas"));  // what Adam reads
+  EXPECT_THAT(build_error("{type: SGD, lr: 0.1}", "{custom_keys: {head: {betas: [0.5, 0.5]}}}"),
+              HasSubstr("paramwise_cfg.custom_keys.head"));
+  EXPECT_THAT(build_error("{type: SGD, lr: 0.1}", "{custom_keys: {head: {momentum: 1.5}}}"),
+              HasSubstr("momentum must be in [0, 1), got 1.5"));
+  EXPECT_THAT(build_error("{type: SGD, lr: 0.1}", "{custom_keys: {head: {foreach: true}}}"),
+              HasSubstr("foreach is chosen for the whole optimizer"));
+}
+
+TEST(OptimizerBuilderTest, ASharedParameterNeedsBypassDuplicate) {
+  auto shared = torch::randn({3}, torch::requires_grad());
+  NamedParams params = {{"a.weight", torch::randn({2, 3}, torch::requires_grad())},
+                        {"tied.x", shared},
+                        {"tied_again.x", shared}};
+  EXPECT_THAT([&] { build_optimizer(yaml("{type: SGD, lr: 0.1}"), yaml("{bias_lr_mult: 2}"), params); },
+              ::testing::ThrowsMessage<Error>(AllOf(HasSubstr("'tied_again.x' is the tensor 'tied.x'"),
+                                                    HasSubstr("bypass_duplicate"))));
+  auto built = build_optimizer_with_groups(yaml("{type: SGD, lr: 0.1}"), yaml("{bypass_duplicate: true}"), params);
+  ASSERT_EQ(built.groups.size(), 2u);
+  EXPECT_THAT(built.groups[1].param_names, ElementsAre("tied.x"));
+  // Without paramwise_cfg, as model.parameters(): once, no error.
+  auto plain = build_optimizer_with_groups(yaml("{type: SGD, lr: 0.1}"), Config(), params);
+  EXPECT_THAT(plain.groups.at(0).param_names, ElementsAre("a.weight", "tied.x"));
 }
 
 TEST(OptimizerBuilderTest, LongestCustomKeyWinsAndOverridesBiasRules) {
@@ -139,18 +270,15 @@ TEST(OptimizerBuilderTest, EqualLengthKeysPickTheAlphabeticallyFirstAndRootParam
   EXPECT_EQ(lr["head.weight"], 1.0);
 }
 
-TEST(OptimizerBuilderTest, NamedParamsOverloadTakesNormNamesAndSkipsDuplicates) {
-  auto shared = torch::randn({3}, torch::requires_grad());
-  auto norm_w = torch::randn({3}, torch::requires_grad());
+TEST(OptimizerBuilderTest, NamedParamsOverloadSeesModulesThroughOwners) {
   NamedParams params = {{"a.weight", torch::randn({2, 3}, torch::requires_grad())},
-                        {"a.norm.weight", norm_w},
-                        {"tied.x", shared},
-                        {"tied_again.x", shared}};
+                        {"a.norm.weight", torch::randn({3}, torch::requires_grad())}};
+  ParamOwners owners;
+  owners["a.norm.weight"].module.norm = true;
   auto built = build_optimizer_with_groups(yaml("{type: SGD, lr: 0.1, weight_decay: 0.1}"),
-                                           yaml("{norm_decay_mult: 0.0}"), params, {"a.norm.weight"});
+                                           yaml("{norm_decay_mult: 0.0}"), params, owners);
   ASSERT_EQ(built.groups.size(), 2u);
-  EXPECT_THAT(built.groups[0].param_names, ElementsAre("a.weight", "tied.x"));
-  EXPECT_THAT(built.groups[1].param_names, ElementsAre("a.norm.weight"));
+  EXPECT_EQ(wd_of(*built.optimizer, 0), 0.1);
   EXPECT_EQ(wd_of(*built.optimizer, 1), 0.0);
 }
 

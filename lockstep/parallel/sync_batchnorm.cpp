@@ -11,6 +11,7 @@
 #include "lockstep/core/error.h"
 #include "lockstep/core/shape_text.h"
 #include "lockstep/dist/init.h"
+#include "lockstep/optim/paramwise.h"
 
 namespace lockstep {
 namespace {
@@ -423,6 +424,15 @@ namespace {
 // Walks a module tree once, replacing BatchNorm children everywhere they are
 // stored: the parent's registry (what parameters() and state dicts see) and,
 // for the containers, the list their forward iterates.
+// paramwise_cfg's norm_decay_mult reaches SyncBatchNorm, as mmengine's
+// _BatchNorm check does: the optimizer may be built after the conversion.
+const bool kSyncBatchNormIsANorm = [] {
+  add_module_traits_reader([](const torch::nn::Module& module, ModuleTraits& traits) {
+    if (dynamic_cast<const SyncBatchNormImpl*>(&module) != nullptr) traits.norm = true;
+  });
+  return true;
+}();
+
 class SyncBatchNormConverter {
  public:
   explicit SyncBatchNormConverter(std::shared_ptr<ProcessGroup> group) : group_(std::move(group)) {}

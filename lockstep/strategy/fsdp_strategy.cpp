@@ -81,7 +81,7 @@ std::shared_ptr<OptimWrapperBase> FSDPStrategy::build_optim_wrapper_for(const Co
   if (options_.fsdp.use_orig_params()) {
     // The same groups, in the same order, as DDP builds over the model itself.
     auto built = build_optimizer_with_groups(config.at("optimizer"), paramwise, fsdp_->named_orig_parameters(),
-                                             norm_parameter_names(model));
+                                             param_owners(model));
     wrapper = wrap_optimizer(config, built.optimizer);
   } else {
     wrapper = wrap_optimizer(config, build_optimizer(config.at("optimizer"), Config(), fsdp_->named_shard_parameters()));
