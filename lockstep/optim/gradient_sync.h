@@ -54,6 +54,9 @@ class GradientSync {
   // torch.nn.utils.clip_grad_norm_'s foreach path. DDP's clip is that
   // function's, so the default is false.
   virtual bool clips_one_gradient_at_a_time() const { return false; }
+  // Whether every rank holds each parameter's whole gradient (DDP), so that
+  // a parameter's norm needs no reduction; FSDP's are sharded.
+  virtual bool holds_whole_gradients() const { return true; }
   // Whether `local` is true on any rank that holds part of, or a replica of,
   // these gradients: `local` is a float32 [1] tensor, nonzero for true, and
   // so is the answer, on the same device and never read on the host (on GPUs

@@ -65,7 +65,7 @@ void check_optim_wrapper_options(const OptimWrapperOptions& options,
   LOCKSTEP_CHECK(options.accumulative_counts() >= 1, where("accumulative_counts"),
                  ": accumulative_counts must be at least 1, got ", options.accumulative_counts());
   const auto& clip = options.clip_grad();
-  if (clip.kind == ClipGradOptions::Kind::kNorm) {
+  if (clip.kind == ClipGradOptions::Kind::kNorm || clip.kind == ClipGradOptions::Kind::kNormPerParameter) {
     LOCKSTEP_CHECK(clip.max_norm > 0, where("clip_grad.max_norm"), ": max_norm must be positive, got ", clip.max_norm);
     LOCKSTEP_CHECK(clip.norm_type > 0, where("clip_grad.norm_type"), ": norm_type must be positive");
   } else if (clip.kind == ClipGradOptions::Kind::kValue) {
@@ -89,6 +89,15 @@ OptimWrapper::OptimWrapper(std::shared_ptr<torch::optim::Optimizer> optimizer, O
 }
 
 OptimWrapper::~OptimWrapper() = default;
+
+void OptimWrapper::set_gradient_sync(std::shared_ptr<GradientSync> sync) {
+  LOCKSTEP_CHECK(sync == nullptr || sync->holds_whole_gradients() ||
+                     options_.clip_grad().kind != ClipGradOptions::Kind::kNormPerParameter,
+                 "clip_grad type norm_per_parameter clips each parameter against its own norm, and this strategy "
+                 "shards the gradients (FSDP): a parameter's norm would need a collective of its own per parameter "
+                 "and step. Use clip_grad's global norm (type: norm) or value clipping, or DDPStrategy");
+  gradient_sync_ = std::move(sync);
+}
 
 OptimWrapper::Context::Context(std::function<void()> on_exit) : on_exit_(std::move(on_exit)) {}
 OptimWrapper::Context::Context(Context&& other) noexcept : on_exit_(std::move(other.on_exit_)) {
@@ -173,29 +182,15 @@ std::vector<torch::Tensor> OptimWrapper::parameters() const {
 
 namespace {
 
-// Clips the gradients of `params` as `clip` says; a norm clip records the
-// norm in `metrics` ("grad_norm").
-void clip_gradients(const std::vector<torch::Tensor>& params, const ClipGradOptions& clip, GradientSync* sync,
-                    std::map<std::string, torch::Tensor>& metrics) {
-  if (clip.kind == ClipGradOptions::Kind::kNone) return;
-  std::vector<torch::Tensor> grads;
-  for (const auto& p : params) {
-    // Empty ones hold nothing to clip (FSDP's use_orig_params gives a
-    // parameter held wholly by other ranks an empty part here), and the
-    // infinity norm of an empty tensor is an error.
-    if (p.grad().defined() && p.grad().numel() > 0) grads.push_back(p.grad());
-  }
-  if (clip.kind == ClipGradOptions::Kind::kValue) {
-    for (auto& g : grads) g.clamp_(-clip.clip_value, clip.clip_value);
-    return;
-  }
-  // Norm clipping as torch.nn.utils.clip_grad_norm_, operation for operation
-  // (the same bits as PyTorch's): the norm of the per-tensor norms, in the
-  // gradients' dtype, and every gradient multiplied by the clamped
-  // coefficient; by foreach operations over each device and dtype where
-  // Python takes them (Note [foreach as Python chooses it]). Sharded
-  // gradients (FSDP) combine their norms through the GradientSync, as
-  // PyTorch's FSDP.clip_grad_norm_ does, one gradient at a time.
+// Norm clipping as torch.nn.utils.clip_grad_norm_, operation for operation
+// (the same bits as PyTorch's): the norm of the per-tensor norms, in the
+// gradients' dtype, and every gradient multiplied by the clamped
+// coefficient; by foreach operations over each device and dtype where
+// Python takes them (Note [foreach as Python chooses it]). Sharded
+// gradients (FSDP) combine their norms through the GradientSync, as
+// PyTorch's FSDP.clip_grad_norm_ does, one gradient at a time. Returns the
+// total norm.
+torch::Tensor clip_by_norm(const std::vector<torch::Tensor>& grads, const ClipGradOptions& clip, GradientSync* sync) {
   torch::NoGradGuard no_grad;
   const bool foreach = (sync == nullptr || !sync->clips_one_gradient_at_a_time()) &&
                        clip.foreach.value_or(compat::clip_foreach_by_default());
@@ -217,7 +212,6 @@ void clip_gradients(const std::vector<torch::Tensor>& params, const ClipGradOpti
     total = torch::norm(torch::stack(norms), clip.norm_type);
   }
   if (sync != nullptr) total = sync->reduce_grad_norm(total, clip.norm_type);
-  metrics["grad_norm"] = total.detach();
   // Python's `max_norm / tensor` is tensor.reciprocal() * max_norm (two roundings, unlike C++'s division).
   torch::Tensor coefficient = torch::clamp((total + 1e-6).reciprocal() * clip.max_norm, c10::nullopt, 1.0);
   if (foreach) {
@@ -226,6 +220,36 @@ void clip_gradients(const std::vector<torch::Tensor>& params, const ClipGradOpti
     }
   } else {
     for (auto& g : grads) g.mul_(coefficient.to(g.device()));
+  }
+  return total;
+}
+
+// Clips the gradients of `params` as `clip` says; the global norm clip
+// records the norm in `metrics` ("grad_norm").
+void clip_gradients(const std::vector<torch::Tensor>& params, const ClipGradOptions& clip, GradientSync* sync,
+                    std::map<std::string, torch::Tensor>& metrics) {
+  if (clip.kind == ClipGradOptions::Kind::kNone) return;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params) {
+    // Empty ones hold nothing to clip (FSDP's use_orig_params gives a
+    // parameter held wholly by other ranks an empty part here), and the
+    // infinity norm of an empty tensor is an error.
+    if (p.grad().defined() && p.grad().numel() > 0) grads.push_back(p.grad());
+  }
+  switch (clip.kind) {
+    case ClipGradOptions::Kind::kValue:
+      for (auto& g : grads) g.clamp_(-clip.clip_value, clip.clip_value);
+      return;
+    case ClipGradOptions::Kind::kNormPerParameter:
+      // detectron2's per-parameter clipper: clip_grad_norm_(p) for every
+      // parameter of every group; whole gradients only (set_gradient_sync).
+      for (const auto& g : grads) clip_by_norm({g}, clip, nullptr);
+      return;
+    case ClipGradOptions::Kind::kNorm:
+      metrics["grad_norm"] = clip_by_norm(grads, clip, sync).detach();
+      return;
+    case ClipGradOptions::Kind::kNone:
+      return;
   }
 }
 

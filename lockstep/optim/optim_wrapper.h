@@ -48,10 +48,14 @@ using LogVars = std::map<std::string, double>;
 using MetricsGatherer = std::function<std::vector<LogVars>(const LogVars& local)>;
 
 struct ClipGradOptions {
-  enum class Kind { kNone, kNorm, kValue };
+  // kNorm: mmengine's clip_grad, one norm over every gradient;
+  // kNormPerParameter: detectron2's CLIP_TYPE "norm", each gradient clipped
+  // against its own norm (clip_grad_norm_ called per parameter, in group
+  // order); kValue: every element clamped to [-clip_value, clip_value].
+  enum class Kind { kNone, kNorm, kNormPerParameter, kValue };
   Kind kind = Kind::kNone;
-  double max_norm = 0;     // kNorm
-  double norm_type = 2.0;  // kNorm; use INFINITY for the max norm
+  double max_norm = 0;     // kNorm, kNormPerParameter
+  double norm_type = 2.0;  // kNorm, kNormPerParameter; use INFINITY for the max norm
   double clip_value = 0;   // kValue
   // kNorm: the norms by _foreach_norm and the scaling by one _foreach_mul_,
   // or one norm and one mul_ per gradient; unset, as this libtorch's
@@ -184,7 +188,9 @@ class OptimWrapper : public OptimWrapperBase {
   std::shared_ptr<torch::optim::Optimizer> optimizer_ptr() const { return optimizer_; }
   std::vector<torch::Tensor> parameters() const;
 
-  void set_gradient_sync(std::shared_ptr<GradientSync> sync) { gradient_sync_ = std::move(sync); }
+  // Throws when the clip asks what `sync` cannot give (a per-parameter norm
+  // of sharded gradients).
+  void set_gradient_sync(std::shared_ptr<GradientSync> sync);
   GradientSync* gradient_sync() const { return gradient_sync_.get(); }
 
   std::map<std::string, double> learning_rates() const override;

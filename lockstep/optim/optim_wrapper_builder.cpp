@@ -34,8 +34,8 @@ ClipGradOptions parse_clip_grad(const Config& config) {
   ClipGradOptions clip;
   if (config.is_null()) return clip;
   const std::string kind = config.get<std::string>("type", "norm");
-  if (kind == "norm") {
-    clip.kind = ClipGradOptions::Kind::kNorm;
+  if (kind == "norm" || kind == "norm_per_parameter") {
+    clip.kind = kind == "norm" ? ClipGradOptions::Kind::kNorm : ClipGradOptions::Kind::kNormPerParameter;
     clip.max_norm = config.get<double>("max_norm");
     const std::string norm_type = config.child("norm_type").is_null() ? "2" : config.at("norm_type").text();
     clip.norm_type = (norm_type == "inf" || norm_type == ".inf") ? INFINITY : config.get<double>("norm_type", 2.0);
@@ -44,7 +44,8 @@ ClipGradOptions parse_clip_grad(const Config& config) {
     clip.kind = ClipGradOptions::Kind::kValue;
     clip.clip_value = config.get<double>("clip_value");
   } else {
-    LOCKSTEP_FAIL(config.where("type"), ": clip_grad type must be 'norm' or 'value', got '", kind, "'");
+    LOCKSTEP_FAIL(config.where("type"), ": clip_grad type must be 'norm', 'norm_per_parameter' or 'value', got '",
+                  kind, "'");
   }
   return clip;
 }

@@ -1,5 +1,6 @@
 #include "lockstep/optim/optim_wrapper.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -124,6 +125,53 @@ TEST(OptimWrapperTest, ClipByNormMatchesLibtorchAndLogsTheNorm) {
   auto a = net->parameters();
   auto b = reference_net->parameters();
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-6, 1e-7)) << i;
+}
+
+TEST(OptimWrapperTest, ClipPerParameterClipsEachGradientAgainstItsOwnNorm) {
+  // detectron2's CLIP_TYPE "norm": clip_grad_norm_(p) for each parameter.
+  Batch data = make_data(32);
+  auto net = std::make_shared<TinyNet>();
+  auto reference_net = std::make_shared<TinyNet>();
+  ClipGradOptions clip;
+  clip.kind = ClipGradOptions::Kind::kNormPerParameter;
+  clip.max_norm = 0.02;
+  OptimWrapper wrapper(std::make_shared<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(1.0)),
+                       OptimWrapperOptions().clip_grad(clip));
+  wrapper.initialize_count_status(0, 1);
+  net->train_step(data, wrapper);
+
+  parse_losses(reference_net->loss(data)).loss.backward();
+  int clipped = 0, kept = 0;
+  for (auto& p : reference_net->parameters()) {
+    const double norm = torch::nn::utils::clip_grad_norm_(std::vector<torch::Tensor>{p}, 0.02);
+    (norm > 0.02 ? clipped : kept) += 1;
+  }
+  torch::optim::SGD(reference_net->parameters(), torch::optim::SGDOptions(1.0)).step();
+  EXPECT_GT(clipped, 0) << "the test must clip some gradients";
+  EXPECT_EQ(wrapper.last_update_metrics().count("grad_norm"), 0u) << "there is no one norm to log";
+  // libtorch's C++ clip_grad_norm_ divides where Python's (and lockstep's)
+  // multiplies by a reciprocal: the differential suite holds the bits.
+  auto a = net->parameters();
+  auto b = reference_net->parameters();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-6, 1e-7)) << i;
+}
+
+struct ShardedSync : GradientSync {
+  void begin_forward(bool) override {}
+  void begin_backward(const torch::Tensor&, bool, int64_t) override {}
+  void end_backward(bool) override {}
+  bool holds_whole_gradients() const override { return false; }
+};
+
+TEST(OptimWrapperTest, ClipPerParameterRefusesShardedGradients) {
+  auto net = std::make_shared<TinyNet>();
+  ClipGradOptions clip;
+  clip.kind = ClipGradOptions::Kind::kNormPerParameter;
+  clip.max_norm = 1.0;
+  OptimWrapper wrapper(std::make_shared<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(1.0)),
+                       OptimWrapperOptions().clip_grad(clip));
+  EXPECT_THAT([&] { wrapper.set_gradient_sync(std::make_shared<ShardedSync>()); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("norm_per_parameter")));
 }
 
 TEST(OptimWrapperTest, ClipByValueClampsEveryGradient) {

@@ -106,6 +106,7 @@ class FullyShardedDataParallel : public GradientSync {
   void end_backward(bool sync) override;
   torch::Tensor reduce_grad_norm(const torch::Tensor& local, double norm_type) override;
   bool clips_one_gradient_at_a_time() const override { return true; }
+  bool holds_whole_gradients() const override { return false; }
   torch::Tensor any_rank_true(const torch::Tensor& local) override;
   void after_step() override;
   // A sharded step cannot be dropped on every rank (the others are inside
