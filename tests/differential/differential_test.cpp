@@ -141,6 +141,7 @@ std::string lockstep_config(const json& c, const std::string& strategy, const st
   if (c["accumulate"] != 1) yaml << "  accumulative_counts: " << c["accumulate"] << "\n";
   if (!c["clip"].is_null()) {
     yaml << "  clip_grad: {max_norm: " << c["clip"]["max_norm"] << ", norm_type: " << c["clip"]["norm_type"];
+    if (c["clip"].contains("type")) yaml << ", type: " << c["clip"]["type"].get<std::string>();
     if (c["clip"].contains("foreach")) yaml << ", foreach: " << c["clip"]["foreach"];
     yaml << "}\n";
   }
@@ -159,6 +160,9 @@ std::string lockstep_config(const json& c, const std::string& strategy, const st
         yaml << "  - {type: LinearLR, by_epoch: false, start_factor: " << s["start_factor"]
              << ", end_factor: " << s.value("end_factor", 1.0) << ", begin: 0, end: "
              << s["total_iters"].get<int>() + 1 << "}\n";
+      } else if (type == "MultiStepLR") {
+        yaml << "  - {type: MultiStepLR, by_epoch: false, milestones: " << yaml_list(s["milestones"])
+             << ", gamma: " << s["gamma"] << ", begin: 0, end: " << c["iters"] << "}\n";
       } else if (type == "CosineAnnealingLR") {
         yaml << "  - {type: CosineAnnealingLR, by_epoch: false, T_max: " << s["T_max"]
              << ", eta_min: " << s["eta_min"] << ", begin: 0, end: " << c["iters"] << "}\n";
@@ -286,6 +290,33 @@ const std::vector<DiffCase>& all_cases() {
                           {{"norm_decay_mult", 0}, {"bias_decay_mult", 0}, {"bias_lr_mult", 2}});
     json paramwise_4ranks = with(with(paramwise, "world", 4), "clip", {{"max_norm", 0.5}, {"norm_type", 2.0}});
     const std::string orig_params = "    sharding_strategy: FULL_SHARD\n    use_orig_params: true\n";
+    // mmengine's own first row (issue 59): SGD with momentum and weight decay,
+    // a paramwise_cfg, clipping, accumulation whose last window is shorter
+    // (20 = 6 x 3 + 2), a warm-up then steps. The clip sums the per-tensor
+    // norms in mmengine's group order, one group per parameter.
+    json mmengine_row = with(with(with(with(batch_norm, "optimizer",
+                                            {{"type", "SGD"}, {"lr", 0.05}, {"momentum", 0.9}, {"weight_decay", 0.0005}}),
+                                       "accumulate", 3),
+                                  "clip", {{"max_norm", 1.0}, {"norm_type", 2.0}}),
+                             "paramwise", {{"bias_lr_mult", 2}, {"bias_decay_mult", 0}, {"norm_decay_mult", 0}});
+    mmengine_row["schedulers"] = {{{"type", "LinearLR"}, {"start_factor", 0.1}, {"total_iters", 5}},
+                                  {{"type", "MultiStepLR"}, {"milestones", {10, 15}}, {"gamma", 0.1}}};
+    // Every key of paramwise_cfg, on a scripted model that has what each
+    // rule looks for: norms, biases, a depthwise conv, a DeformConv2d with
+    // its conv_offset, a 1-D scale; a custom key with an optimizer option.
+    json every_key = with(mmengine_row, "paramwise",
+                          {{"bias_lr_mult", 2}, {"bias_decay_mult", 0.5}, {"norm_decay_mult", 0},
+                           {"dwconv_decay_mult", 0.25}, {"flat_decay_mult", 0.75}, {"dcn_offset_lr_mult", 0.5},
+                           {"bypass_duplicate", true},
+                           {"custom_keys", {{"head.3", {{"lr_mult", 0.5}, {"momentum", 0.8}}}}}});
+    every_key["model"]["type"] = "ScriptedConvNet";
+    every_key["model"]["extras"] = true;
+    // A detectron2 recipe: SGD with momentum and weight decay, a warm-up then
+    // steps, and SOLVER.CLIP_GRADIENTS {CLIP_TYPE: norm}: each parameter
+    // clipped against its own norm.
+    json detectron2_clip = with(with(mmengine_row, "accumulate", 1), "clip",
+                                {{"type", "norm_per_parameter"}, {"max_norm", 0.1}, {"norm_type", 2.0}});
+    detectron2_clip.erase("paramwise");
     const json powersgd_4ranks = with(base_case(4), "comm_hook",
                                       {{"type", "PowerSGD"}, {"matrix_approximation_rank", 2}, {"start_powerSGD_iter", 3}});
     return std::vector<DiffCase>{
@@ -333,6 +364,14 @@ const std::vector<DiffCase>& all_cases() {
          same_ops + " (Python's _multi_tensor_sgd, its first step's buffers one tensor at a time)"},
         {"FSDP_AdamW", adamw, kFullShard, kFsdpTolerance, "sharded reduction"},
         {"DDP_AdamW_Paramwise", paramwise, kDDP, 0, same_ops + " (a param group per decay and lr multiplier)"},
+        {"DDP_SGD_Paramwise_Clip_Accumulate", mmengine_row, kDDP, 0,
+         same_ops + " (mmengine's groups, one per parameter, in its clip order; a last window of 2)"},
+        {"DDP_SGD_Paramwise_Clip_Accumulate_Bf16", with(mmengine_row, "amp", "bf16"), kDDP, 0,
+         same_ops + " (the same under bf16 autocast, where a clip's last bit grows)"},
+        {"DDP_Paramwise_EveryKey", every_key, kDDP, 0,
+         same_ops + " (every paramwise_cfg key, a custom key's momentum, applied as mmengine applies them)"},
+        {"DDP_Detectron2_PerParameterNormClip", detectron2_clip, kDDP, 0,
+         same_ops + " (detectron2's per-parameter clipper: clip_grad_norm_ of each parameter, in group order)"},
         {"DDP_Adagrad", adagrad, kDDP, 0, same_ops + " (libtorch's Adagrad is Python's, operation for operation)"},
         {"FSDP_Adagrad", adagrad, kFullShard, kFsdpTolerance, "sharded reduction"},
         {"FSDP_AdamW_Paramwise", paramwise, fsdp(orig_params), kFsdpTolerance,

@@ -22,15 +22,19 @@ fp16_compress and bf16_compress have no reference there.
 
 CASE is JSON:
   {"model": {"type": "ConvNet", "channels": [8, 16], "hidden": 32, "batch_norm": false}
+            | {"type": "ScriptedConvNet", ... as ConvNet, "extras": true (optional: a depthwise
+               conv, a DeformConv2d and a 1-D scale after the features)}
             | {"type": "DCGAN", "latent_dim": 16, "generator_channels": 8, "discriminator_channels": 8}
               (examples/gan: two networks, one optimizer each, separate DDP),
    "world": 2, "batch": 16, "iters": 20, "accumulate": 1, "seed": 0,
    "optimizer": {"type": "SGD"|"Adam"|"AdamW"|"Adagrad", "lr": ..., ...},  (Adam, AdamW: "capturable"; SGD, Adam, AdamW: "foreach")
-   "clip": {"max_norm": 1.0, "norm_type": 2.0} | null,
+   "clip": {"max_norm": 1.0, "norm_type": 2.0} | null  (mmengine's clip_grad: one norm over every gradient;
+           "type": "norm_per_parameter": detectron2's CLIP_TYPE "norm", each parameter against its own),
    "schedulers": [{"type": "LinearLR", "start_factor": 0.1, "total_iters": 5},
                   {"type": "CosineAnnealingLR", "T_max": 20, "eta_min": 0.001}],
    "amp": null | "bf16" | "fp16" (autocast; fp16 with a GradScaler),
-   "paramwise": {"norm_decay_mult": 0, "bias_decay_mult": 0, "bias_lr_mult": 2} (optional),
+   "paramwise": {"norm_decay_mult": 0, "bias_decay_mult": 0, "bias_lr_mult": 2} (optional; any key of
+                 mmengine's paramwise_cfg, applied as its DefaultOptimWrapperConstructor applies it),
    "comm_hook": null | "fp16_compress" | {"type": "PowerSGD", "matrix_approximation_rank": 4, ...},
    "gradient_as_bucket_view": false | true (optional, DDP's argument),
    "data_root": "/usr/share/datasets/fashion-mnist",
@@ -40,8 +44,11 @@ CASE is JSON:
 The data order is lockstep's DefaultSampler with shuffle false: rank r's
 samples are r, r + world, r + 2 world, ...; iteration i takes the next `batch`
 of them. One iteration is one micro-step: with accumulation, the optimizer
-steps every `accumulate` iterations (mmengine's semantics) and the earlier
-micro-steps run under no_sync. Schedulers step once per iteration, after it.
+steps every `accumulate` iterations and at the last one (mmengine's
+semantics, a last window it does not divide included) and the earlier
+micro-steps run under no_sync. Clipping sees the gradients in the
+optimizer's group order, as mmengine's OptimWrapper hands them over.
+Schedulers step once per iteration, after it.
 """
 import contextlib
 import gzip
@@ -121,23 +128,69 @@ def scripted_path(init):
     return init.replace(".safetensors", ".scripted.pt")
 
 
-def build_model(spec):
+_EXTRAS = {}
+
+
+def extras_classes():
+    """The extras' module classes, made once: mmengine tells a deformable
+    convolution by isinstance (against_mmengine.py hands this class to it as
+    mmcv's)."""
+    if _EXTRAS:
+        return _EXTRAS
+    import torch
+    import torch.nn as nn
+
+    class DeformConv2d(nn.Module):
+        """mmcv's class name, so that paramwise_cfg's dcn rules see it: a
+        weight of its own and its offsets' conv, conv_offset (not a real
+        deformable convolution: only its parameters' names matter here)."""
+        def __init__(self, channels):
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(channels, channels, 1, 1) * 0.1)
+            self.conv_offset = nn.Conv2d(channels, channels, 3, padding=1)
+
+        def forward(self, x):
+            return torch.nn.functional.conv2d(x, self.weight) + self.conv_offset(x)
+
+    class Scale(nn.Module):
+        """A 1-D parameter that is neither a bias nor a norm's (flat_decay_mult)."""
+        def __init__(self, channels):
+            super().__init__()
+            self.scale = nn.Parameter(torch.ones(channels))
+
+        def forward(self, x):
+            return x * self.scale.view(1, -1, 1, 1)
+
+    _EXTRAS.update(DeformConv2d=DeformConv2d, Scale=Scale)
+    return _EXTRAS
+
+
+def build_model(spec, script=True):
+    """The case's model; a ScriptedConvNet scripted unless `script` is false
+    (the same module in Python, as an mmengine user would train it)."""
     import torch.nn as nn
     if spec["type"] == "ScriptedConvNet":
         # The same layers as a Python class that torch.jit.script accepts;
         # both sides train the file init_weights writes (TorchScriptModel in lockstep).
         import torch
+        extras = extras_classes()
 
         class ConvNetModule(nn.Module):
             def __init__(self):
                 super().__init__()
                 convnet = build_model(dict(spec, type="ConvNet"))
                 self.features, self.head = convnet.features, convnet.head
+                # "extras": a depthwise conv, a deformable conv and a scale after
+                # the features, for every key of paramwise_cfg.
+                channels = spec["channels"][-1]
+                self.extras = nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1, groups=channels),
+                                            extras["DeformConv2d"](channels), extras["Scale"](channels)) \
+                    if spec.get("extras") else nn.Identity()
 
             def forward(self, x):
-                return self.head(self.features(x))
+                return self.head(self.extras(self.features(x)))
 
-        return torch.jit.script(ConvNetModule())
+        return torch.jit.script(ConvNetModule()) if script else ConvNetModule()
     if spec["type"] == "ConvNet":
         # lockstep's ConvNet (lockstep/models/classifiers.cpp), pooling after each conv.
         layers, channels, size = [], 1, 28
@@ -302,27 +355,97 @@ def build_optimizer(spec, params):
 
 
 def param_groups(model, case):
-    """mmengine's paramwise_cfg rules as lockstep applies them (lockstep/optim/optimizer_builder.h):
-    parameters of norm layers get weight_decay * norm_decay_mult, other biases lr * bias_lr_mult and
-    weight_decay * bias_decay_mult. One group per parameter (elementwise optimizers do not care)."""
+    """The parameters as mmengine's DefaultOptimWrapperConstructor hands them to
+    the optimizer: model.parameters() without a paramwise_cfg; with one, a group
+    per parameter from its add_params (mmengine/optim/optimizer/
+    default_constructor.py, ported line for line; a deformable convolution is a
+    module whose class is named DeformConv2d or ModulatedDeformConv2d, as mmcv's)."""
     paramwise = case.get("paramwise")
     if not paramwise:
         return model.parameters()
+    import torch
     import torch.nn as nn
-    norms = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.GroupNorm, nn.LayerNorm, nn.InstanceNorm1d,
-             nn.InstanceNorm2d, nn.InstanceNorm3d)
-    lr, decay = case["optimizer"]["lr"], case["optimizer"]["weight_decay"]
-    groups = []
-    for module in model.modules():
+    from torch.nn.modules.batchnorm import _BatchNorm
+    from torch.nn.modules.instancenorm import _InstanceNorm
+    base_lr = case["optimizer"]["lr"]
+    base_wd = case["optimizer"].get("weight_decay")
+    custom_keys = paramwise.get("custom_keys", {})
+    sorted_keys = sorted(sorted(custom_keys.keys()), key=len, reverse=True)
+    bias_lr_mult = paramwise.get("bias_lr_mult")
+    bias_decay_mult = paramwise.get("bias_decay_mult")
+    norm_decay_mult = paramwise.get("norm_decay_mult")
+    dwconv_decay_mult = paramwise.get("dwconv_decay_mult")
+    flat_decay_mult = paramwise.get("flat_decay_mult")
+    bypass_duplicate = paramwise.get("bypass_duplicate", False)
+    dcn_offset_lr_mult = paramwise.get("dcn_offset_lr_mult")
+
+    def original_name(module):
+        # A scripted module's class keeps the Python class's name at its end.
+        name = module.original_name if isinstance(module, torch.jit.ScriptModule) else type(module).__name__
+        return name
+
+    def is_norm(module):
+        if isinstance(module, torch.jit.ScriptModule):
+            return original_name(module) in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm",
+                                             "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "GroupNorm",
+                                             "LayerNorm")
+        return isinstance(module, (_BatchNorm, _InstanceNorm, nn.GroupNorm, nn.LayerNorm))
+
+    def is_conv2d(module):
+        return isinstance(module, nn.Conv2d) or original_name(module) == "Conv2d"
+
+    def add_params(params, module, prefix="", is_dcn_module=None):
+        norm = is_norm(module)
+        is_dwconv = is_conv2d(module) and module.in_channels == module.groups
         for name, param in module.named_parameters(recurse=False):
-            lr_mult, decay_mult = 1.0, 1.0
-            if isinstance(module, norms):
-                decay_mult = paramwise.get("norm_decay_mult", 1.0)
-            elif name == "bias":
-                lr_mult = paramwise.get("bias_lr_mult", 1.0)
-                decay_mult = paramwise.get("bias_decay_mult", 1.0)
-            groups.append({"params": [param], "lr": lr * lr_mult, "weight_decay": decay * decay_mult})
+            param_group = {"params": [param]}
+            if bypass_duplicate and any(p is param for g in params for p in g["params"]):
+                continue
+            if not param.requires_grad:
+                continue
+            is_custom = False
+            for key in sorted_keys:
+                if key in f"{prefix}.{name}":
+                    is_custom = True
+                    lr_mult = custom_keys[key].get("lr_mult", 1.)
+                    param_group["lr"] = base_lr * lr_mult
+                    if base_wd is not None:
+                        decay_mult = custom_keys[key].get("decay_mult", 1.)
+                        param_group["weight_decay"] = base_wd * decay_mult
+                    for k, v in custom_keys[key].items():
+                        param_group[k] = tuple(v) if isinstance(v, list) else v
+                    break
+            if not is_custom:
+                if name == "bias" and not (norm or is_dcn_module) and bias_lr_mult is not None:
+                    param_group["lr"] = base_lr * bias_lr_mult
+                if (prefix.find("conv_offset") != -1 and is_dcn_module and dcn_offset_lr_mult is not None
+                        and is_conv2d(module)):
+                    param_group["lr"] = base_lr * dcn_offset_lr_mult
+                if base_wd is not None:
+                    if norm and norm_decay_mult is not None:
+                        param_group["weight_decay"] = base_wd * norm_decay_mult
+                    elif name == "bias" and not is_dcn_module and bias_decay_mult is not None:
+                        param_group["weight_decay"] = base_wd * bias_decay_mult
+                    elif is_dwconv and dwconv_decay_mult is not None:
+                        param_group["weight_decay"] = base_wd * dwconv_decay_mult
+                    elif param.ndim == 1 and not is_dcn_module and flat_decay_mult is not None:
+                        param_group["weight_decay"] = base_wd * flat_decay_mult
+            params.append(param_group)
+        is_dcn = original_name(module) in ("DeformConv2d", "ModulatedDeformConv2d")
+        for child_name, child_mod in module.named_children():
+            child_prefix = f"{prefix}.{child_name}" if prefix else child_name
+            add_params(params, child_mod, prefix=child_prefix, is_dcn_module=is_dcn)
+
+    groups = []
+    add_params(groups, model)
     return groups
+
+
+def clip_order(optimizer):
+    """The gradients mmengine's OptimWrapper._clip_grad clips, in its order:
+    the optimizer's parameters group by group, those with a gradient."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    return [p for p in params if p.requires_grad and p.grad is not None]
 
 
 def build_schedulers(specs, optimizer):
@@ -395,11 +518,16 @@ def train_rank(rank, case, init, out, init_method):
     optimizer = build_optimizer(case["optimizer"], param_groups(model, case))
     schedulers = build_schedulers(case.get("schedulers"), optimizer)
     accumulate = case.get("accumulate", 1)
+    # mmengine's OptimWrapper: with accumulative_counts, the last window of a
+    # run whose length it does not divide is shorter, and its losses are
+    # divided by its own length (_remainder_counts).
+    remainder = case["iters"] % accumulate
     amp = case.get("amp")
     scaler = grad_scaler(case)
     for i, (x, y) in enumerate(rank_batches(case, rank)):
         x, y = x.to(device), y.to(device)
-        last_micro_step = (i + 1) % accumulate == 0
+        last_micro_step = (i + 1) % accumulate == 0 or i + 1 == case["iters"]
+        loss_factor = accumulate if i < case["iters"] - remainder else remainder
         context = ddp.no_sync() if not last_micro_step else contextlib.nullcontext()
         with context:
             x = preprocess(x) if not memory_format else preprocess(x).to(memory_format=memory_format)
@@ -408,14 +536,22 @@ def train_rank(rank, case, init, out, init_method):
                     loss = F.cross_entropy(ddp(x), y)
             else:
                 loss = F.cross_entropy(ddp(x), y)
-            loss = loss / accumulate if accumulate > 1 else loss
+            loss = loss / loss_factor if accumulate > 1 else loss
             (scaler.scale(loss) if scaler else loss).backward()
         if last_micro_step:
             clip = case.get("clip")
             if clip:
                 if scaler:
                     scaler.unscale_(optimizer)
-                clip_grad_norm(model.parameters(), clip)
+                if clip.get("type") == "norm_per_parameter":
+                    # detectron2's per-parameter clipper (CLIP_TYPE "norm",
+                    # solver/build.py): clip_grad_norm_(p) for every parameter
+                    # of every group, inside optimizer.step, after unscaling.
+                    for group in optimizer.param_groups:
+                        for p in group["params"]:
+                            torch.nn.utils.clip_grad_norm_(p, clip["max_norm"], clip.get("norm_type", 2.0))
+                else:
+                    clip_grad_norm(clip_order(optimizer), clip)
             if scaler:
                 scaler.step(optimizer)
                 scaler.update()
