@@ -44,8 +44,9 @@ from collections import defaultdict
 # -> amp/parallel -> checkpoint -> strategy -> engine -> writers/hooks -> the
 # run), with the ties broken the way today's includes already point:
 #   optim < model      Model::train_step takes an OptimWrapper& (model.h);
-#                      only OptimWrapper::run_train_step's one-line double
-#                      dispatch calls back into Model.
+#                      Model::run_train_step picks the overload for one
+#                      wrapper or a dict by OptimWrapperBase::as_dict(), so
+#                      optim never calls back into Model.
 #   model < data       a Dataset yields Batches (model/batch.h).
 #   launch after dist  the launcher needs processes and stores, never a model.
 #   checkpoint < strategy  checkpoint files are what a Strategy saves and loads;
