@@ -31,8 +31,13 @@ deps-demo:
 # GCC 16 and the CUDA check with trixie's GCC 14 (their roots have no
 # clang). COMPILER=gcc builds with the default compiler instead; a folder
 # keeps the compiler (and generator) it was first configured with.
+# Where libtorch's CMake package enables CUDA, CMake hands nvcc clang++ as its
+# host compiler, which nvcc refuses past its supported versions (12.4: clang
+# 17, gcc 13): CUDA_HOST_CXX names the one nvcc takes (CUDAHOSTCXX).
 COMPILER ?= clang
-CLANG_ENV = CC=$$(command -v clang || echo cc) CXX=$$(command -v clang++ || echo c++)
+CUDA_HOST_CXX ?=
+CLANG_ENV = CC=$$(command -v clang || echo cc) CXX=$$(command -v clang++ || echo c++) \
+	$(if $(CUDA_HOST_CXX),CUDAHOSTCXX=$(CUDA_HOST_CXX))
 # -G Ninja for a folder configured for the first time, where Ninja is installed.
 NEW_FOLDER_GENERATOR = $$([ ! -f $(1)/CMakeCache.txt ] && command -v ninja >/dev/null && echo -G Ninja)
 CONFIGURE = $(if $(filter clang,$(COMPILER)),$(CLANG_ENV)) cmake -S . -B $(BUILD_DIR) \

@@ -8,7 +8,9 @@
 #            libgloo-cuda-dev and nvidia-cuda-toolkit (nvcc: libtorch's CMake
 #            config enables the CUDA language): a CUDA build of libtorch to
 #            compile, link and test lockstep's CUDA/NCCL path against on a
-#            machine without a GPU (about 7.8 GB, 3 minutes from a near mirror).
+#            machine without a GPU (about 7.8 GB, 3 minutes from a near mirror);
+#            and python3-torch-cuda 2.6, against which CI runs the
+#            differential suite on this build's CPU code.
 #
 #   --forky  not trixie: Debian forky (testing) with libtorch-dev 2.14 and
 #            python3-torch 2.14 (CPU, Gloo; Python 3.14, GCC 16): the
@@ -79,7 +81,12 @@ elif [[ $kit_proof == 1 ]]; then
   need=(g++ cmake make python3 binutils libtorch-dev procps)
   components=main
 elif [[ $cuda == 1 ]]; then
-  need=("${common[@]}" libtorch-cuda-dev nvidia-cuda-dev nvidia-cuda-toolkit libnccl-dev libgloo-cuda-dev)
+  # python3-torch-cuda (contrib): PyTorch 2.6 itself, the reference of CI's
+  # 2.6 leg, which runs the differential suite on the CPU of this CUDA build
+  # (Note [libtorch 2.6 on the CUDA root's CPU]); clang compiles that leg
+  # (Note [clang for the test build]), while `make cuda-check` keeps GCC 14.
+  need=("${common[@]}" libtorch-cuda-dev nvidia-cuda-dev nvidia-cuda-toolkit libnccl-dev libgloo-cuda-dev
+        python3-torch-cuda clang)
   components=main,contrib,non-free
 else
   # python3-torch: PyTorch 2.6 itself, for the tests that check lockstep
