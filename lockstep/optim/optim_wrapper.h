@@ -116,8 +116,9 @@ class OptimWrapperBase {
   virtual void initialize_count_status(int64_t start_iter, int64_t max_iters) = 0;
   // "lr" of the main param group, by wrapper name ("" for a single wrapper).
   virtual std::map<std::string, double> learning_rates() const = 0;
-  // Metrics of the last update (grad_norm, loss_scale), prefixed by name for
-  // dicts, as device tensors: reading them is left to whoever logs them.
+  // Metrics of this step's update (grad_norm, loss_scale; none when the step
+  // did not update), prefixed by name for dicts, as device tensors: reading
+  // them is left to whoever logs them.
   virtual std::map<std::string, torch::Tensor> last_update_metric_tensors() const = 0;
   // The same read to the host, with one copy.
   LogVars last_update_metrics() const;
@@ -214,10 +215,16 @@ class OptimWrapper : public OptimWrapperBase {
   virtual void unscale_gradients() {}
   // Steps the optimizer; returns false if the step was skipped.
   virtual bool optimizer_step();
-  void open_step(const StepContext* context) override { progress_.begin(context); }
+  // A step that does not update (inside an accumulation window) leaves no
+  // metrics: grad_norm is logged at the iterations that clipped, as mmengine
+  // records it, not carried over from the last update.
+  void open_step(const StepContext* context) override {
+    last_metrics_.clear();
+    progress_.begin(context);
+  }
   void close_step() override { progress_.end(); }
-  // The last update's metrics (grad_norm, loss_scale), one-element tensors on
-  // whatever device computed them.
+  // This step's update's metrics (grad_norm, loss_scale), one-element tensors
+  // on whatever device computed them; empty when the step did not update.
   std::map<std::string, torch::Tensor> last_metrics_;
 
  private:
