@@ -175,8 +175,7 @@ void load_typed(optim::Optimizer& optimizer, const State& state, const char* typ
   const json& groups = value_at(values, "groups", json::value_t::array);
   const json& params = value_at(values, "params", json::value_t::object);
   auto& param_groups = optimizer.param_groups();
-  LOCKSTEP_CHECK(groups.size() == param_groups.size(), kWhat, ": the checkpoint has ",
-                 groups.size(), " parameter group(s) but the optimizer has ", param_groups.size());
+  detail::check_group_count(kWhat, groups.size(), param_groups.size());
 
   // Pass 1: check everything and decode the options, changing nothing.
   std::vector<Options> new_options;
@@ -275,6 +274,13 @@ namespace detail {
 
 std::string position(size_t group, size_t index) {
   return std::to_string(group) + "." + std::to_string(index);
+}
+
+void check_group_count(const char* what, size_t saved, size_t now) {
+  LOCKSTEP_CHECK(saved == now, what, ": the checkpoint has ", saved, " parameter group(s) but the optimizer has ", now,
+                 " (with paramwise_cfg every parameter has a group of its own since 2026-12-05, as in mmengine; a "
+                 "checkpoint from before merged equal groups: load its weights with load_from, or resume it with the "
+                 "lockstep that wrote it)");
 }
 
 // "group 1, parameter 3 (backbone.conv.weight)"

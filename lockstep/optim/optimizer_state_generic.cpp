@@ -322,8 +322,7 @@ void load_any(optim::Optimizer& optimizer, const State& state, const std::vector
   const json& groups = value_at(values, "groups", json::value_t::array);
   const json& params = value_at(values, "params", json::value_t::object);
   auto& param_groups = optimizer.param_groups();
-  LOCKSTEP_CHECK(groups.size() == param_groups.size(), kWhat, ": the checkpoint has ", groups.size(),
-                 " parameter group(s) but the optimizer has ", param_groups.size());
+  check_group_count(kWhat, groups.size(), param_groups.size());
 
   // Pass 1: check and decode everything, changing nothing.
   std::vector<ArchiveEntries> options(groups.size());

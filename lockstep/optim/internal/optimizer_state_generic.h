@@ -27,6 +27,9 @@ bool parse_position(const std::string& text, size_t* group, size_t* index);
 // parameter of `param_groups`.
 std::pair<size_t, size_t> checked_position(const std::string& text,
                                            const std::vector<torch::optim::OptimizerParamGroup>& param_groups);
+// Throws when a checkpoint's group count is not the optimizer's, saying
+// why a checkpoint from before one group per parameter may have fewer.
+void check_group_count(const char* what, size_t saved, size_t now);
 // "group 1, parameter 3 (backbone.conv.weight)"; the name when `groups` has it.
 std::string describe(size_t group, size_t index, const std::vector<ParamGroupInfo>* groups);
 // values[key], which must exist and be of `kind`.
