@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -42,12 +43,16 @@ class HistoryBuffer {
   void update(double value, int64_t iteration);
   double latest() const;
   double median(size_t window) const;  // of the last `window` values
-  double avg(size_t window) const;     // mean of the last `window` values
+  double avg(size_t window) const;     // mean of the last `window` values, summed as numpy sums
+  double min(size_t window) const;     // of the last `window` values
+  double max(size_t window) const;     // of the last `window` values
   double global_avg() const;           // mean of every value ever added (also those dropped)
   size_t size() const { return data_.size(); }
   const std::vector<std::pair<double, int64_t>>& values() const { return data_; }
 
  private:
+  std::vector<double> last(size_t window) const;  // the last `window` values (fewer if fewer)
+
   size_t max_length_;
   std::vector<std::pair<double, int64_t>> data_;
   double global_sum_ = 0;
@@ -91,6 +96,10 @@ class EventStorage {
   // Like latest(), but scalars put with a smoothing hint report the median of
   // their last `window` values (detectron2's latest_with_smoothing_hint).
   std::map<std::string, ScalarEvent> latest_with_smoothing_hint(size_t window = 20) const;
+  // Every scalar as `statistic` of its history (name, history, smoothing hint),
+  // at the iteration of its latest value; the storage stays locked meanwhile.
+  using ScalarStatistic = std::function<double(const std::string&, const HistoryBuffer&, bool)>;
+  std::map<std::string, ScalarEvent> latest_with(const ScalarStatistic& statistic) const;
   bool smoothing_hint(const std::string& name) const;
 
   // Images and histograms since the last clear (writers consume them).

@@ -3,8 +3,9 @@
 // detectron2's SimpleTrainer._write_metrics: every gather_metric_period
 // iterations the step's losses and metrics are gathered from every rank and
 // averaged, data_time is the slowest rank's (what every rank waited for), and
-// a loss that became infinite or NaN fails the run at that iteration on every
-// rank. With `async` the recording runs on one ordered background thread, off
+// a loss that became infinite or NaN on any rank fails the run at that
+// iteration on every rank. With `main_rank_values` every rank records rank
+// 0's own values instead, as mmengine logs them (LogProcessor). With `async` the recording runs on one ordered background thread, off
 // the step's path; flush() waits for it and rethrows its error.
 //
 //   lockstep::EventStorage storage;
@@ -29,7 +30,8 @@ class OrderedWorker;
 class MetricsRecorder {
  public:
   // `gather` null: this process's metrics only.
-  MetricsRecorder(EventStorage& storage, MetricsGatherer gather, int64_t period, bool async);
+  MetricsRecorder(EventStorage& storage, MetricsGatherer gather, int64_t period, bool async,
+                  bool main_rank_values = false);
   ~MetricsRecorder();
   C10_DISABLE_COPY_AND_ASSIGN(MetricsRecorder);
 
@@ -46,6 +48,7 @@ class MetricsRecorder {
   EventStorage& storage_;
   MetricsGatherer gather_;
   int64_t period_;
+  bool main_rank_values_;
   std::unique_ptr<OrderedWorker> worker_;  // with async (lockstep/core/ordered_worker.h)
 };
 

@@ -58,7 +58,8 @@ Trainer::Trainer(std::shared_ptr<Model> model, std::shared_ptr<DataLoader> data_
       data_loader_(std::move(data_loader)),
       optim_wrapper_(std::move(optim_wrapper)),
       options_(options),
-      metrics_(storage_, std::move(gather), options.gather_metric_period(), options.async_write_metrics()) {
+      metrics_(storage_, std::move(gather), options.gather_metric_period(), options.async_write_metrics(),
+               options.log_processor().logs_main_rank_values()) {
   LOCKSTEP_CHECK(model_ != nullptr, "Trainer needs a model");
   LOCKSTEP_CHECK(optim_wrapper_ != nullptr, "Trainer needs an optim wrapper");
 }

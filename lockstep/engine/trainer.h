@@ -37,6 +37,7 @@
 #include "lockstep/engine/hook.h"
 #include "lockstep/engine/hook_list.h"
 #include "lockstep/engine/metrics_recorder.h"
+#include "lockstep/engine/log_processor.h"
 #include "lockstep/engine/run_stop.h"
 #include "lockstep/optim/optim_wrapper.h"
 
@@ -55,6 +56,10 @@ struct TrainerOptions {
   TORCH_ARG(bool, async_write_metrics) = false;
   // The whole step as one CUDA graph (engine/cuda_graph_step.h); unset: eager.
   TORCH_ARG(std::optional<CudaGraphOptions>, cuda_graph) = std::nullopt;
+  // Whose values the step metrics are and how writers smooth them
+  // (engine/log_processor.h): detectron2's unless set; the Runner sets
+  // mmengine's (config key `log_processor`).
+  TORCH_ARG(LogProcessor, log_processor) = LogProcessor::detectron2();
 };
 
 // Where a trainer's run is, moved by move_phase (each move asserted): idle

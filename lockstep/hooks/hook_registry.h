@@ -19,6 +19,7 @@
 
 #include "lockstep/config/registry.h"
 #include "lockstep/engine/hook.h"
+#include "lockstep/engine/log_processor.h"
 #include "lockstep/strategy/collectives.h"
 
 namespace lockstep {
@@ -38,6 +39,8 @@ struct HookContext {
   bool by_epoch = false;  // train_cfg counts epochs
   int64_t max_iters = 0;
   int64_t val_interval = 0;  // iterations between evaluations; 0: none
+  // What the logger's writers log for each scalar (the run's log_processor).
+  LogProcessor log_processor = LogProcessor::detectron2();
   // Runs a validation pass and returns its metrics; null without a val set.
   std::function<std::map<std::string, double>()> evaluate;
 };

@@ -30,20 +30,20 @@ void PeriodicWriter::after_train() {
 }
 
 namespace {
-// interval (iterations), window (the console's and metrics.jsonl's smoothing),
-// tensorboard (event files too). Only rank 0 writes: the others get a writer
-// with nothing to write to.
+// interval (iterations), tensorboard (event files too); the numbers are the
+// run's log_processor's. Only rank 0 writes: the others get a writer with
+// nothing to write to.
 std::shared_ptr<Hook> build_periodic_writer(const Config& config, const HookContext& context) {
   const int64_t interval = config.get<int64_t>("interval", 20);
-  const int64_t window = config.get<int64_t>("window", 20);
   LOCKSTEP_CHECK(interval >= 1, config.where("interval"), ": interval must be at least 1, got ", interval);
-  LOCKSTEP_CHECK(window >= 1, config.where("window"), ": window must be at least 1, got ", window);
+  LOCKSTEP_CHECK(!config.has("window"), config.where("window"),
+                 ": the logger's window is now the log processor's: log_processor: {window_size: N}");
   const bool tensorboard = config.get<bool>("tensorboard", false);
   std::vector<std::shared_ptr<EventWriter>> writers;
   if (context.collectives->is_main_process()) {
-    writers.push_back(std::make_shared<ConsoleWriter>(static_cast<size_t>(window)));
-    writers.push_back(std::make_shared<JsonWriter>(context.work_dir + "/metrics.jsonl", static_cast<size_t>(window)));
-    if (tensorboard) writers.push_back(std::make_shared<TensorBoardWriter>(context.work_dir, static_cast<size_t>(window)));
+    writers.push_back(std::make_shared<ConsoleWriter>(context.log_processor));
+    writers.push_back(std::make_shared<JsonWriter>(context.work_dir + "/metrics.jsonl", context.log_processor));
+    if (tensorboard) writers.push_back(std::make_shared<TensorBoardWriter>(context.work_dir, context.log_processor));
   }
   return std::make_shared<PeriodicWriter>(std::move(writers), interval);
 }

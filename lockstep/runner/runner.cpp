@@ -21,6 +21,7 @@
 #include "lockstep/model/model.h"
 #include "lockstep/hooks/preemption_hook.h"
 #include "lockstep/runner/default_hooks.h"
+#include "lockstep/runner/log_processor_config.h"
 #include "lockstep/runner/preemption.h"
 #include "lockstep/strategy/load_pretrained.h"
 #include "lockstep/strategy/strategy.h"
@@ -91,7 +92,7 @@ const std::vector<std::string>& runner_config_keys() {
       "train_dataloader", "val_dataloader", "test_dataloader", "val_evaluator", "test_evaluator",
       "train_cfg",       "optim_wrapper",   "param_scheduler", "trainer",       "default_hooks",
       "custom_hooks",    "load_from",       "resume",        "activation_checkpointing", "preemption",
-      "cuda_graph"};
+      "cuda_graph",      "log_processor"};
   return keys;
 }
 }  // namespace
@@ -266,6 +267,7 @@ void Runner::build_for_training(bool with_train_data) {
   }
 
   TrainerOptions trainer_options = parse_trainer_options(config_.child("trainer"));
+  trainer_options.log_processor(parse_log_processor(config_.child("log_processor")));
   if (config_.has("cuda_graph")) trainer_options.cuda_graph(prepare_cuda_graph());
   trainer_ = std::make_unique<Trainer>(strategy_->model(), train_loader_, strategy_->optim_wrapper(), trainer_options,
                                        strategy_->collectives()->metrics_gatherer());
@@ -283,6 +285,7 @@ void Runner::build_for_training(bool with_train_data) {
   context.by_epoch = by_epoch_;
   context.max_iters = max_iters;
   context.val_interval = val_interval;
+  context.log_processor = trainer_options.log_processor();
   if (eval_loaders_.count("val")) context.evaluate = [this] { return evaluate("val"); };
   trainer_->register_hooks(build_default_hooks(config_.child("default_hooks"), config_.child("custom_hooks"), context));
   if (checkpointing) trainer_->register_hooks({std::make_shared<CheckpointingConsulted>(model, config_.where("activation_checkpointing"))});

@@ -17,7 +17,8 @@
 // async_write_metrics}, default_hooks, custom_hooks, load_from, resume,
 // preemption (runner/preemption.h),
 // activation_checkpointing {module_types}, cuda_graph {warmup_iters}
-// (the whole step as one CUDA graph: engine/cuda_graph_step.h).
+// (the whole step as one CUDA graph: engine/cuda_graph_step.h), log_processor
+// (what is logged: runner/log_processor_config.h).
 // Any other top-level key is an error naming its file and line (and the
 // nearest known key); a program that reads top-level keys of its own names
 // them in RunnerOptions::extra_config_keys.

@@ -21,7 +21,9 @@ std::string format_duration(double seconds) {
   return text;
 }
 
-ConsoleWriter::ConsoleWriter(size_t window) : window_(window) {}
+ConsoleWriter::ConsoleWriter(size_t window) : ConsoleWriter(LogProcessor::detectron2(window)) {}
+
+ConsoleWriter::ConsoleWriter(LogProcessor processor) : processor_(std::move(processor)) {}
 
 std::optional<double> ConsoleWriter::eta_seconds(EventStorage& storage, int64_t iteration, int64_t max_iter) {
   if (max_iter >= Trainer::kNoEnd) return std::nullopt;  // a run without an end has no ETA
@@ -50,15 +52,16 @@ std::string ConsoleWriter::format_line(EventStorage& storage, int64_t max_iter) 
   if (max_iter < Trainer::kNoEnd) line << "/" << max_iter;
   auto latest = storage.latest();
   auto histories = storage.histories();
+  const auto window = static_cast<int64_t>(processor_.window());
   // Losses first (smoothed), then the step's timing, then everything else.
   for (const auto& [name, event] : latest) {
     if (name.find("loss") == std::string::npos || name.find('/') != std::string::npos) continue;
-    if (event.iteration < iteration - static_cast<int64_t>(window_)) continue;
-    line << fmt::format("  {}: {:.4g}", name, histories.at(name).median(window_));
+    if (event.iteration < iteration - window) continue;
+    line << fmt::format("  {}: {:.4g}", name, processor_.value_of(name, histories.at(name), /*smoothing_hint=*/true));
   }
   for (const char* name : {"time", "data_time"}) {
     auto found = histories.find(name);
-    if (found != histories.end()) line << fmt::format("  {}: {:.4f}", name, found->second.avg(window_));
+    if (found != histories.end()) line << fmt::format("  {}: {:.4f}", name, found->second.avg(processor_.window()));
   }
   auto lr = latest.find("lr");
   if (lr != latest.end()) line << fmt::format("  lr: {:.5g}", lr->second.value);
@@ -66,7 +69,9 @@ std::string ConsoleWriter::format_line(EventStorage& storage, int64_t max_iter) 
     if (name.rfind("lr/", 0) == 0) line << fmt::format("  {}: {:.5g}", name, event.value);
   }
   auto grad_norm = histories.find("grad_norm");
-  if (grad_norm != histories.end()) line << fmt::format("  grad_norm: {:.4g}", grad_norm->second.median(window_));
+  if (grad_norm != histories.end()) {
+    line << fmt::format("  grad_norm: {:.4g}", processor_.value_of("grad_norm", grad_norm->second, /*smoothing_hint=*/true));
+  }
   if (torch::cuda::is_available()) {
     // Peak memory is reported by the memory-stats hook when CUDA is used.
     auto mem = latest.find("max_mem_mb");

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 
+#include "lockstep/engine/log_processor.h"
 #include "lockstep/writers/event_writer.h"
 
 namespace lockstep {
@@ -22,6 +23,10 @@ std::string format_duration(double seconds);
 
 class ConsoleWriter : public EventWriter {
  public:
+  // Losses, grad_norm, time and data_time as `processor` logs them.
+  explicit ConsoleWriter(LogProcessor processor);
+  // detectron2's CommonMetricPrinter: losses and grad_norm as their median,
+  // time and data_time as their mean, over `window`.
   explicit ConsoleWriter(size_t window = 20);
   void write(EventStorage& storage, int64_t max_iter) override;
   // The line write() would print (tests, custom writers).
@@ -29,7 +34,7 @@ class ConsoleWriter : public EventWriter {
 
  private:
   std::optional<double> eta_seconds(EventStorage& storage, int64_t iteration, int64_t max_iter);
-  size_t window_;
+  LogProcessor processor_;
   // Fallback ETA when "time" is not recorded: wall clock between writes.
   std::optional<std::pair<int64_t, std::chrono::steady_clock::time_point>> last_write_;
 };

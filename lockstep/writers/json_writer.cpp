@@ -10,7 +10,10 @@
 
 namespace lockstep {
 
-JsonWriter::JsonWriter(std::string path, size_t window) : path_(std::move(path)), window_(window) {
+JsonWriter::JsonWriter(std::string path, size_t window) : JsonWriter(std::move(path), LogProcessor::detectron2(window)) {}
+
+JsonWriter::JsonWriter(std::string path, LogProcessor processor)
+    : path_(std::move(path)), processor_(std::move(processor)) {
   file_ = std::fopen(path_.c_str(), "a");
   LOCKSTEP_CHECK(file_ != nullptr, "cannot open ", path_, " for metrics: ", std::strerror(errno));
 }
@@ -22,7 +25,7 @@ void JsonWriter::write(EventStorage& storage, int64_t /*max_iter*/) {
   // Group the new scalars by the iteration they belong to: eval metrics and
   // step metrics of different iterations get lines of their own.
   std::map<int64_t, nlohmann::json> by_iteration;
-  for (const auto& [name, event] : storage.latest_with_smoothing_hint(window_)) {
+  for (const auto& [name, event] : processor_.summarize(storage)) {
     if (event.iteration <= last_written_iter_) continue;
     // JSON has no NaN or infinity; write them as strings so the line stays valid.
     if (std::isfinite(event.value)) {

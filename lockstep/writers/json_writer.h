@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <string>
 
+#include "lockstep/engine/log_processor.h"
 #include "lockstep/writers/event_writer.h"
 
 namespace lockstep {
@@ -18,6 +19,9 @@ namespace lockstep {
 class JsonWriter : public EventWriter {
  public:
   // Appends to `path` (a resumed run continues the same file).
+  // Each scalar as `processor` logs it (engine/log_processor.h).
+  JsonWriter(std::string path, LogProcessor processor);
+  // detectron2's JSONWriter: smoothing-hinted scalars as their median over `window`.
   explicit JsonWriter(std::string path, size_t window = 20);
   ~JsonWriter() override;
   void write(EventStorage& storage, int64_t max_iter) override;
@@ -25,7 +29,7 @@ class JsonWriter : public EventWriter {
 
  private:
   std::string path_;
-  size_t window_;
+  LogProcessor processor_;
   std::FILE* file_ = nullptr;
   int64_t last_written_iter_ = -1;
 };

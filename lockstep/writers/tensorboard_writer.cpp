@@ -38,7 +38,11 @@ std::string new_event_file(const std::string& log_dir) {
 
 }  // namespace
 
-TensorBoardWriter::TensorBoardWriter(const std::string& log_dir, size_t window) : window_(window) {
+TensorBoardWriter::TensorBoardWriter(const std::string& log_dir, size_t window)
+    : TensorBoardWriter(log_dir, LogProcessor::detectron2(window)) {}
+
+TensorBoardWriter::TensorBoardWriter(const std::string& log_dir, LogProcessor processor)
+    : processor_(std::move(processor)) {
   std::error_code error;
   fs::create_directories(log_dir, error);
   LOCKSTEP_CHECK(!error, "TensorBoardWriter: cannot create the log directory ", log_dir, ": ", error.message());
@@ -97,7 +101,7 @@ void TensorBoardWriter::write(EventStorage& storage, int64_t /*max_iter*/) {
   // Scalars recorded since the previous write, one event per iteration (a
   // final evaluation lands at its own step, like in the JSON writer).
   std::map<int64_t, std::map<std::string, double>> by_iteration;
-  for (const auto& [name, event] : storage.latest_with_smoothing_hint(window_)) {
+  for (const auto& [name, event] : processor_.summarize(storage)) {
     if (event.iteration > last_written_iter_) by_iteration[event.iteration][name] = event.value;
   }
   for (const auto& [iteration, scalars] : by_iteration) {

@@ -29,14 +29,17 @@
 #include <c10/macros/Macros.h>
 #include <torch/torch.h>
 
+#include "lockstep/engine/log_processor.h"
 #include "lockstep/writers/event_writer.h"
 
 namespace lockstep {
 
 class TensorBoardWriter : public EventWriter {
  public:
-  // Creates `log_dir` if needed and a new event file in it. `window`: the
-  // smoothing window for scalars put with a smoothing hint.
+  // Creates `log_dir` if needed and a new event file in it; each scalar as
+  // `processor` logs it (engine/log_processor.h).
+  TensorBoardWriter(const std::string& log_dir, LogProcessor processor);
+  // `window`: the median window of scalars put with a smoothing hint (detectron2's).
   explicit TensorBoardWriter(const std::string& log_dir, size_t window = 20);
   ~TensorBoardWriter() override;
   C10_DISABLE_COPY_AND_ASSIGN(TensorBoardWriter);
@@ -61,7 +64,7 @@ class TensorBoardWriter : public EventWriter {
 
   std::mutex mutex_;
   std::string path_;
-  size_t window_;
+  LogProcessor processor_;
   std::FILE* file_ = nullptr;
   int64_t last_written_iter_ = -1;
 };
