@@ -661,6 +661,44 @@ def train_or_mark(case, init, out):
     os.replace(out + ".tmp", out)
 
 
+def run_batch(jobs):
+    """Every job, in as many forked shares as the machine has cores.
+
+    A case's ranks spend much of their time in rendezvous and collectives, so
+    one case at a time leaves cores idle while every differential test that
+    missed its reference waits (Note [One reference writer]). Each share is
+    a child of its own; the cases are dealt out by their size (world times
+    iterations), largest first, to the share with the least so far."""
+    shares = max(1, min(len(jobs), int(os.environ.get("LOCKSTEP_REFERENCE_JOBS", os.cpu_count() or 1))))
+    dealt, load = [[] for _ in range(shares)], [0] * shares
+    for job in sorted(jobs, key=lambda j: -j["case"]["world"] * j["case"]["iters"]):
+        least = load.index(min(load))
+        dealt[least].append(job)
+        load[least] += job["case"]["world"] * job["case"]["iters"]
+    children = []
+    for share in dealt:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            status = 0
+            try:
+                for job in share:
+                    init_weights(job["case"], job["init"])
+                    train_or_mark(job["case"], job["init"], job["out"])
+            except BaseException:  # noqa: B902 - the child reports whatever ended it, then exits
+                import traceback
+                traceback.print_exc()
+                status = 1
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
+        children.append(pid)
+    failed = [pid for pid in children if os.waitpid(pid, 0)[1] != 0]
+    if failed:
+        fail("%d of %d reference shares failed (their errors are above)" % (len(failed), len(children)))
+
+
 def main():
     args = sys.argv[1:]
     if args and args[0] in ("init", "train", "batch"):
@@ -676,9 +714,7 @@ def main():
             train(json.load(f), args[2], args[3])
     elif len(args) == 2 and args[0] == "batch":
         with open(args[1]) as f:
-            for job in json.load(f):
-                init_weights(job["case"], job["init"])
-                train_or_mark(job["case"], job["init"], job["out"])
+            run_batch(json.load(f))
     elif len(args) == 3 and args[0] == "compare":
         compare(args[1], args[2])
     else:
