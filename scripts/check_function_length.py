@@ -37,7 +37,7 @@ import re
 import sys
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-from cpp_scan import blank, matching_open, search_end, sources
+from cpp_scan import blank, finish, matching_open, search_end, sources
 
 LIMIT = 80
 HEAD_WINDOW = 4000  # characters before a brace that the classification reads
@@ -173,12 +173,8 @@ def main():
     long = [item for item in every if item[0] > args.limit]
     for lines, relative, first, name in long:
         problems.append(f"{relative}:{first}: {name} is {lines} lines (more than {args.limit}): split it along its phases")
-    for problem in problems:
-        print(problem)
-    if problems:
-        return 1
-    print(f"check_function_length: ok, {len(every)} functions in lockstep/, none longer than {args.limit} lines")
-    return 0
+    return finish(problems, f"check_function_length: ok, {len(every)} functions in lockstep/, "
+                            f"none longer than {args.limit} lines")
 
 
 if __name__ == "__main__":

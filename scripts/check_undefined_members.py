@@ -34,7 +34,7 @@ import re
 import sys
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-from cpp_scan import blank, matching_open, sources
+from cpp_scan import blank, finish, matching_open, sources
 
 CLASS_HEAD = re.compile(r"^(?:template\s*<.*>\s*)?(?:class|struct|union)\b\s*(?:\[\[[^\]]*\]\]\s*)?(?:alignas\s*\([^)]*\)\s*)?"
                         r"((?:\w+\s*::\s*)*\w+)", re.S)
@@ -176,12 +176,8 @@ def main():
                     line = code.count("\n", 0, at + len(code[at:]) - len(code[at:].lstrip())) + 1
                     problems.append(f"{relative}:{line}: {class_name}::{name} is declared but defined nowhere in "
                                     f"lockstep/: define it, or delete the declaration")
-    for problem in problems:
-        print(problem)
-    if problems:
-        return 1
-    print(f"check_undefined_members: ok, {checked} member functions declared in lockstep/, each defined")
-    return 0
+    return finish(problems, f"check_undefined_members: ok, {checked} member functions declared in lockstep/, "
+                            "each defined")
 
 
 if __name__ == "__main__":

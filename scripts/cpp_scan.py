@@ -92,3 +92,9 @@ def sources(root, endings=(".cpp", ".h")):
     for folder, _, files in os.walk(os.path.join(root, "lockstep")):
         found += [os.path.join(folder, name) for name in files if name.endswith(endings)]
     return sorted(found)
+
+
+def finish(problems, ok_line):
+    """A lint's exit status: each problem printed and 1, or `ok_line` printed and 0."""
+    print("\n".join(problems) if problems else ok_line)
+    return 1 if problems else 0
