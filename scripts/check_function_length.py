@@ -172,7 +172,8 @@ def main():
         print(f"{relative}:{first}: {name} {lines} lines")
     long = [item for item in every if item[0] > args.limit]
     for lines, relative, first, name in long:
-        problems.append(f"{relative}:{first}: {name} is {lines} lines (more than {args.limit}): split it along its phases")
+        problems.append(f"{relative}:{first}: {name} is {lines} lines (more than {args.limit}): "
+                        "split it along its phases")
     return finish(problems, f"check_function_length: ok, {len(every)} functions in lockstep/, "
                             f"none longer than {args.limit} lines")
 

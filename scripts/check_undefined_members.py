@@ -36,7 +36,8 @@ import sys
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 from cpp_scan import blank, finish, matching_open, sources
 
-CLASS_HEAD = re.compile(r"^(?:template\s*<.*>\s*)?(?:class|struct|union)\b\s*(?:\[\[[^\]]*\]\]\s*)?(?:alignas\s*\([^)]*\)\s*)?"
+CLASS_HEAD = re.compile(r"^(?:template\s*<.*>\s*)?(?:class|struct|union)\b\s*(?:\[\[[^\]]*\]\]\s*)?"
+                        r"(?:alignas\s*\([^)]*\)\s*)?"
                         r"((?:\w+\s*::\s*)*\w+)", re.S)
 ACCESS = re.compile(r"^\s*(?:public|private|protected)\s*:(?!:)")
 # After a declaration's parameter list: the qualifiers a member function may have.
@@ -92,7 +93,8 @@ def declarations(code, start, end):
         if c == "{":
             close = matching_close(code, k)
             text = "".join(statement)
-            if re.search(r"\)\s*(?:const|noexcept|override|final|&|\s)*(?:->[^;]*)?$", text) or re.search(r"\b(class|struct|union|enum|namespace)\b", text):
+            body = re.search(r"\)\s*(?:const|noexcept|override|final|&|\s)*(?:->[^;]*)?$", text)
+            if body or re.search(r"\b(class|struct|union|enum|namespace)\b", text):
                 # A body (the member is defined here) or a nested type: the statement ends with it.
                 statement, statement_at = [], close + 1
             else:
@@ -123,7 +125,8 @@ def declared_function(text):
         if stripped == text:
             break
         text = stripped
-    if not text or re.match(r"(friend|using|typedef|static_assert)\b", text) or re.search(r"\b(class|struct|enum)\b\s*\w*\s*$", text):
+    if (not text or re.match(r"(friend|using|typedef|static_assert)\b", text)
+            or re.search(r"\b(class|struct|enum)\b\s*\w*\s*$", text)):
         return None
     close = text.rfind(")")
     if close < 0:
