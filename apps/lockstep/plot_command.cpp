@@ -17,7 +17,7 @@
 
 #include "lockstep/core/atomic_file.h"
 #include "lockstep/core/error.h"
-#include "lockstep/writers/curve_plot.h"
+#include "apps/lockstep/curve_plot.h"
 
 extern char** environ;
 

@@ -239,31 +239,46 @@ class Machine {
     stack_.push_back(cached->second);
   }
 
-  void step(uint8_t op, size_t at) {
+  // The stream's framing: PROTO and FRAME.
+  bool protocol_op(uint8_t op, size_t at) {
     switch (op) {
       case 0x80: {  // PROTO
         const uint8_t version = byte();
         check(version <= 5, at, "pickle protocol ", int(version));
-        return;
+        return true;
       }
-      case 0x95: little(8); return;  // FRAME: a size hint
-      case '(': marks_.push_back(stack_.size()); return;
-      case '}': stack_.push_back(make(PickleValue::Kind::kDict)); return;
-      case ']': stack_.push_back(make(PickleValue::Kind::kList)); return;
-      case ')': stack_.push_back(tuple({})); return;
-      case 't': stack_.push_back(tuple(pop_mark(at))); return;
+      case 0x95: little(8); return true;  // FRAME: a size hint
+      default:
+        return false;
+    }
+  }
+  // Marks and the empty or closed containers: MARK, EMPTY_DICT, EMPTY_LIST, tuples.
+  bool container_op(uint8_t op, size_t at) {
+    switch (op) {
+      case '(': marks_.push_back(stack_.size()); return true;
+      case '}': stack_.push_back(make(PickleValue::Kind::kDict)); return true;
+      case ']': stack_.push_back(make(PickleValue::Kind::kList)); return true;
+      case ')': stack_.push_back(tuple({})); return true;
+      case 't': stack_.push_back(tuple(pop_mark(at))); return true;
       case 0x85: case 0x86: case 0x87: {  // TUPLE1, TUPLE2, TUPLE3
         std::vector<Value> items(static_cast<size_t>(op - 0x84));
         for (size_t i = items.size(); i > 0; --i) items[i - 1] = pop(at);
         stack_.push_back(tuple(std::move(items)));
-        return;
+        return true;
       }
-      case 'N': stack_.push_back(make(PickleValue::Kind::kNone)); return;
+      default:
+        return false;
+    }
+  }
+  // The scalars: None, booleans, integers, floats, strings and bytes.
+  bool scalar_op(uint8_t op, size_t at) {
+    switch (op) {
+      case 'N': stack_.push_back(make(PickleValue::Kind::kNone)); return true;
       case 0x88: case 0x89: {  // NEWTRUE, NEWFALSE
         Value value = make(PickleValue::Kind::kBool);
         value->boolean = op == 0x88;
         stack_.push_back(value);
-        return;
+        return true;
       }
       case 'K': case 'M': case 'J': {  // BININT1, BININT2, BININT
         Value value = make(PickleValue::Kind::kInt);
@@ -271,7 +286,7 @@ class Machine {
         const uint64_t raw = little(width);
         value->integer = width == 4 ? static_cast<int32_t>(raw) : static_cast<int64_t>(raw);
         stack_.push_back(value);
-        return;
+        return true;
       }
       case 0x8a: {  // LONG1: a little-endian two's complement of n bytes
         const uint8_t n = byte();
@@ -281,7 +296,7 @@ class Machine {
         Value value = make(PickleValue::Kind::kInt);
         value->integer = static_cast<int64_t>(raw);
         stack_.push_back(value);
-        return;
+        return true;
       }
       case 'G': {  // BINFLOAT, big-endian
         uint64_t raw = 0;
@@ -289,7 +304,7 @@ class Machine {
         Value value = make(PickleValue::Kind::kFloat);
         std::memcpy(&value->real, &raw, sizeof(raw));
         stack_.push_back(value);
-        return;
+        return true;
       }
       case 'X': case 0x8c: case 0x8d: case 'C': case 'B': case 0x8e: {
         // BINUNICODE, SHORT_BINUNICODE, BINUNICODE8, SHORT_BINBYTES, BINBYTES, BINBYTES8
@@ -298,17 +313,31 @@ class Machine {
         Value value = make(text ? PickleValue::Kind::kString : PickleValue::Kind::kBytes);
         value->text = bytes(little(width));
         stack_.push_back(value);
-        return;
+        return true;
       }
-      case 'q': memo_put(byte(), at); return;        // BINPUT
-      case 'r': memo_put(little(4), at); return;     // LONG_BINPUT
-      case 0x94: memo_put(memo_.size(), at); return;  // MEMOIZE
-      case 'h': memo_get(byte(), at); return;        // BINGET
-      case 'j': memo_get(little(4), at); return;     // LONG_BINGET
-      case 'c': {                                    // GLOBAL "module\nname\n"
+      default:
+        return false;
+    }
+  }
+  // The memo: PUT, GET and MEMOIZE.
+  bool memo_op(uint8_t op, size_t at) {
+    switch (op) {
+      case 'q': memo_put(byte(), at); return true;        // BINPUT
+      case 'r': memo_put(little(4), at); return true;     // LONG_BINPUT
+      case 0x94: memo_put(memo_.size(), at); return true;  // MEMOIZE
+      case 'h': memo_get(byte(), at); return true;        // BINGET
+      case 'j': memo_get(little(4), at); return true;     // LONG_BINGET
+      default:
+        return false;
+    }
+  }
+  // Classes and what is built from them: GLOBAL, STACK_GLOBAL, NEWOBJ, REDUCE, PERSID.
+  bool object_op(uint8_t op, size_t at) {
+    switch (op) {
+      case 'c': {  // GLOBAL "module\nname\n"
         std::string module = line();
         global(module, line());
-        return;
+        return true;
       }
       case 0x93: {  // STACK_GLOBAL
         Value name = pop(at);
@@ -316,7 +345,7 @@ class Machine {
         check(module->kind == PickleValue::Kind::kString && name->kind == PickleValue::Kind::kString, at,
               "STACK_GLOBAL of ", module->describe(), " and ", name->describe());
         global(module->text, name->text);
-        return;
+        return true;
       }
       case 0x81: {  // NEWOBJ: cls.__new__(cls, *args), opaque
         Value args = pop(at);
@@ -324,20 +353,27 @@ class Machine {
         check(cls->kind == PickleValue::Kind::kGlobal && args->kind == PickleValue::Kind::kTuple, at, "NEWOBJ of ",
               cls->describe());
         stack_.push_back(object_of(cls->text));
-        return;
+        return true;
       }
-      case 'R': reduce(at); return;
-      case 'Q': persistent_load(at); return;
+      case 'R': reduce(at); return true;
+      case 'Q': persistent_load(at); return true;
+      default:
+        return false;
+    }
+  }
+  // What fills or drops what is on the stack: SETITEM(S), APPEND(S), BUILD, POP.
+  bool filling_op(uint8_t op, size_t at) {
+    switch (op) {
       case 's': {  // SETITEM
         Value value = pop(at);
         Value key = pop(at);
         set_items(top(at), {key, value}, at);
-        return;
+        return true;
       }
       case 'u': {  // SETITEMS
         std::vector<Value> values = pop_mark(at);
         set_items(top(at), values, at);
-        return;
+        return true;
       }
       case 'a': {  // APPEND
         Value value = pop(at);
@@ -345,7 +381,7 @@ class Machine {
         check(list->kind == PickleValue::Kind::kList || list->kind == PickleValue::Kind::kObject, at, "APPEND to ",
               list->describe());
         list->items.push_back(value);
-        return;
+        return true;
       }
       case 'e': {  // APPENDS
         std::vector<Value> values = pop_mark(at);
@@ -353,7 +389,7 @@ class Machine {
         check(list->kind == PickleValue::Kind::kList || list->kind == PickleValue::Kind::kObject, at, "APPENDS to ",
               list->describe());
         list->items.insert(list->items.end(), values.begin(), values.end());
-        return;
+        return true;
       }
       case 'b': {  // BUILD: an OrderedDict's attributes (state_dict()._metadata), an object's state
         Value state = pop(at);
@@ -361,13 +397,20 @@ class Machine {
         check(kind == PickleValue::Kind::kDict || kind == PickleValue::Kind::kObject, at, "BUILD on ",
               top(at)->describe());
         (void)state;
-        return;
+        return true;
       }
-      case '0': pop(at); return;  // POP
+      case '0': pop(at); return true;  // POP
       default:
-        check(false, at, "pickle opcode 0x", std::hex, int(op), std::dec,
-              " (not one a state dict's pickle uses)");
+        return false;
     }
+  }
+
+  void step(uint8_t op, size_t at) {
+    if (protocol_op(op, at) || container_op(op, at) || scalar_op(op, at) || memo_op(op, at) || object_op(op, at) ||
+        filling_op(op, at)) {
+      return;
+    }
+    check(false, at, "pickle opcode 0x", std::hex, int(op), std::dec, " (not one a state dict's pickle uses)");
   }
 
   const std::string& data_;

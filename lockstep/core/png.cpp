@@ -1,6 +1,10 @@
 #include "lockstep/core/png.h"
 
-#include <zlib.h>
+#include <csetjmp>
+#include <cstdio>
+#include <new>
+
+#include <png.h>
 
 #include "lockstep/core/atomic_file.h"
 #include "lockstep/core/error.h"
@@ -8,23 +12,31 @@
 namespace lockstep {
 namespace {
 
-void put_u32(std::string& out, uint32_t value) {
-  out.push_back(static_cast<char>(value >> 24));
-  out.push_back(static_cast<char>(value >> 16));
-  out.push_back(static_cast<char>(value >> 8));
-  out.push_back(static_cast<char>(value));
+// Where libpng writes the file's bytes, and the message of an error it
+// raises (its errors longjmp out; see write_rows).
+struct PngSink {
+  std::string bytes;
+  char message[256] = {0};
+};
+
+void on_png_error(png_structp png, png_const_charp message) {
+  auto* sink = static_cast<PngSink*>(png_get_error_ptr(png));
+  std::snprintf(sink->message, sizeof sink->message, "%s", message);
+  png_longjmp(png, 1);
 }
 
-// A chunk: length, type, data, and the CRC-32 of type and data.
-void put_chunk(std::string& out, const char type[4], const std::string& data) {
-  put_u32(out, static_cast<uint32_t>(data.size()));
-  const size_t type_at = out.size();
-  out.append(type, 4);
-  out += data;
-  uLong crc = ::crc32(0L, Z_NULL, 0);
-  crc = ::crc32(crc, reinterpret_cast<const Bytef*>(out.data() + type_at), static_cast<uInt>(4 + data.size()));
-  put_u32(out, static_cast<uint32_t>(crc));
+void on_png_warning(png_structp, png_const_charp) {}
+
+void append_bytes(png_structp png, png_bytep data, png_size_t length) {
+  auto* sink = static_cast<PngSink*>(png_get_io_ptr(png));
+  try {
+    sink->bytes.append(reinterpret_cast<const char*>(data), length);
+  } catch (const std::bad_alloc&) {
+    png_error(png, "out of memory");  // no exception may cross libpng's C frames
+  }
 }
+
+void flush_nothing(png_structp) {}
 
 // [H, W, C] uint8, contiguous, on the CPU.
 torch::Tensor to_hwc_bytes(const torch::Tensor& image) {
@@ -45,46 +57,44 @@ torch::Tensor to_hwc_bytes(const torch::Tensor& image) {
   return chw.permute({1, 2, 0}).contiguous();
 }
 
+// The encoding itself: 8 bits per sample, no interlacing, libpng's adaptive
+// row filters; false (with sink.message) on a libpng error. Everything with a
+// destructor is owned by the caller, so that libpng's longjmp skips none.
+bool write_rows(png_structp png, png_infop info, PngSink& sink, const uint8_t* pixels, uint32_t height,
+                uint32_t width, size_t channels, int compression_level) {
+  if (setjmp(png_jmpbuf(png))) return false;
+  png_set_write_fn(png, &sink, append_bytes, flush_nothing);
+  png_set_compression_level(png, compression_level);
+  const int color_type = channels == 1 ? PNG_COLOR_TYPE_GRAY
+                         : channels == 3 ? PNG_COLOR_TYPE_RGB
+                                         : PNG_COLOR_TYPE_RGB_ALPHA;
+  png_set_IHDR(png, info, width, height, 8, color_type, PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
+               PNG_FILTER_TYPE_DEFAULT);
+  png_write_info(png, info);
+  const size_t row_bytes = width * channels;
+  for (uint32_t y = 0; y < height; ++y) png_write_row(png, pixels + y * row_bytes);
+  png_write_end(png, nullptr);
+  return true;
+}
+
 }  // namespace
 
 std::string encode_png(const torch::Tensor& image, int compression_level) {
   LOCKSTEP_CHECK(compression_level >= -1 && compression_level <= 9, "encode_png: compression level must be -1..9, got ",
                  compression_level);
   const torch::Tensor pixels = to_hwc_bytes(image);
-  const auto height = static_cast<uint32_t>(pixels.size(0));
-  const auto width = static_cast<uint32_t>(pixels.size(1));
-  const auto channels = static_cast<size_t>(pixels.size(2));
-  const size_t row_bytes = width * channels;
-
-  // Every scanline starts with its filter type; 0 (none) keeps the writer trivial.
-  std::string raw;
-  raw.reserve(height * (row_bytes + 1));
-  const auto* data = pixels.data_ptr<uint8_t>();
-  for (uint32_t y = 0; y < height; ++y) {
-    raw.push_back('\0');
-    raw.append(reinterpret_cast<const char*>(data + y * row_bytes), row_bytes);
-  }
-  uLongf compressed_size = ::compressBound(static_cast<uLong>(raw.size()));
-  std::string compressed(compressed_size, '\0');
-  const int status = ::compress2(reinterpret_cast<Bytef*>(compressed.data()), &compressed_size,
-                                 reinterpret_cast<const Bytef*>(raw.data()), static_cast<uLong>(raw.size()),
-                                 compression_level);
-  LOCKSTEP_CHECK(status == Z_OK, "encode_png: zlib compression failed (code ", status, ")");
-  compressed.resize(compressed_size);
-
-  std::string header;
-  put_u32(header, width);
-  put_u32(header, height);
-  header.push_back(8);  // bits per sample
-  const char color_type = channels == 1 ? 0 : (channels == 3 ? 2 : 6);
-  header.push_back(color_type);
-  header.append(3, '\0');  // deflate compression, adaptive filtering, no interlace
-
-  std::string png("\x89PNG\r\n\x1a\n", 8);
-  put_chunk(png, "IHDR", header);
-  put_chunk(png, "IDAT", compressed);
-  put_chunk(png, "IEND", "");
-  return png;
+  PngSink sink;
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &sink, on_png_error, on_png_warning);
+  LOCKSTEP_CHECK(png != nullptr, "encode_png: libpng could not start (out of memory)");
+  png_infop info = png_create_info_struct(png);
+  const bool have_info = info != nullptr;
+  const bool written = have_info && write_rows(png, info, sink, pixels.data_ptr<uint8_t>(),
+                                               static_cast<uint32_t>(pixels.size(0)),
+                                               static_cast<uint32_t>(pixels.size(1)),
+                                               static_cast<size_t>(pixels.size(2)), compression_level);
+  png_destroy_write_struct(&png, have_info ? &info : nullptr);
+  LOCKSTEP_CHECK(written, "encode_png: libpng failed: ", have_info ? sink.message : "out of memory");
+  return std::move(sink.bytes);
 }
 
 void write_png(const std::string& path, const torch::Tensor& image, int compression_level) {

@@ -1,8 +1,8 @@
 // PNG encoding of image tensors: TensorBoard image summaries, sample grids
 // of generative models, debugging dumps.
 //
-// A minimal writer (8-bit grayscale, RGB or RGBA, no interlacing) on zlib's
-// deflate; any PNG reader opens the result.
+// Written by libpng (8-bit grayscale, RGB or RGBA, no interlacing, libpng's
+// adaptive row filters); any PNG reader opens the result.
 //
 //   torch::Tensor image = generator->forward(noise);            // [N, 3, 32, 32] in [-1, 1]
 //   torch::Tensor grid = lockstep::image_grid((image + 1) / 2, /*columns=*/8);

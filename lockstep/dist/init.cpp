@@ -111,6 +111,85 @@ std::shared_ptr<ProcessGroup> make_local_group(const std::shared_ptr<ProcessGrou
   return world->new_group(members, "local/" + key);
 }
 
+// The options a world group starts from, checked before anything is reached.
+void check_init_options(const InitOptions& options) {
+  LOCKSTEP_CHECK(options.world_size() >= 1, "init_process_group: world_size must be at least 1, got ",
+                 options.world_size());
+  LOCKSTEP_CHECK(options.rank() >= 0 && options.rank() < options.world_size(), "init_process_group: rank ",
+                 options.rank(), " is not in [0, ", options.world_size(), ")");
+  LOCKSTEP_CHECK(options.backend() == "gloo" || options.backend() == "nccl", "init_process_group: unknown backend '",
+                 options.backend(), "' (expected gloo or nccl)");
+  LOCKSTEP_CHECK(options.timeout().count() > 0, "init_process_group: the timeout must be positive");
+  LOCKSTEP_CHECK(options.master_port() >= 0 && options.master_port() <= 65535, "init_process_group: master_port ",
+                 options.master_port(), " is not a TCP port");
+  if (options.backend() == "nccl") {
+    LOCKSTEP_CHECK(compat::has_nccl(), "init_process_group: backend 'nccl' needs a libtorch built with CUDA and "
+                   "NCCL; this one (", compat::torch_version(), ") is not; use backend 'gloo'");
+  }
+}
+
+// Room for what this rank opens next (Note [Raising the open-file limit]
+// in core/open_files.cpp): its store connection, or the whole job's where
+// rank 0 hosts the store; one socket per peer in Gloo's mesh; NCCL's
+// bootstrap, which connects every rank to rank 0. Counted before the store
+// is reached, so that a rank without room fails at once rather than after
+// waiting for the others; make_gloo_mesh counts each mesh again when it is
+// built (subgroups' too).
+void make_room_for_the_job(const InitOptions& options) {
+  const int rank = options.rank(), size = options.world_size();
+  const bool hosts_store = !options.store() && rank == 0;
+  const long sockets = compat::tcp_store_connections_per_client() * (hosts_store ? size + 1 : 1) + (size - 1) +
+                       (options.backend() == "nccl" ? size : 0);
+  const OpenFilesRoom room =
+      make_room_for_open_files(sockets, str_cat("rank ", rank),
+                               hosts_store ? str_cat("hosting the store of a job of ", size, " ranks and joining it")
+                                           : str_cat("joining a job of ", size, " ranks"));
+  if (room.raised()) logger().info("rank {} of {}: {}", rank, size, room.describe());
+}
+
+// The world group's parts before it connects: its ranks, timeout and stores
+// under `root`, and the address its Gloo transport binds.
+ProcessGroup::Parts world_group_parts(const InitOptions& options, const DistEnv& env,
+                                      const c10::intrusive_ptr<compat::C10dStore>& root) {
+  const int rank = options.rank(), size = options.world_size();
+  ProcessGroup::Parts parts;
+  parts.name = "world";
+  parts.rank = rank;
+  for (int r = 0; r < size; ++r) parts.global_ranks.push_back(r);
+  parts.timeout = options.timeout();
+  parts.root_store = root;
+  parts.store = compat::make_prefix_store("group/world/", root);
+  parts.gloo_device = gloo_device_for(gloo_socket_interfaces(), options.master_addr(), options.master_port(), size);
+  logger().info("rank {} of {}: Gloo transport bound to {}", rank, size, describe(parts.gloo_device));
+  if (compat::gloo_capabilities().listens_per_pair && env.local_rank == 0) {
+    // Note [Ports for a mesh on one host] in dist/network.cpp.
+    const std::optional<PortRange> range = ephemeral_port_range();
+    const std::string warning = range ? mesh_port_warning(env.local_world_size, size, *range) : "";
+    if (!warning.empty()) logger().warn("rank {} of {}: {}", rank, size, warning);
+  }
+  return parts;
+}
+
+// The world's connections, once every rank has met: Gloo's mesh, and NCCL's
+// communicator (one rank per GPU) where the backend is nccl.
+void connect_world(ProcessGroup::Parts& parts, const InitOptions& options) {
+  const int rank = options.rank(), size = options.world_size();
+  try {
+    parts.gloo = make_gloo_mesh(compat::make_prefix_store("gloo/", parts.store), rank, size, options.timeout(),
+                                parts.gloo_device);
+    if (options.backend() == "nccl") {
+      const int device = compat::current_cuda_device();
+      LOCKSTEP_CHECK(device >= 0, "rank ", rank, ": backend nccl needs a GPU, and this process sees none");
+      const auto gpu = compat::cuda_device_identity(device);
+      check_one_rank_per_gpu(compat::make_prefix_store("nccl_gpus/", parts.store), rank, size, gpu.uuid,
+                             str_cat("cuda:", device, " (", gpu.name, ")"), options.timeout());
+      parts.nccl = compat::make_nccl(compat::make_prefix_store("nccl/", parts.store), rank, size, options.timeout());
+    }
+  } catch (const std::exception&) {
+    rethrow_with_context(str_cat("rank ", rank, ": creating the world process group"));
+  }
+}
+
 }  // namespace
 
 namespace {
@@ -156,79 +235,24 @@ static std::shared_ptr<ProcessGroup> init_with_env(const InitOptions& options, D
   auto& s = state();
   LOCKSTEP_CHECK(!s.world, "init_process_group: already initialised (rank ", s.world->rank(),
                  " of ", s.world->size(), "); call destroy_process_group() first");
-  LOCKSTEP_CHECK(options.world_size() >= 1, "init_process_group: world_size must be at least 1, got ",
-                 options.world_size());
-  LOCKSTEP_CHECK(options.rank() >= 0 && options.rank() < options.world_size(), "init_process_group: rank ",
-                 options.rank(), " is not in [0, ", options.world_size(), ")");
-  LOCKSTEP_CHECK(options.backend() == "gloo" || options.backend() == "nccl", "init_process_group: unknown backend '",
-                 options.backend(), "' (expected gloo or nccl)");
-  LOCKSTEP_CHECK(options.timeout().count() > 0, "init_process_group: the timeout must be positive");
-  LOCKSTEP_CHECK(options.master_port() >= 0 && options.master_port() <= 65535, "init_process_group: master_port ",
-                 options.master_port(), " is not a TCP port");
-  if (options.backend() == "nccl") {
-    LOCKSTEP_CHECK(compat::has_nccl(), "init_process_group: backend 'nccl' needs a libtorch built with CUDA and "
-                   "NCCL; this one (", compat::torch_version(), ") is not; use backend 'gloo'");
-  }
+  check_init_options(options);
   const int rank = options.rank(), size = options.world_size();
   const auto started = std::chrono::steady_clock::now();
   // No other thread uses the store before the world exists: the node groups
   // built below may wait on it in one call (BlockingStoreWaits).
   BlockingStoreWaits blocking_waits;
-  if (size > 1) {
-    // Room for what this rank opens next (Note [Raising the open-file limit]
-    // in core/open_files.cpp): its store connection, or the whole job's where
-    // rank 0 hosts the store; one socket per peer in Gloo's mesh; NCCL's
-    // bootstrap, which connects every rank to rank 0. Counted here, before
-    // the store is reached, so that a rank without room fails at once rather
-    // than after waiting for the others; make_gloo_mesh counts each mesh
-    // again when it is built (subgroups' too).
-    const bool hosts_store = !options.store() && rank == 0;
-    const long sockets = compat::tcp_store_connections_per_client() * (hosts_store ? size + 1 : 1) + (size - 1) +
-                         (options.backend() == "nccl" ? size : 0);
-    const OpenFilesRoom room =
-        make_room_for_open_files(sockets, str_cat("rank ", rank),
-                                 hosts_store ? str_cat("hosting the store of a job of ", size, " ranks and joining it")
-                                             : str_cat("joining a job of ", size, " ranks"));
-    if (room.raised()) logger().info("rank {} of {}: {}", rank, size, room.describe());
-  }
+  if (size > 1) make_room_for_the_job(options);
   // Every operation this process makes on the job's store is counted: the
   // figure that shows Gloo's address exchange costs each rank a constant.
   CountedStore store = make_counting_store(connect_store(options));
   // Each initialisation gets fresh keys, even when an earlier one failed halfway.
   auto root = compat::make_prefix_store(str_cat("lockstep/", s.generation++, "/"), store.store);
 
-  ProcessGroup::Parts parts;
-  parts.name = "world";
-  parts.rank = rank;
-  for (int r = 0; r < size; ++r) parts.global_ranks.push_back(r);
-  parts.timeout = options.timeout();
-  parts.root_store = root;
-  parts.store = compat::make_prefix_store("group/world/", root);
-  parts.gloo_device = gloo_device_for(gloo_socket_interfaces(), options.master_addr(), options.master_port(), size);
-  logger().info("rank {} of {}: Gloo transport bound to {}", rank, size, describe(parts.gloo_device));
-  if (compat::gloo_capabilities().listens_per_pair && env.local_rank == 0) {
-    // Note [Ports for a mesh on one host] in dist/network.cpp.
-    const std::optional<PortRange> range = ephemeral_port_range();
-    const std::string warning = range ? mesh_port_warning(env.local_world_size, size, *range) : "";
-    if (!warning.empty()) logger().warn("rank {} of {}: {}", rank, size, warning);
-  }
+  ProcessGroup::Parts parts = world_group_parts(options, env, root);
   rendezvous(parts.store, "world", rank, size, options.timeout(),
              str_cat("check that the world size (", size, ") matches the number of workers started"));
   const auto met = std::chrono::steady_clock::now();
-  try {
-    parts.gloo = make_gloo_mesh(compat::make_prefix_store("gloo/", parts.store), rank, size, options.timeout(),
-                                parts.gloo_device);
-    if (options.backend() == "nccl") {
-      const int device = compat::current_cuda_device();
-      LOCKSTEP_CHECK(device >= 0, "rank ", rank, ": backend nccl needs a GPU, and this process sees none");
-      const auto gpu = compat::cuda_device_identity(device);
-      check_one_rank_per_gpu(compat::make_prefix_store("nccl_gpus/", parts.store), rank, size, gpu.uuid,
-                             str_cat("cuda:", device, " (", gpu.name, ")"), options.timeout());
-      parts.nccl = compat::make_nccl(compat::make_prefix_store("nccl/", parts.store), rank, size, options.timeout());
-    }
-  } catch (const std::exception&) {
-    rethrow_with_context(str_cat("rank ", rank, ": creating the world process group"));
-  }
+  connect_world(parts, options);
   const auto connected = std::chrono::steady_clock::now();
   s.world = std::make_shared<ProcessGroup>(std::move(parts));
   try {

@@ -411,31 +411,85 @@ int launch_on_etcd(LaunchOptions options, const std::string& token) {
   return supervisor.run();
 }
 
-}  // namespace
+// --job-token, else LOCKSTEP_JOB_TOKEN; empty when neither is given.
+std::string given_job_token(const LaunchOptions& options) {
+  if (!options.job_token().empty()) return options.job_token();
+  const char* from_env = std::getenv("LOCKSTEP_JOB_TOKEN");
+  return from_env != nullptr ? from_env : "";
+}
 
-int launch(const LaunchOptions& options) {
-  validate_launch_options(options);
-  std::string token = options.job_token();
-  if (token.empty()) {
-    const char* from_env = std::getenv("LOCKSTEP_JOB_TOKEN");
-    token = from_env != nullptr ? from_env : "";
-  }
-  if (options.rdzv_backend() == "etcd") return launch_on_etcd(options, token);
+// A job without a token: one launcher makes a random one; launchers on one
+// machine go on without (and say so); a job across machines is refused.
+std::string settle_job_token(const LaunchOptions& options, std::string token) {
+  if (!token.empty()) return token;
   const bool one_launcher = options.standalone() || (options.nnodes() == 1 && !options.elastic());
   // Several launchers meeting on 127.0.0.1 are one machine (a test topology):
   // nodes elsewhere could not reach that address.
   const bool one_machine = one_launcher || is_loopback_host(options.master_addr());
-  if (token.empty()) {
-    LOCKSTEP_CHECK(one_machine, "lockstep run: a job on ", options.nnodes(), " nodes needs a job token shared by "
-                   "every node, so that no other process can join it: set LOCKSTEP_JOB_TOKEN (or pass --job-token) "
-                   "to the same secret on every node (e.g. the output of `openssl rand -hex 16`)");
-    if (one_launcher) {
-      token = random_job_token();
-    } else if (options.node_rank() == 0 || options.elastic()) {
-      say("no job token: any process on this machine can join the job; set LOCKSTEP_JOB_TOKEN on every launcher "
-          "to prevent that");
-    }
+  LOCKSTEP_CHECK(one_machine, "lockstep run: a job on ", options.nnodes(), " nodes needs a job token shared by "
+                 "every node, so that no other process can join it: set LOCKSTEP_JOB_TOKEN (or pass --job-token) "
+                 "to the same secret on every node (e.g. the output of `openssl rand -hex 16`)");
+  if (one_launcher) return random_job_token();
+  if (options.node_rank() == 0 || options.elastic()) {
+    say("no job token: any process on this machine can join the job; set LOCKSTEP_JOB_TOKEN on every launcher "
+        "to prevent that");
   }
+  return token;
+}
+
+// Hosts the job's store at host:port (port 0: the OS picks it, and `port`
+// becomes the bound one). Null where an elastic job's store is hosted by
+// another launcher on this machine, which bound the port first.
+c10::intrusive_ptr<compat::C10dStore> host_job_store(const LaunchOptions& options, const std::string& host,
+                                                     int& port) {
+  compat::TcpStoreSpec spec;
+  spec.host = host;
+  spec.port = port;
+  spec.is_server = true;
+  spec.num_workers = options.nproc_per_node() * (options.standalone() ? 1 : options.nnodes());
+  try {
+    auto [server, bound] = compat::make_tcp_store(spec);
+    port = bound;
+    return server;
+  } catch (const std::exception& error) {
+    // Another launcher of the elastic job on this machine hosts it.
+    if (!options.elastic()) {
+      LOCKSTEP_FAIL("lockstep run: cannot host the rendezvous store on port ", port, ": ",
+                    short_torch_message(error), " (is another job using it? choose another --master-port)");
+    }
+    return {};
+  }
+}
+
+// Checks that this node belongs to the job before starting any worker, and
+// takes the job's run id when none was given.
+void join_job_store(const LaunchOptions& options, const std::string& host, int port, const std::string& token,
+                    std::string& run_id) {
+  compat::TcpStoreSpec spec;
+  spec.host = host;
+  spec.port = port;
+  spec.timeout = default_timeout();
+  c10::intrusive_ptr<compat::C10dStore> client;
+  try {
+    client = compat::make_tcp_store(spec).first;
+  } catch (const std::exception& error) {
+    LOCKSTEP_FAIL("lockstep run: cannot reach node 0's rendezvous store at ", host, ":", port, ": ",
+                  short_torch_message(error));
+  }
+  try {
+    join_job(client, JobIdentity{run_id, token}, spec.timeout, str_cat(host, ":", port), &run_id);
+  } catch (const Error& error) {
+    LOCKSTEP_FAIL("lockstep run: node ", options.node_rank(), " ", error.what());
+  }
+}
+
+}  // namespace
+
+int launch(const LaunchOptions& options) {
+  validate_launch_options(options);
+  std::string token = given_job_token(options);
+  if (options.rdzv_backend() == "etcd") return launch_on_etcd(options, token);
+  token = settle_job_token(options, std::move(token));
   // An elastic job's store is hosted by the launcher on the machine at
   // master_addr (the first one there to bind the port), as torchrun's c10d
   // rendezvous does; a fixed job's by node 0.
@@ -450,47 +504,15 @@ int launch(const LaunchOptions& options) {
   make_room_for_workers(options, hosts_store);
   c10::intrusive_ptr<compat::C10dStore> store;
   if (hosts_store) {
-    compat::TcpStoreSpec spec;
-    spec.host = host;
-    spec.port = port;
-    spec.is_server = true;
-    spec.num_workers = options.nproc_per_node() * (options.standalone() ? 1 : options.nnodes());
-    try {
-      auto [server, bound] = compat::make_tcp_store(spec);
-      store = server;
-      port = bound;
-    } catch (const std::exception& error) {
-      // Another launcher of the elastic job on this machine hosts it.
-      if (!options.elastic()) {
-        LOCKSTEP_FAIL("lockstep run: cannot host the rendezvous store on port ", port, ": ",
-                      short_torch_message(error), " (is another job using it? choose another --master-port)");
-      }
-      hosts_store = false;
-    }
+    store = host_job_store(options, host, port);
+    hosts_store = static_cast<bool>(store);
   }
   std::string run_id = options.run_id();
   if (hosts_store) {
     if (run_id.empty()) run_id = random_run_id();
     if (!token.empty()) publish_job(store, JobIdentity{run_id, token});
   } else if (!token.empty()) {
-    // Check this node belongs to the job before starting any worker, and
-    // take the job's run id when none was given.
-    compat::TcpStoreSpec spec;
-    spec.host = host;
-    spec.port = port;
-    spec.timeout = default_timeout();
-    c10::intrusive_ptr<compat::C10dStore> client;
-    try {
-      client = compat::make_tcp_store(spec).first;
-    } catch (const std::exception& error) {
-      LOCKSTEP_FAIL("lockstep run: cannot reach node 0's rendezvous store at ", host, ":", port, ": ",
-                    short_torch_message(error));
-    }
-    try {
-      join_job(client, JobIdentity{run_id, token}, spec.timeout, str_cat(host, ":", port), &run_id);
-    } catch (const Error& error) {
-      LOCKSTEP_FAIL("lockstep run: node ", options.node_rank(), " ", error.what());
-    }
+    join_job_store(options, host, port, token, run_id);
   }
   SignalScope signals;
   Supervisor supervisor(options, port, run_id, token, hosts_store);

@@ -163,21 +163,12 @@ State save_typed(const optim::Optimizer& optimizer, const char* type) {
   return detail::save_state(optimizer, type, options_of, state_of);
 }
 
+// Pass 1, the groups: each group's options as the codec's type, its
+// parameter count checked.
 template <typename C>
-void load_typed(optim::Optimizer& optimizer, const State& state, const char* type,
-                const std::vector<ParamGroupInfo>* names) {
+std::vector<typename C::Options> decode_typed_options(const json& groups,
+                                                      const std::vector<optim::OptimizerParamGroup>& param_groups) {
   using Options = typename C::Options;
-  using ParamState = typename C::ParamState;
-  const json& values = state.values;
-  const std::string saved_type = value_at(values, "type", json::value_t::string).get<std::string>();
-  LOCKSTEP_CHECK(saved_type == type, kWhat, ": the checkpoint holds ", saved_type,
-                 " state but the optimizer is ", type);
-  const json& groups = value_at(values, "groups", json::value_t::array);
-  const json& params = value_at(values, "params", json::value_t::object);
-  auto& param_groups = optimizer.param_groups();
-  detail::check_group_count(kWhat, groups.size(), param_groups.size());
-
-  // Pass 1: check everything and decode the options, changing nothing.
   std::vector<Options> new_options;
   for (size_t g = 0; g < groups.size(); ++g) {
     const size_t saved_count = groups[g].at("num_params").get<size_t>();
@@ -197,6 +188,18 @@ void load_typed(optim::Optimizer& optimizer, const State& state, const char* typ
     });
     new_options.push_back(options);
   }
+  return new_options;
+}
+
+// Pass 1, the parameters: each saved parameter's step and the buffers its
+// group's options need, of the parameter's shape; no tensor the type does
+// not use.
+template <typename C>
+void check_typed_params(const State& state, const json& params, const char* type,
+                        const std::vector<optim::OptimizerParamGroup>& param_groups,
+                        const std::vector<typename C::Options>& new_options,
+                        const std::vector<ParamGroupInfo>* names) {
+  using ParamState = typename C::ParamState;
   std::set<std::string> expected_tensors;
   for (const auto& entry : params.items()) {
     size_t g = 0, i = 0;
@@ -226,8 +229,16 @@ void load_typed(optim::Optimizer& optimizer, const State& state, const char* typ
     LOCKSTEP_CHECK(expected_tensors.count(entry.first), kWhat, ": the checkpoint has a tensor '",
                    entry.first, "' that ", type, " state does not use");
   }
+}
 
-  // Pass 2: apply.
+// Pass 2: every group's options and every parameter's state replaced by the
+// checkpoint's (a parameter without saved state is left without).
+template <typename C>
+void apply_typed(optim::Optimizer& optimizer, const State& state, const json& params,
+                 const std::vector<typename C::Options>& new_options) {
+  using Options = typename C::Options;
+  using ParamState = typename C::ParamState;
+  auto& param_groups = optimizer.param_groups();
   auto& param_state = optimizer.state();
   for (size_t g = 0; g < param_groups.size(); ++g) {
     static_cast<Options&>(param_groups[g].options()) = new_options[g];
@@ -248,6 +259,25 @@ void load_typed(optim::Optimizer& optimizer, const State& state, const char* typ
       param_state[key] = std::move(restored);
     }
   }
+}
+
+template <typename C>
+void load_typed(optim::Optimizer& optimizer, const State& state, const char* type,
+                const std::vector<ParamGroupInfo>* names) {
+  const json& values = state.values;
+  const std::string saved_type = value_at(values, "type", json::value_t::string).get<std::string>();
+  LOCKSTEP_CHECK(saved_type == type, kWhat, ": the checkpoint holds ", saved_type,
+                 " state but the optimizer is ", type);
+  const json& groups = value_at(values, "groups", json::value_t::array);
+  const json& params = value_at(values, "params", json::value_t::object);
+  auto& param_groups = optimizer.param_groups();
+  detail::check_group_count(kWhat, groups.size(), param_groups.size());
+
+  // Pass 1: check everything and decode the options, changing nothing.
+  const std::vector<typename C::Options> new_options = decode_typed_options<C>(groups, param_groups);
+  check_typed_params<C>(state, params, type, param_groups, new_options, names);
+  // Pass 2: apply.
+  apply_typed<C>(optimizer, state, params, new_options);
 }
 
 template <typename C>

@@ -313,18 +313,11 @@ torch::serialize::OutputArchive archive_of(const torch::serialize::OutputArchive
   return archive;
 }
 
-void load_any(optim::Optimizer& optimizer, const State& state, const std::vector<ParamGroupInfo>* names) {
-  const std::string type = optimizer_type_name(optimizer);
-  const json& values = state.values;
-  const std::string saved_type = value_at(values, "type", json::value_t::string).get<std::string>();
-  LOCKSTEP_CHECK(saved_type == type, kWhat, ": the checkpoint holds ", saved_type, " state but the optimizer is ",
-                 type);
-  const json& groups = value_at(values, "groups", json::value_t::array);
-  const json& params = value_at(values, "params", json::value_t::object);
-  auto& param_groups = optimizer.param_groups();
-  check_group_count(kWhat, groups.size(), param_groups.size());
+using ParamGroups = std::vector<optim::OptimizerParamGroup>;
+using ParamStates = std::map<std::pair<size_t, size_t>, ArchiveEntries>;  // (group, index) -> its state's entries
 
-  // Pass 1: check and decode everything, changing nothing.
+// Pass 1, the groups: each group's options decoded, its parameter count checked.
+std::vector<ArchiveEntries> decode_group_options(const json& groups, const ParamGroups& param_groups) {
   std::vector<ArchiveEntries> options(groups.size());
   for (size_t g = 0; g < groups.size(); ++g) {
     const size_t saved_count = groups[g].at("num_params").get<size_t>();
@@ -337,7 +330,13 @@ void load_any(optim::Optimizer& optimizer, const State& state, const std::vector
                                                                                  item.key(), "'")));
     }
   }
-  std::map<std::pair<size_t, size_t>, ArchiveEntries> states;  // (group, index) -> its state's entries
+  return options;
+}
+
+// Pass 1, the parameters' values: every parameter with saved state, its values decoded.
+ParamStates decode_param_values(const json& params, const ParamGroups& param_groups,
+                                const std::vector<ParamGroupInfo>* names) {
+  ParamStates states;
   for (const auto& entry : params.items()) {
     size_t g = 0, i = 0;
     std::tie(g, i) = checked_position(entry.key(), param_groups);
@@ -349,6 +348,13 @@ void load_any(optim::Optimizer& optimizer, const State& state, const std::vector
                                                                                item.key(), "'")));
     }
   }
+  return states;
+}
+
+// Pass 1, the parameters' buffers: each tensor checked against its parameter
+// and copied onto the parameter's device, in its saved dtype.
+void add_param_buffers(const State& state, const std::string& type, const ParamGroups& param_groups,
+                       const std::vector<ParamGroupInfo>* names, ParamStates& states) {
   for (const auto& [name, tensor] : state.tensors) {
     std::string position_text, key;
     size_t g = 0, i = 0;
@@ -371,9 +377,13 @@ void load_any(optim::Optimizer& optimizer, const State& state, const std::vector
     entries.emplace_back(key, tensor.detach().to(param.device(), tensor.scalar_type(), /*non_blocking=*/false,
                                                  /*copy=*/true));
   }
+}
 
-  // The archive optimizer.load() reads (torch/optim/serialize.h).
-  torch::serialize::InputArchive load_archive = with_context(str_cat(kWhat, ": writing ", type, " state"), [&] {
+// The archive optimizer.load() reads (torch/optim/serialize.h).
+torch::serialize::InputArchive optimizer_archive(const std::string& type, const ParamGroups& param_groups,
+                                                 const ParamStates& states,
+                                                 const std::vector<ArchiveEntries>& options) {
+  return with_context(str_cat(kWhat, ": writing ", type, " state"), [&] {
     torch::serialize::OutputArchive root;
     root.write("pytorch_version", c10::IValue("1.5.0"));
     torch::serialize::OutputArchive state_archive(root.compilation_unit());
@@ -400,8 +410,13 @@ void load_any(optim::Optimizer& optimizer, const State& state, const std::vector
     root.write("param_groups", groups_archive);
     return read_back(root);
   });
-  // Each group's options, checked on a copy: an option the type does not
-  // read back is a libtorch assertion, which must come before any change.
+}
+
+// Each group's options, checked on a copy: an option the type does not
+// read back is a libtorch assertion, which must come before any change.
+std::vector<torch::serialize::InputArchive> checked_options_archives(const std::string& type,
+                                                                     const ParamGroups& param_groups,
+                                                                     const std::vector<ArchiveEntries>& options) {
   std::vector<torch::serialize::InputArchive> options_archives;
   for (size_t g = 0; g < param_groups.size(); ++g) {
     with_context(str_cat(kWhat, ": restoring the options of group ", g, " of ", type), [&] {
@@ -411,9 +426,29 @@ void load_any(optim::Optimizer& optimizer, const State& state, const std::vector
       param_groups[g].options().clone()->serialize(options_archives.back());
     });
   }
+  return options_archives;
+}
 
-  // Pass 2: apply. The states of the optimizer's parameters are set aside, so
-  // that a load() that fails leaves them as they were.
+[[noreturn]] void fail_not_restored(const std::string& type, size_t g, size_t i,
+                                    const std::vector<ParamGroupInfo>* names) {
+  LOCKSTEP_FAIL(kWhat, ": ", type, " did not restore the state of ", describe(g, i, names),
+                " from the checkpoint: the type does not implement load() (libtorch's Optimizer::load() does "
+                "nothing), so its state can be neither resumed nor moved. Give it save() and load() as "
+                "libtorch's own optimizers have them (torch/optim/sgd.h): `void save(torch::serialize::"
+                "OutputArchive& archive) const override { serialize(*this, archive); }`, the same for "
+                "load(torch::serialize::InputArchive&), and `template <typename Self, typename Archive> static "
+                "void serialize(Self& self, Archive& archive) { _TORCH_OPTIM_SERIALIZE_WITH_TEMPLATE_ARG(Name); }` "
+                "with NameParamState and NameOptions implementing serialize(), NameOptions constructible from "
+                "a learning rate");
+}
+
+// Pass 2, the parameters' states: optimizer.load() on the archive. The
+// states of the optimizer's parameters are set aside, so that a load() that
+// fails, or restores no state, leaves them as they were.
+void load_param_states(optim::Optimizer& optimizer, const std::string& type,
+                       torch::serialize::InputArchive& load_archive, const ParamStates& states,
+                       const std::vector<ParamGroupInfo>* names) {
+  auto& param_groups = optimizer.param_groups();
   auto& param_state = optimizer.state();
   using Key = std::remove_cv_t<std::remove_reference_t<decltype(param_state)>>::key_type;
   std::vector<Key> keys;
@@ -441,16 +476,30 @@ void load_any(optim::Optimizer& optimizer, const State& state, const std::vector
     const auto& param = param_groups[place.first].params()[place.second];
     if (param_state.count(compat::param_state_key(param_state, param))) continue;
     put_back();
-    LOCKSTEP_FAIL(kWhat, ": ", type, " did not restore the state of ", describe(place.first, place.second, names),
-                  " from the checkpoint: the type does not implement load() (libtorch's Optimizer::load() does "
-                  "nothing), so its state can be neither resumed nor moved. Give it save() and load() as "
-                  "libtorch's own optimizers have them (torch/optim/sgd.h): `void save(torch::serialize::"
-                  "OutputArchive& archive) const override { serialize(*this, archive); }`, the same for "
-                  "load(torch::serialize::InputArchive&), and `template <typename Self, typename Archive> static "
-                  "void serialize(Self& self, Archive& archive) { _TORCH_OPTIM_SERIALIZE_WITH_TEMPLATE_ARG(Name); }` "
-                  "with NameParamState and NameOptions implementing serialize(), NameOptions constructible from "
-                  "a learning rate");
+    fail_not_restored(type, place.first, place.second, names);
   }
+}
+
+void load_any(optim::Optimizer& optimizer, const State& state, const std::vector<ParamGroupInfo>* names) {
+  const std::string type = optimizer_type_name(optimizer);
+  const json& values = state.values;
+  const std::string saved_type = value_at(values, "type", json::value_t::string).get<std::string>();
+  LOCKSTEP_CHECK(saved_type == type, kWhat, ": the checkpoint holds ", saved_type, " state but the optimizer is ",
+                 type);
+  const json& groups = value_at(values, "groups", json::value_t::array);
+  const json& params = value_at(values, "params", json::value_t::object);
+  auto& param_groups = optimizer.param_groups();
+  check_group_count(kWhat, groups.size(), param_groups.size());
+
+  // Pass 1: check and decode everything, changing nothing.
+  const std::vector<ArchiveEntries> options = decode_group_options(groups, param_groups);
+  ParamStates states = decode_param_values(params, param_groups, names);
+  add_param_buffers(state, type, param_groups, names, states);
+  torch::serialize::InputArchive load_archive = optimizer_archive(type, param_groups, states, options);
+  std::vector<torch::serialize::InputArchive> options_archives = checked_options_archives(type, param_groups, options);
+
+  // Pass 2: apply.
+  load_param_states(optimizer, type, load_archive, states, names);
   for (size_t g = 0; g < param_groups.size(); ++g) {
     with_context(str_cat(kWhat, ": restoring the options of group ", g, " of ", type),
                  [&] { param_groups[g].options().serialize(options_archives[g]); });

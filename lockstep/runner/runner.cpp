@@ -56,6 +56,39 @@ std::string default_work_dir(const Config& config) {
   return "work_dirs/" + stem;
 }
 
+// How long a run trains, from train_cfg: max_iters, or max_epochs of
+// `iters_per_epoch`; whether it counts epochs; how often it evaluates, in
+// iterations.
+struct TrainLength {
+  int64_t max_iters = 0;
+  bool by_epoch = false;
+  int64_t val_interval = 1;
+};
+
+TrainLength train_length(const Config& config, bool with_train_data, int64_t iters_per_epoch) {
+  Config train_cfg = with_train_data ? config.at("train_cfg") : config.child("train_cfg");
+  TrainLength length;
+  if (!with_train_data) {
+    LOCKSTEP_CHECK(!train_cfg.has("max_epochs"), train_cfg.where("max_epochs"),
+                   ": a run fed through the step API has no epochs; give max_iters (or nothing: no end)");
+    length.max_iters = train_cfg.is_null() ? Runner::kNoEnd : train_cfg.get<int64_t>("max_iters", Runner::kNoEnd);
+  } else if (train_cfg.has("max_iters")) {
+    LOCKSTEP_CHECK(!train_cfg.has("max_epochs"), train_cfg.where(), ": give max_iters or max_epochs, not both");
+    length.max_iters = train_cfg.get<int64_t>("max_iters");
+  } else {
+    const int64_t epochs = train_cfg.get<int64_t>("max_epochs");
+    LOCKSTEP_CHECK(epochs > 0, train_cfg.where("max_epochs"), ": max_epochs must be positive, got ", epochs);
+    length.max_iters = epochs * iters_per_epoch;
+  }
+  LOCKSTEP_CHECK(length.max_iters > 0, train_cfg.where(), ": the run must have at least one iteration");
+  length.by_epoch = with_train_data && train_cfg.get<bool>("by_epoch", train_cfg.has("max_epochs"));
+  length.val_interval = train_cfg.is_null() ? 1 : train_cfg.get<int64_t>("val_interval", 1);
+  LOCKSTEP_CHECK(length.val_interval >= 1, train_cfg.where("val_interval"), ": val_interval must be at least 1");
+  if (length.by_epoch) length.val_interval *= iters_per_epoch;
+  if (!train_cfg.is_null()) check_all_used(train_cfg, "train_cfg");
+  return length;
+}
+
 }  // namespace
 
 namespace {
@@ -208,63 +241,16 @@ void Runner::setup_environment() {
 }
 
 void Runner::build_for_training(bool with_train_data) {
-  SamplerContext sampler_context{strategy_->rank(), strategy_->world_size(), seed_};
-  std::shared_ptr<Model> model = options_.model();
-  if (model) {
-    LOCKSTEP_CHECK(!config_.has("model"), config_.where("model"), ": this run's model was built in code (RunnerOptions "
-                   "/ StepTrainer's model); give it there or in the config, not both");
-  } else {
-    model = strategy_->build_model(config_.at("model"));
-  }
+  std::shared_ptr<Model> model = build_model();
   const bool checkpointing = apply_activation_checkpointing_config(*model);
-  // A run fed by its caller (begin_steps) has no epochs: 0 iterations per
-  // epoch makes anything counted in epochs an error that says so.
-  int64_t iters_per_epoch = 0;
-  if (with_train_data) {
-    train_loader_ = build_data_loader(config_.at("train_dataloader"), sampler_context);
-    iters_per_epoch = train_loader_->batches_per_epoch();
-    LOCKSTEP_CHECK(iters_per_epoch > 0, config_.where("train_dataloader"),
-                   ": the training set gives this rank no batch per epoch (dataset smaller than batch_size with "
-                   "drop_last?)");
-  } else {
-    LOCKSTEP_CHECK(!config_.has("train_dataloader"), config_.where("train_dataloader"),
-                   ": a program that trains through the step API feeds its own batches; this key has no use here");
-    LOCKSTEP_CHECK(!config_.has("preemption"), config_.where("preemption"),
-                   ": a program that trains through the step API owns its signals; it stops, saves "
-                   "(save_checkpoint) and exits as it sees fit");
-  }
-
-  Config train_cfg = with_train_data ? config_.at("train_cfg") : config_.child("train_cfg");
-  int64_t max_iters = 0;
-  if (!with_train_data) {
-    LOCKSTEP_CHECK(!train_cfg.has("max_epochs"), train_cfg.where("max_epochs"),
-                   ": a run fed through the step API has no epochs; give max_iters (or nothing: no end)");
-    max_iters = train_cfg.is_null() ? kNoEnd : train_cfg.get<int64_t>("max_iters", kNoEnd);
-  } else if (train_cfg.has("max_iters")) {
-    LOCKSTEP_CHECK(!train_cfg.has("max_epochs"), train_cfg.where(), ": give max_iters or max_epochs, not both");
-    max_iters = train_cfg.get<int64_t>("max_iters");
-  } else {
-    const int64_t epochs = train_cfg.get<int64_t>("max_epochs");
-    LOCKSTEP_CHECK(epochs > 0, train_cfg.where("max_epochs"), ": max_epochs must be positive, got ", epochs);
-    max_iters = epochs * iters_per_epoch;
-  }
-  LOCKSTEP_CHECK(max_iters > 0, train_cfg.where(), ": the run must have at least one iteration");
-  const bool by_epoch = with_train_data && train_cfg.get<bool>("by_epoch", train_cfg.has("max_epochs"));
-  int64_t val_interval = train_cfg.is_null() ? 1 : train_cfg.get<int64_t>("val_interval", 1);
-  LOCKSTEP_CHECK(val_interval >= 1, train_cfg.where("val_interval"), ": val_interval must be at least 1");
-  if (by_epoch) val_interval *= iters_per_epoch;
-  if (!train_cfg.is_null()) check_all_used(train_cfg, "train_cfg");
-  max_iters_ = max_iters;
-  by_epoch_ = by_epoch;
+  const int64_t iters_per_epoch = build_train_loader(with_train_data);
+  const TrainLength length = train_length(config_, with_train_data, iters_per_epoch);
+  max_iters_ = length.max_iters;
+  by_epoch_ = length.by_epoch;
 
   strategy_->prepare(model, config_.at("optim_wrapper"), config_.child("param_scheduler"),
-                     SchedulerContext{iters_per_epoch, max_iters});
-
-  if (config_.has("val_dataloader")) {
-    eval_loaders_["val"] = build_data_loader(config_.at("val_dataloader"), SamplerContext{strategy_->rank(),
-                                                                                          strategy_->world_size(), seed_});
-    evaluators_["val"] = build_evaluator(config_.at("val_evaluator"));
-  }
+                     SchedulerContext{iters_per_epoch, length.max_iters});
+  if (config_.has("val_dataloader")) eval_loader("val");
 
   TrainerOptions trainer_options = parse_trainer_options(config_.child("trainer"));
   trainer_options.log_processor(parse_log_processor(config_.child("log_processor")));
@@ -275,7 +261,39 @@ void Runner::build_for_training(bool with_train_data) {
     std::shared_ptr<Collectives> ranks = strategy_->collectives();
     trainer_->stop().set_agreement([ranks](bool local) { return ranks->any_rank(local); });
   }
+  register_hooks(iters_per_epoch, length.val_interval);
+  if (checkpointing) trainer_->register_hooks({std::make_shared<CheckpointingConsulted>(model, config_.where("activation_checkpointing"))});
+}
 
+std::shared_ptr<Model> Runner::build_model() {
+  std::shared_ptr<Model> model = options_.model();
+  if (!model) return strategy_->build_model(config_.at("model"));
+  LOCKSTEP_CHECK(!config_.has("model"), config_.where("model"), ": this run's model was built in code (RunnerOptions "
+                 "/ StepTrainer's model); give it there or in the config, not both");
+  return model;
+}
+
+int64_t Runner::build_train_loader(bool with_train_data) {
+  // A run fed by its caller (begin_steps) has no epochs: 0 iterations per
+  // epoch makes anything counted in epochs an error that says so.
+  if (!with_train_data) {
+    LOCKSTEP_CHECK(!config_.has("train_dataloader"), config_.where("train_dataloader"),
+                   ": a program that trains through the step API feeds its own batches; this key has no use here");
+    LOCKSTEP_CHECK(!config_.has("preemption"), config_.where("preemption"),
+                   ": a program that trains through the step API owns its signals; it stops, saves "
+                   "(save_checkpoint) and exits as it sees fit");
+    return 0;
+  }
+  train_loader_ = build_data_loader(config_.at("train_dataloader"),
+                                    SamplerContext{strategy_->rank(), strategy_->world_size(), seed_});
+  const int64_t iters_per_epoch = train_loader_->batches_per_epoch();
+  LOCKSTEP_CHECK(iters_per_epoch > 0, config_.where("train_dataloader"),
+                 ": the training set gives this rank no batch per epoch (dataset smaller than batch_size with "
+                 "drop_last?)");
+  return iters_per_epoch;
+}
+
+void Runner::register_hooks(int64_t iters_per_epoch, int64_t val_interval) {
   HookContext context;
   context.strategy = strategy_;
   context.collectives = strategy_->collectives();
@@ -283,12 +301,23 @@ void Runner::build_for_training(bool with_train_data) {
   context.work_dir = work_dir_;
   context.iters_per_epoch = iters_per_epoch;
   context.by_epoch = by_epoch_;
-  context.max_iters = max_iters;
+  context.max_iters = max_iters_;
   context.val_interval = val_interval;
   context.log_processor = trainer_options.log_processor();
   if (eval_loaders_.count("val")) context.evaluate = [this] { return evaluate("val"); };
   trainer_->register_hooks(build_default_hooks(config_.child("default_hooks"), config_.child("custom_hooks"), context));
-  if (checkpointing) trainer_->register_hooks({std::make_shared<CheckpointingConsulted>(model, config_.where("activation_checkpointing"))});
+}
+
+DataLoader& Runner::eval_loader(const std::string& split) {
+  auto found = eval_loaders_.find(split);
+  if (found != eval_loaders_.end()) return *found->second;
+  const std::string key = split + "_dataloader";
+  LOCKSTEP_CHECK(config_.has(key), "no ", key, " in the config");
+  std::shared_ptr<DataLoader> loader =
+      build_data_loader(config_.at(key), SamplerContext{strategy_->rank(), strategy_->world_size(), seed_});
+  evaluators_[split] = build_evaluator(config_.at(split + "_evaluator"));
+  eval_loaders_[split] = loader;
+  return *loader;
 }
 
 CudaGraphOptions Runner::prepare_cuda_graph() {
@@ -405,14 +434,7 @@ int64_t Runner::restore(const ResumePlan& plan) {
 }
 
 std::map<std::string, double> Runner::evaluate(const std::string& split) {
-  auto loader_found = eval_loaders_.find(split);
-  if (loader_found == eval_loaders_.end()) {
-    const std::string key = split + "_dataloader";
-    LOCKSTEP_CHECK(config_.has(key), "no ", key, " in the config");
-    eval_loaders_[split] = build_data_loader(config_.at(key), SamplerContext{strategy_->rank(), strategy_->world_size(), seed_});
-    evaluators_[split] = build_evaluator(config_.at(split + "_evaluator"));
-    loader_found = eval_loaders_.find(split);
-  }
+  DataLoader& loader = eval_loader(split);
   if (!strategy_->model()) {
     strategy_->prepare(strategy_->build_model(config_.at("model")), Config(), Config(), SchedulerContext{});
   }
@@ -425,7 +447,7 @@ std::map<std::string, double> Runner::evaluate(const std::string& split) {
   model.eval();
   if (hooks) hooks->before_eval_epoch(test);
   int64_t batch_index = 0;
-  loader_found->second->for_each_batch(0, [&](const Batch& batch) {
+  loader.for_each_batch(0, [&](const Batch& batch) {
     if (hooks) hooks->before_eval_iter(test, batch_index, batch);
     const Batch outputs = model.val_step(batch);
     evaluator.process(batch, outputs);
@@ -433,14 +455,14 @@ std::map<std::string, double> Runner::evaluate(const std::string& split) {
     ++batch_index;
   });
   if (was_training) model.train();
-  auto metrics = evaluator.evaluate(loader_found->second->dataset().size(),
+  auto metrics = evaluator.evaluate(loader.dataset().size(),
                                     [this](const std::vector<nlohmann::json>& local, int64_t size) {
                                       return strategy_->collectives()->collect_results(local, size);
                                     });
   if (hooks) hooks->after_eval_epoch(test, metrics);
   std::string text;
   for (const auto& [name, value] : metrics) text += fmt::format("  {}: {:.4f}", name, value);
-  logger().info("Evaluation on {} ({} samples):{}", split, loader_found->second->dataset().size(), text);
+  logger().info("Evaluation on {} ({} samples):{}", split, loader.dataset().size(), text);
   if (split == "val") last_val_metrics_ = metrics;
   return metrics;
 }

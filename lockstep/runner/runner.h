@@ -108,6 +108,16 @@ class Runner {
   // Model, strategy, optim wrapper, schedulers, evaluation, checkpointer,
   // trainer and hooks; the training data loader only `with_train_data`.
   void build_for_training(bool with_train_data);
+  // The model given in code (RunnerOptions::model) or built from `model`.
+  std::shared_ptr<Model> build_model();
+  // The training data loader, when `with_train_data`; returns its batches per
+  // epoch (0 for a run fed through the step API, whose keys it checks).
+  int64_t build_train_loader(bool with_train_data);
+  // The default and custom hooks, with what they need to know of the run.
+  void register_hooks(int64_t iters_per_epoch, int64_t val_interval);
+  // The data loader of `split` ("val", "test") with its evaluator, built from
+  // <split>_dataloader and <split>_evaluator the first time it is asked for.
+  DataLoader& eval_loader(const std::string& split);
   // Resumes as `plan` says (or loads load_from); returns the iteration to start from.
   int64_t restore(const ResumePlan& plan);
   std::map<std::string, double> evaluate(const std::string& split);

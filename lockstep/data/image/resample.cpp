@@ -125,6 +125,63 @@ Image resample_nearest(const Image& in, int out_height, int out_width, const Res
   return out;
 }
 
+// The horizontal pass: rows [ybox_first, ybox_last) of the full image (`in`
+// holds `window` of it), each resampled to the output's width.
+Image horizontal_pass(const Image& in, const AxisCoefficients& horizontal, int ybox_first, int ybox_last,
+                      const SourceWindow& window) {
+  const int c = in.channels();
+  const int out_width = static_cast<int>(horizontal.first.size());
+  Image temp(ybox_last - ybox_first, out_width, c, Image::Uninitialized{});
+  for (int yy = 0; yy < temp.height(); ++yy) {
+    const uint8_t* source = in.row(yy + ybox_first - window.top);
+    uint8_t* target = temp.row(yy);
+    for (int xx = 0; xx < out_width; ++xx) {
+      const int32_t* k = &horizontal.weights[static_cast<size_t>(xx) * horizontal.ksize];
+      const uint8_t* pixels = source + static_cast<size_t>(horizontal.first[xx] - window.left) * c;
+      const int taps = horizontal.count[xx];
+      if (c == 3) {
+        int r = 1 << (kPrecisionBits - 1), g = r, b = r;
+        for (int x = 0; x < taps; ++x) {
+          r += pixels[3 * x] * k[x];
+          g += pixels[3 * x + 1] * k[x];
+          b += pixels[3 * x + 2] * k[x];
+        }
+        target[3 * xx] = clip8(r);
+        target[3 * xx + 1] = clip8(g);
+        target[3 * xx + 2] = clip8(b);
+      } else {
+        int sum = 1 << (kPrecisionBits - 1);
+        for (int x = 0; x < taps; ++x) sum += pixels[x] * k[x];
+        target[xx] = clip8(sum);
+      }
+    }
+  }
+  return temp;
+}
+
+// The vertical pass: each output row from the rows of `rows` (full-image
+// rows from `rows_top` on, columns from `rows_left` on) its filter reads.
+Image vertical_pass(const Image& rows, int rows_top, int rows_left, const AxisCoefficients& vertical) {
+  const int c = rows.channels();
+  const int out_height = static_cast<int>(vertical.first.size());
+  Image out(out_height, rows.width(), c, Image::Uninitialized{});
+  const int width_bytes = rows.width() * c;
+  std::vector<int> sums(width_bytes);
+  for (int yy = 0; yy < out_height; ++yy) {
+    const int32_t* k = &vertical.weights[static_cast<size_t>(yy) * vertical.ksize];
+    const int first = vertical.first[yy] - rows_top;
+    std::fill(sums.begin(), sums.end(), 1 << (kPrecisionBits - 1));
+    for (int y = 0; y < vertical.count[yy]; ++y) {
+      const uint8_t* source = rows.row(first + y) + rows_left * c;
+      const int weight = k[y];
+      for (int i = 0; i < width_bytes; ++i) sums[i] += source[i] * weight;
+    }
+    uint8_t* target = out.row(yy);
+    for (int i = 0; i < width_bytes; ++i) target[i] = clip8(sums[i]);
+  }
+  return out;
+}
+
 }  // namespace
 
 Interpolation parse_interpolation(const std::string& name) {
@@ -186,11 +243,10 @@ Image resample(const Image& in, int out_height, int out_width, Interpolation fil
     return resample_nearest(in, out_height, out_width, box, window, full_height, full_width);
   }
   const Filter f = filter_of(filter);
-  const int c = in.channels();
   const bool need_horizontal = out_width != full_width || box[0] != 0 || box[2] != out_width;
   const bool need_vertical = out_height != full_height || box[1] != 0 || box[3] != out_height;
   const AxisCoefficients horizontal = precompute_coefficients(full_width, box[0], box[2], out_width, f);
-  AxisCoefficients vertical = precompute_coefficients(full_height, box[1], box[3], out_height, f);
+  const AxisCoefficients vertical = precompute_coefficients(full_height, box[1], box[3], out_height, f);
   const int ybox_first = vertical.first[0];
   const int ybox_last = vertical.first[out_height - 1] + vertical.count[out_height - 1];
 
@@ -200,31 +256,7 @@ Image resample(const Image& in, int out_height, int out_width, Interpolation fil
   const Image* rows = &in;
   int rows_top = window.top, rows_left = window.left;
   if (need_horizontal) {
-    temp = Image(ybox_last - ybox_first, out_width, c, Image::Uninitialized{});
-    for (int yy = 0; yy < temp.height(); ++yy) {
-      const uint8_t* source = in.row(yy + ybox_first - window.top);
-      uint8_t* target = temp.row(yy);
-      for (int xx = 0; xx < out_width; ++xx) {
-        const int32_t* k = &horizontal.weights[static_cast<size_t>(xx) * horizontal.ksize];
-        const uint8_t* pixels = source + static_cast<size_t>(horizontal.first[xx] - window.left) * c;
-        const int taps = horizontal.count[xx];
-        if (c == 3) {
-          int r = 1 << (kPrecisionBits - 1), g = r, b = r;
-          for (int x = 0; x < taps; ++x) {
-            r += pixels[3 * x] * k[x];
-            g += pixels[3 * x + 1] * k[x];
-            b += pixels[3 * x + 2] * k[x];
-          }
-          target[3 * xx] = clip8(r);
-          target[3 * xx + 1] = clip8(g);
-          target[3 * xx + 2] = clip8(b);
-        } else {
-          int sum = 1 << (kPrecisionBits - 1);
-          for (int x = 0; x < taps; ++x) sum += pixels[x] * k[x];
-          target[xx] = clip8(sum);
-        }
-      }
-    }
+    temp = horizontal_pass(in, horizontal, ybox_first, ybox_last, window);
     rows = &temp;
     rows_top = ybox_first;
     rows_left = 0;
@@ -233,22 +265,7 @@ Image resample(const Image& in, int out_height, int out_width, Interpolation fil
     // Only reached with need_horizontal (else the copy above): temp is the result.
     return temp;
   }
-  Image out(out_height, rows->width(), c, Image::Uninitialized{});
-  const int width_bytes = rows->width() * c;
-  std::vector<int> sums(width_bytes);
-  for (int yy = 0; yy < out_height; ++yy) {
-    const int32_t* k = &vertical.weights[static_cast<size_t>(yy) * vertical.ksize];
-    const int first = vertical.first[yy] - rows_top;
-    std::fill(sums.begin(), sums.end(), 1 << (kPrecisionBits - 1));
-    for (int y = 0; y < vertical.count[yy]; ++y) {
-      const uint8_t* source = rows->row(first + y) + rows_left * c;
-      const int weight = k[y];
-      for (int i = 0; i < width_bytes; ++i) sums[i] += source[i] * weight;
-    }
-    uint8_t* target = out.row(yy);
-    for (int i = 0; i < width_bytes; ++i) target[i] = clip8(sums[i]);
-  }
-  return out;
+  return vertical_pass(*rows, rows_top, rows_left, vertical);
 }
 
 }  // namespace lockstep

@@ -206,6 +206,121 @@ torch::Tensor apply_error_feedback(std::map<int64_t, torch::Tensor>& error, std:
   return copy;
 }
 
+// Which gradients of a bucket are worth compressing: a matrix whose rank-r
+// factors hold fewer numbers by min_compression_rate is; scalars and the
+// rest are all-reduced as they are.
+struct CompressionPlan {
+  std::vector<torch::Tensor> to_compress;  // rows x rest matrices
+  std::vector<torch::Tensor> uncompressed;
+  int64_t total_p = 0;
+  int64_t total_q = 0;
+  int64_t elements_before = 0;  // for the compression stats
+  int64_t elements_after = 0;
+};
+
+CompressionPlan plan_compression(const std::vector<torch::Tensor>& gradients, const PowerSGDOptions& options) {
+  CompressionPlan plan;
+  for (const torch::Tensor& gradient : gradients) {
+    if (gradient.dim() == 0) {  // a scalar: nothing to compress
+      plan.uncompressed.push_back(gradient);
+      plan.elements_before += 1;
+      plan.elements_after += 1;
+      continue;
+    }
+    torch::Tensor matrix = as_matrix(gradient);
+    const int64_t n = matrix.size(0);
+    const int64_t m = matrix.size(1);
+    const int64_t rank = std::min({n, m, options.matrix_approximation_rank()});
+    const int64_t uncompressed_size = n * m;
+    const int64_t compressed_size = (n + m) * rank;
+    plan.elements_before += uncompressed_size;
+    if (static_cast<double>(compressed_size) * options.min_compression_rate() < static_cast<double>(uncompressed_size)) {
+      plan.to_compress.push_back(matrix);
+      plan.total_p += n * rank;
+      plan.total_q += m * rank;
+      plan.elements_after += compressed_size;
+    } else {
+      plan.uncompressed.push_back(gradient);
+      plan.elements_after += uncompressed_size;
+    }
+  }
+  return plan;
+}
+
+// One batch of matrices of one shape that PowerSGD compresses together.
+struct LowRankBatch {
+  torch::Tensor matrices;                // B x n x m; a view into the bucket unless stacked
+  std::vector<torch::Tensor> originals;  // where a stacked batch goes back to
+  torch::Tensor p;
+  torch::Tensor q;
+};
+
+// Matrices of one shape, in the order each shape first appears (PyTorch's
+// dict of shapes), each alone or stacked into one batch; their P and Q are
+// consecutive views into `p_memory` and `q_memory`.
+std::vector<LowRankBatch> low_rank_batches(const std::vector<torch::Tensor>& to_compress, const torch::Tensor& p_memory,
+                                           const torch::Tensor& q_memory, const PowerSGDOptions& options) {
+  std::vector<std::pair<std::vector<int64_t>, std::vector<torch::Tensor>>> by_shape;
+  for (const auto& matrix : to_compress) {
+    auto sizes = matrix.sizes().vec();
+    auto found = std::find_if(by_shape.begin(), by_shape.end(), [&](const auto& entry) { return entry.first == sizes; });
+    if (found == by_shape.end()) {
+      by_shape.push_back({sizes, {matrix}});
+    } else {
+      found->second.push_back(matrix);
+    }
+  }
+  std::vector<LowRankBatch> batches;
+  int64_t p_offset = 0;
+  int64_t q_offset = 0;
+  auto add_batch = [&](torch::Tensor matrices, std::vector<torch::Tensor> originals) {
+    const int64_t count = matrices.size(0);
+    const int64_t n = matrices.size(1);
+    const int64_t m = matrices.size(2);
+    const int64_t rank = std::min({n, m, options.matrix_approximation_rank()});
+    LowRankBatch batch{matrices, std::move(originals),
+                       p_memory.narrow(0, p_offset, count * n * rank).view({count, n, rank}),
+                       q_memory.narrow(0, q_offset, count * m * rank).view({count, m, rank})};
+    p_offset += count * n * rank;
+    q_offset += count * m * rank;
+    batches.push_back(std::move(batch));
+  };
+  for (auto& [shape, matrices] : by_shape) {
+    if (options.batch_tensors_with_same_shape() && matrices.size() > 1) {
+      add_batch(torch::stack(matrices), matrices);
+    } else {
+      for (const auto& matrix : matrices) add_batch(matrix.unsqueeze(0), {});
+    }
+  }
+  return batches;
+}
+
+// The all-reduced uncompressed gradients, averaged, back into the bucket.
+void copy_back_uncompressed(std::vector<torch::Tensor>& uncompressed, torch::Tensor& uncompressed_memory,
+                            int64_t world) {
+  uncompressed_memory.div_(world);
+  int64_t offset = 0;
+  for (auto& gradient : uncompressed) {
+    gradient.copy_(uncompressed_memory.narrow(0, offset, gradient.numel()).view_as(gradient));
+    offset += gradient.numel();
+  }
+}
+
+// Once P is all-reduced: P orthogonalised, Q = M^T P all-reduced and
+// averaged, M = P Q^T written back into the bucket (a stacked batch into its
+// originals).
+void decompress(std::vector<LowRankBatch>& batches, ProcessGroup& group, torch::Tensor& q_memory, int64_t world,
+                double epsilon) {
+  for (auto& batch : batches) orthogonalize(batch.p, epsilon);
+  for (auto& batch : batches) at::bmm_out(batch.q, batch.matrices.transpose(1, 2), batch.p);
+  group.all_reduce(q_memory, ReduceOp::kSum);
+  q_memory.div_(world);
+  for (auto& batch : batches) at::bmm_out(batch.matrices, batch.p, batch.q.transpose(1, 2));
+  for (auto& batch : batches) {
+    for (size_t i = 0; i < batch.originals.size(); ++i) batch.originals[i].copy_(batch.matrices[static_cast<int64_t>(i)]);
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<PendingReduction> PowerSGDHook::run(ProcessGroup& group, const GradBucket& bucket) {
@@ -219,38 +334,12 @@ std::unique_ptr<PendingReduction> PowerSGDHook::run(ProcessGroup& group, const G
   torch::Tensor input_copy;
   if (options_.use_error_feedback()) input_copy = apply_error_feedback(error_, copies_, index, input, name());
 
-  // Which gradients are worth compressing.
-  std::vector<torch::Tensor> to_compress;  // rows x rest matrices
-  std::vector<torch::Tensor> uncompressed;
-  int64_t total_p = 0;
-  int64_t total_q = 0;
-  for (const torch::Tensor& gradient : bucket.gradients()) {
-    if (gradient.dim() == 0) {  // a scalar: nothing to compress
-      uncompressed.push_back(gradient);
-      total_before_ += 1;
-      total_after_ += 1;
-      continue;
-    }
-    torch::Tensor matrix = as_matrix(gradient);
-    const int64_t n = matrix.size(0);
-    const int64_t m = matrix.size(1);
-    const int64_t rank = std::min({n, m, options_.matrix_approximation_rank()});
-    const int64_t uncompressed_size = n * m;
-    const int64_t compressed_size = (n + m) * rank;
-    total_before_ += uncompressed_size;
-    if (static_cast<double>(compressed_size) * options_.min_compression_rate() < static_cast<double>(uncompressed_size)) {
-      to_compress.push_back(matrix);
-      total_p += n * rank;
-      total_q += m * rank;
-      total_after_ += compressed_size;
-    } else {
-      uncompressed.push_back(gradient);
-      total_after_ += uncompressed_size;
-    }
-  }
+  CompressionPlan plan = plan_compression(bucket.gradients(), options_);
+  total_before_ += plan.elements_before;
+  total_after_ += plan.elements_after;
   report_compression_stats(bucket);
   std::vector<torch::Tensor> flat;
-  for (const auto& gradient : uncompressed) flat.push_back(gradient.reshape({-1}));
+  for (const auto& gradient : plan.uncompressed) flat.push_back(gradient.reshape({-1}));
   torch::Tensor uncompressed_memory = flat.empty() ? torch::empty({0}, tensor_options) : torch::cat(flat);
 
   bool randomize_q = false;
@@ -258,53 +347,15 @@ std::unique_ptr<PendingReduction> PowerSGDHook::run(ProcessGroup& group, const G
     randomize_q = true;
     if (options_.warm_start()) {
       logger().info("Allocating contiguous memory of length {} for Ps, and of length {} for Qs, respectively.",
-                    total_p, total_q);
+                    plan.total_p, plan.total_q);
     }
-    p_memory_[index] = torch::empty({total_p}, tensor_options);
-    q_memory_[index] = torch::empty({total_q}, tensor_options);
+    p_memory_[index] = torch::empty({plan.total_p}, tensor_options);
+    q_memory_[index] = torch::empty({plan.total_q}, tensor_options);
   }
   torch::Tensor p_memory = p_memory_[index];
   torch::Tensor q_memory = q_memory_[index];
-
-  // Matrices of one shape, in the order each shape first appears (PyTorch's
-  // dict of shapes), each alone or stacked into one batch.
-  std::vector<std::pair<std::vector<int64_t>, std::vector<torch::Tensor>>> by_shape;
-  for (const auto& matrix : to_compress) {
-    auto sizes = matrix.sizes().vec();
-    auto found = std::find_if(by_shape.begin(), by_shape.end(), [&](const auto& entry) { return entry.first == sizes; });
-    if (found == by_shape.end()) {
-      by_shape.push_back({sizes, {matrix}});
-    } else {
-      found->second.push_back(matrix);
-    }
-  }
-  struct Batch {
-    torch::Tensor matrices;                 // B x n x m; a view into the bucket unless stacked
-    std::vector<torch::Tensor> originals;   // where a stacked batch goes back to
-    torch::Tensor p;
-    torch::Tensor q;
-  };
-  auto batches = std::make_shared<std::vector<Batch>>();
-  int64_t p_offset = 0;
-  int64_t q_offset = 0;
-  auto add_batch = [&](torch::Tensor matrices, std::vector<torch::Tensor> originals) {
-    const int64_t count = matrices.size(0);
-    const int64_t n = matrices.size(1);
-    const int64_t m = matrices.size(2);
-    const int64_t rank = std::min({n, m, options_.matrix_approximation_rank()});
-    Batch batch{matrices, std::move(originals), p_memory.narrow(0, p_offset, count * n * rank).view({count, n, rank}),
-                q_memory.narrow(0, q_offset, count * m * rank).view({count, m, rank})};
-    p_offset += count * n * rank;
-    q_offset += count * m * rank;
-    batches->push_back(std::move(batch));
-  };
-  for (auto& [shape, matrices] : by_shape) {
-    if (options_.batch_tensors_with_same_shape() && matrices.size() > 1) {
-      add_batch(torch::stack(matrices), matrices);
-    } else {
-      for (const auto& matrix : matrices) add_batch(matrix.unsqueeze(0), {});
-    }
-  }
+  auto batches =
+      std::make_shared<std::vector<LowRankBatch>>(low_rank_batches(plan.to_compress, p_memory, q_memory, options_));
   if (!randomize_q) {
     for (auto& batch : *batches) orthogonalize(batch.q, options_.orthogonalization_epsilon());
   } else {
@@ -321,25 +372,14 @@ std::unique_ptr<PendingReduction> PowerSGDHook::run(ProcessGroup& group, const G
   auto uncompressed_work = group.all_reduce(uncompressed_memory, ReduceOp::kSum, /*async=*/true);
   auto p_work = group.all_reduce(p_memory, ReduceOp::kSum, /*async=*/true);
   ProcessGroup* reduce_group = &group;
-  return std::make_unique<PendingReduction>([this, reduce_group, world, index, input, input_copy, uncompressed,
-                                             uncompressed_memory, uncompressed_work, p_work, q_memory, batches,
+  return std::make_unique<PendingReduction>([this, reduce_group, world, index, input, input_copy,
+                                             uncompressed = std::move(plan.uncompressed), uncompressed_memory,
+                                             uncompressed_work, p_work, q_memory, batches,
                                              bucket]() mutable -> torch::Tensor {
     uncompressed_work->wait();
-    uncompressed_memory.div_(world);
-    int64_t offset = 0;
-    for (auto& gradient : uncompressed) {
-      gradient.copy_(uncompressed_memory.narrow(0, offset, gradient.numel()).view_as(gradient));
-      offset += gradient.numel();
-    }
+    copy_back_uncompressed(uncompressed, uncompressed_memory, world);
     p_work->wait();
-    for (auto& batch : *batches) orthogonalize(batch.p, options_.orthogonalization_epsilon());
-    for (auto& batch : *batches) at::bmm_out(batch.q, batch.matrices.transpose(1, 2), batch.p);
-    reduce_group->all_reduce(q_memory, ReduceOp::kSum);
-    q_memory.div_(world);
-    for (auto& batch : *batches) at::bmm_out(batch.matrices, batch.p, batch.q.transpose(1, 2));
-    for (auto& batch : *batches) {
-      for (size_t i = 0; i < batch.originals.size(); ++i) batch.originals[i].copy_(batch.matrices[static_cast<int64_t>(i)]);
-    }
+    decompress(*batches, *reduce_group, q_memory, world, options_.orthogonalization_epsilon());
     if (options_.use_error_feedback()) at::sub_out(error_[index], input_copy, input);
     if (!options_.warm_start()) {
       p_memory_.clear();

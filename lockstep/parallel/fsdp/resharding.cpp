@@ -41,6 +41,83 @@ void check_saved_count(const json& saved_layout, const std::vector<StateReader>&
                  " shards, ", saved.size(), " were opened");
 }
 
+// Where an optimizer position lies in its unit's layout, here and in each saved shard.
+struct OptimizerPlace {
+  int64_t begin = 0;   // this rank's part
+  int64_t length = 0;
+  int64_t size = 0;    // of this rank's tensor (a flat shard keeps its padding)
+  std::vector<LayoutPiece> saved;
+};
+
+// Every optimizer position's place: with use_orig_params a parameter's part
+// of its unit, else a unit's whole flat shard.
+std::map<std::string, OptimizerPlace> optimizer_places(const ShardedModel& model, const StateDictCodec& codec,
+                                                       const torch::optim::Optimizer& optimizer,
+                                                       const json& saved_layout) {
+  const int saved_shards = saved_layout.at("shard_world_size").get<int>();
+  std::map<std::string, OptimizerPlace> places;
+  if (model.options.use_orig_params()) {
+    for (const auto& [position, ref] : codec.orig_positions(optimizer)) {
+      const FlatSlot& slot = ref.unit->slots()[ref.slot];
+      const ShardOverlap mine = ref.unit->shard_part(ref.slot);
+      const int64_t saved_shard = saved_shard_numel(saved_layout, static_cast<size_t>(ref.unit->index()));
+      OptimizerPlace place{slot.offset + mine.in_range, mine.length, mine.length, {}};
+      for (int s = 0; s < saved_shards; ++s) {
+        const ShardOverlap theirs = shard_overlap(slot.offset, slot.numel, s, saved_shard);
+        place.saved.push_back({slot.offset + theirs.in_range, theirs.length});
+      }
+      places[position] = std::move(place);
+    }
+  } else {
+    for (size_t u = 0; u < model.units.size(); ++u) {
+      const FlatParamUnit& unit = *model.units[u];
+      const LayoutPiece mine = shard_piece(unit.layout().numel, unit.layout().shard_numel, unit.layout().shard_rank);
+      places["0." + std::to_string(u)] =
+          OptimizerPlace{mine.begin, mine.numel, unit.layout().shard_numel,
+                         shard_pieces(unit.layout().numel, saved_shard_numel(saved_layout, u), saved_shards)};
+    }
+  }
+  return places;
+}
+
+// What the saved shard files hold of the optimizer state, read from their
+// indexes (no tensor is read).
+struct SavedOptimizerState {
+  json params = json::object();
+  std::map<std::string, std::map<std::string, c10::ScalarType>> buffers;  // position -> buffer -> dtype
+  std::map<std::string, std::string> found_in;                             // position -> a file holding it
+  std::map<std::string, std::pair<size_t, bool>> first_seen;               // key -> (first file holding it, 0-dim)
+};
+
+// Per-parameter values (Adam's or Adagrad's step, whatever the optimizer
+// keeps): every shard has them for the parameters it holds a part of; with
+// use_orig_params a parameter may lie wholly in some shards. A buffer is 0-dim
+// in every file or in none.
+SavedOptimizerState index_saved_optimizer_state(const std::vector<StateReader>& saved) {
+  SavedOptimizerState index;
+  for (size_t s = 0; s < saved.size(); ++s) {
+    const StateReader& reader = saved[s];
+    const json saved_params = reader.values().value("params", json::object());
+    for (const auto& item : saved_params.items()) {
+      if (!index.params.contains(item.key())) index.params[item.key()] = item.value();
+    }
+    for (const auto& key : reader.keys()) {
+      std::string position, buffer;
+      LOCKSTEP_CHECK(split_state_key(key, &position, &buffer), reader.source(), ": optimizer state '", key,
+                     "' is not named <group>.<index>.<buffer>");
+      const TensorEntry& entry = reader.entry(key);
+      const bool is_scalar = entry.shape.empty();
+      const auto& first = index.first_seen.emplace(key, std::make_pair(s, is_scalar)).first->second;
+      LOCKSTEP_CHECK(first.second == is_scalar, reader.source(), ": optimizer state '", key, "' is ",
+                     is_scalar ? "0-dim" : "not 0-dim", " here but ", first.second ? "0-dim" : "not 0-dim", " in ",
+                     saved[first.first].source());
+      index.buffers[position].emplace(buffer, entry.dtype);
+      index.found_in.emplace(position, reader.source());
+    }
+  }
+  return index;
+}
+
 }  // namespace
 
 State Resharding::state_dict(const json& saved_layout,
@@ -75,76 +152,21 @@ State Resharding::optimizer_state(const torch::optim::Optimizer& optimizer,
                                                           const json& saved_layout,
                                                           const std::vector<StateReader>& saved) const {
   check_saved_count(saved_layout, saved);
-  const int saved_shards = saved_layout.at("shard_world_size").get<int>();
-  // Where each optimizer position lies in its unit's layout, here and in each saved shard.
-  struct Place {
-    int64_t begin = 0;   // this rank's part
-    int64_t length = 0;
-    int64_t size = 0;    // of this rank's tensor (a flat shard keeps its padding)
-    std::vector<LayoutPiece> saved;
-  };
-  std::map<std::string, Place> places;
-  if (model_.options.use_orig_params()) {
-    for (const auto& [position, ref] : codec_.orig_positions(optimizer)) {
-      const FlatSlot& slot = ref.unit->slots()[ref.slot];
-      const ShardOverlap mine = ref.unit->shard_part(ref.slot);
-      const int64_t saved_shard = saved_shard_numel(saved_layout, static_cast<size_t>(ref.unit->index()));
-      Place place{slot.offset + mine.in_range, mine.length, mine.length, {}};
-      for (int s = 0; s < saved_shards; ++s) {
-        const ShardOverlap theirs = shard_overlap(slot.offset, slot.numel, s, saved_shard);
-        place.saved.push_back({slot.offset + theirs.in_range, theirs.length});
-      }
-      places[position] = std::move(place);
-    }
-  } else {
-    for (size_t u = 0; u < model_.units.size(); ++u) {
-      const FlatParamUnit& unit = *model_.units[u];
-      const LayoutPiece mine = shard_piece(unit.layout().numel, unit.layout().shard_numel, unit.layout().shard_rank);
-      places["0." + std::to_string(u)] =
-          Place{mine.begin, mine.numel, unit.layout().shard_numel,
-                shard_pieces(unit.layout().numel, saved_shard_numel(saved_layout, u), saved_shards)};
-    }
-  }
+  const std::map<std::string, OptimizerPlace> places = optimizer_places(model_, codec_, optimizer, saved_layout);
+  const SavedOptimizerState index = index_saved_optimizer_state(saved);
   State local;
   local.values = saved[0].values();
-  // Per-parameter values (Adam's or Adagrad's step, whatever the optimizer
-  // keeps): every shard has them for the parameters it holds a part of; with
-  // use_orig_params a parameter may lie wholly in some shards.
-  json params = json::object();
-  std::map<std::string, std::map<std::string, c10::ScalarType>> buffers;  // position -> buffer -> dtype
-  std::map<std::string, std::string> found_in;                             // position -> a file holding it
-  std::map<std::string, std::pair<size_t, bool>> first_seen;               // key -> (first file holding it, 0-dim)
-  for (size_t s = 0; s < saved.size(); ++s) {
-    const StateReader& reader = saved[s];
-    const json saved_params = reader.values().value("params", json::object());
-    for (const auto& item : saved_params.items()) {
-      if (!params.contains(item.key())) params[item.key()] = item.value();
-    }
-    for (const auto& key : reader.keys()) {
-      std::string position, buffer;
-      LOCKSTEP_CHECK(split_state_key(key, &position, &buffer), reader.source(), ": optimizer state '", key,
-                     "' is not named <group>.<index>.<buffer>");
-      const TensorEntry& entry = reader.entry(key);
-      const bool is_scalar = entry.shape.empty();
-      const auto& first = first_seen.emplace(key, std::make_pair(s, is_scalar)).first->second;
-      LOCKSTEP_CHECK(first.second == is_scalar, reader.source(), ": optimizer state '", key, "' is ",
-                     is_scalar ? "0-dim" : "not 0-dim", " here but ", first.second ? "0-dim" : "not 0-dim", " in ",
-                     saved[first.first].source());
-      buffers[position].emplace(buffer, entry.dtype);
-      found_in.emplace(position, reader.source());
-    }
-  }
-  local.values["params"] = params;
+  local.values["params"] = index.params;
   torch::NoGradGuard no_grad;
-  for (const auto& [position, names] : buffers) {
+  for (const auto& [position, names] : index.buffers) {
     auto found = places.find(position);
-    LOCKSTEP_CHECK(found != places.end(), found_in.at(position), ": the optimizer state has parameter position ",
+    LOCKSTEP_CHECK(found != places.end(), index.found_in.at(position), ": the optimizer state has parameter position ",
                    position, " but this run's optimizer has ", places.size(),
                    " positions (another model, wrap policy or paramwise_cfg?)");
-    const Place& place = found->second;
+    const OptimizerPlace& place = found->second;
     for (const auto& [buffer, dtype] : names) {
       const std::string key = position + "." + buffer;
-      const std::pair<size_t, bool>& seen = first_seen.at(key);
+      const std::pair<size_t, bool>& seen = index.first_seen.at(key);
       if (seen.second) {  // a scalar: whole, as saved
         local.tensors[key] = saved[seen.first].read(key);
         continue;

@@ -276,19 +276,39 @@ void UnitBuilder::build_units(const std::vector<std::string>& unit_paths) {
   std::map<std::string, torch::nn::Module*> modules;
   for (const auto& item : model_.module->named_modules("", /*include_self=*/true))
     modules[item.key()] = item.value().get();
-
-  // Each parameter belongs to the deepest unit that contains every name it
-  // has (tied parameters shared across units go to their common ancestor).
   std::vector<std::string> paths{""};
   paths.insert(paths.end(), unit_paths.begin(), unit_paths.end());
-  std::vector<std::vector<FlatSlot>> slots(paths.size());
-  std::unordered_map<const void*, std::vector<std::string>> names_of;
-  std::vector<torch::Tensor> order;
-  for (const auto& item : model_.module->named_parameters(true)) {
-    auto& names = names_of[item.value().unsafeGetTensorImpl()];
-    if (names.empty()) order.push_back(item.value());
-    names.push_back(item.key());
+  record_buffers();
+  std::vector<std::vector<FlatSlot>> slots = assign_parameters(paths);
+
+  // Factors of the whole group's size, not the shard group's (Note [FSDP's pre- and post-divide]).
+  const auto [predivide, postdivide] = gradient_divide_factors(model_.group->size());
+  for (size_t u = 0; u < paths.size(); ++u) {
+    if (slots[u].empty()) {
+      if (u > 0) {
+        logger().warn("FSDP unit {} holds no trainable parameters of its own; it is not sharded", display(paths[u]));
+      }
+      continue;
+    }
+    UnitSetup setup = unit_setup(/*root=*/u == 0, slots[u].front().param, predivide, postdivide);
+    const int index = static_cast<int>(model_.units.size());
+    torch::Tensor prebuilt;
+    if (auto cut = take_prebuilt_shard(modules.at(paths[u]))) {
+      prebuilt = checked_prebuilt_shard(paths[u], slots[u], *cut);
+      model_.prebuilt_units += 1;
+    }
+    model_.units.push_back(std::make_unique<FlatParamUnit>(index, paths[u], modules.at(paths[u]),
+                                                           std::move(slots[u]), setup, prebuilt));
+    // Freed before the next unit is built: the model's own storage for these
+    // parameters went when they were pointed at the flat parameter.
+    if (!model_.units.back()->setup().persistent) model_.units.back()->reshard();
+    install_gradient_hooks(*model_.units.back());
   }
+}
+
+// The model's buffers, by name with their own dtype (state dicts save them in
+// it); under mixed precision's buffer_dtype, floating-point ones are cast.
+void UnitBuilder::record_buffers() {
   std::unordered_set<const void*> buffer_seen;
   for (const auto& item : model_.module->named_buffers(true)) {
     model_.buffers.emplace_back(item.key(), item.value());
@@ -298,6 +318,21 @@ void UnitBuilder::build_units(const std::vector<std::string>& unit_paths) {
       torch::Tensor buffer = item.value();
       buffer.set_data(buffer.detach().to(*model_.options.mixed_precision().buffer_dtype()));
     }
+  }
+}
+
+// Each trainable parameter's slot in the unit of `paths` it belongs to: the
+// deepest unit that contains every name it has (tied parameters shared
+// across units go to their common ancestor, the root "" at worst). Frozen
+// parameters go to model_.frozen.
+std::vector<std::vector<FlatSlot>> UnitBuilder::assign_parameters(const std::vector<std::string>& paths) {
+  std::vector<std::vector<FlatSlot>> slots(paths.size());
+  std::unordered_map<const void*, std::vector<std::string>> names_of;
+  std::vector<torch::Tensor> order;
+  for (const auto& item : model_.module->named_parameters(true)) {
+    auto& names = names_of[item.value().unsafeGetTensorImpl()];
+    if (names.empty()) order.push_back(item.value());
+    names.push_back(item.key());
   }
   for (const auto& param : order) {
     const auto& names = names_of[param.unsafeGetTensorImpl()];
@@ -323,43 +358,27 @@ void UnitBuilder::build_units(const std::vector<std::string>& unit_paths) {
     slot.model_index = model_.trainable_count++;
     slots[owner].push_back(std::move(slot));
   }
+  return slots;
+}
 
+// How a unit whose first parameter is `first` is built: its groups, dtypes,
+// devices, whether it stays gathered (the root, see Note [The root unit], and
+// every unit under NO_SHARD) and its gradients' divide factors.
+UnitSetup UnitBuilder::unit_setup(bool root, const torch::Tensor& first, double predivide, double postdivide) const {
   const auto& precision = model_.options.mixed_precision();
-  // Factors of the whole group's size, not the shard group's (Note [FSDP's pre- and post-divide]).
-  const auto [predivide, postdivide] = gradient_divide_factors(model_.group->size());
-  for (size_t u = 0; u < paths.size(); ++u) {
-    if (slots[u].empty()) {
-      if (u > 0) {
-        logger().warn("FSDP unit {} holds no trainable parameters of its own; it is not sharded", display(paths[u]));
-      }
-      continue;
-    }
-    const torch::Tensor& first = slots[u].front().param;
-    UnitSetup setup;
-    setup.shard_group = model_.shard_group;
-    setup.replicate_group = model_.replicate_group;
-    setup.param_dtype = precision.param_dtype().value_or(first.scalar_type());
-    setup.reduce_dtype = precision.reduce_dtype().value_or(setup.param_dtype);
-    setup.compute_device = model_.options.device_id().value_or(first.device());
-    setup.shard_device = model_.options.offload_params() ? torch::Device(torch::kCPU) : setup.compute_device;
-    setup.persistent = u == 0 || model_.options.sharding_strategy() == ShardingStrategy::kNoShard;
-    setup.predivide = predivide;
-    setup.postdivide = postdivide;
-    setup.step_check = step_check_;
-    if (model_.options.sync_module_states() && model_.group->size() > 1) setup.sync_group = model_.group;
-    const int index = static_cast<int>(model_.units.size());
-    torch::Tensor prebuilt;
-    if (auto cut = take_prebuilt_shard(modules.at(paths[u]))) {
-      prebuilt = checked_prebuilt_shard(paths[u], slots[u], *cut);
-      model_.prebuilt_units += 1;
-    }
-    model_.units.push_back(std::make_unique<FlatParamUnit>(index, paths[u], modules.at(paths[u]),
-                                                           std::move(slots[u]), setup, prebuilt));
-    // Freed before the next unit is built: the model's own storage for these
-    // parameters went when they were pointed at the flat parameter.
-    if (!model_.units.back()->setup().persistent) model_.units.back()->reshard();
-    install_gradient_hooks(*model_.units.back());
-  }
+  UnitSetup setup;
+  setup.shard_group = model_.shard_group;
+  setup.replicate_group = model_.replicate_group;
+  setup.param_dtype = precision.param_dtype().value_or(first.scalar_type());
+  setup.reduce_dtype = precision.reduce_dtype().value_or(setup.param_dtype);
+  setup.compute_device = model_.options.device_id().value_or(first.device());
+  setup.shard_device = model_.options.offload_params() ? torch::Device(torch::kCPU) : setup.compute_device;
+  setup.persistent = root || model_.options.sharding_strategy() == ShardingStrategy::kNoShard;
+  setup.predivide = predivide;
+  setup.postdivide = postdivide;
+  setup.step_check = step_check_;
+  if (model_.options.sync_module_states() && model_.group->size() > 1) setup.sync_group = model_.group;
+  return setup;
 }
 
 // The shard cut while building, if it was cut for this FSDP's layout of the unit.

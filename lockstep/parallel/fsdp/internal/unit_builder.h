@@ -50,6 +50,9 @@ class UnitBuilder {
   void sync_module_states();
   void add_prebuilt_units(std::vector<std::string>& unit_paths) const;
   void build_units(const std::vector<std::string>& unit_paths);
+  void record_buffers();
+  std::vector<std::vector<FlatSlot>> assign_parameters(const std::vector<std::string>& paths);
+  UnitSetup unit_setup(bool root, const torch::Tensor& first, double predivide, double postdivide) const;
   torch::Tensor checked_prebuilt_shard(const std::string& path, const std::vector<FlatSlot>& slots,
                                        const PrebuiltShard& cut) const;
   void install_gradient_hooks(FlatParamUnit& unit);

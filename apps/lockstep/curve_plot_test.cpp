@@ -7,7 +7,7 @@
 #include <regex>
 #include <utility>
 
-#include "lockstep/writers/curve_plot.h"
+#include "apps/lockstep/curve_plot.h"
 #include "tests/support/test_support.h"
 
 namespace lockstep {

@@ -1,4 +1,4 @@
-#include "lockstep/writers/curve_plot.h"
+#include "apps/lockstep/curve_plot.h"
 
 #include <algorithm>
 #include <cmath>
