@@ -308,7 +308,7 @@ TEST(OptimWrapperTest, ContextCannotBeNestedAndLossMustBeScalar) {
   OptimWrapper wrapper(std::make_shared<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(0.1)));
   {
     auto context = wrapper.optim_context();
-    EXPECT_THROW(wrapper.optim_context(), Error);
+    EXPECT_THROW((void)wrapper.optim_context(), Error);
   }
   auto again = wrapper.optim_context();  // the first one closed
   EXPECT_THROW(wrapper.update_params(torch::ones({2}, torch::requires_grad())), Error);

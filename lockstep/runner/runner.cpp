@@ -261,7 +261,7 @@ void Runner::build_for_training(bool with_train_data) {
     std::shared_ptr<Collectives> ranks = strategy_->collectives();
     trainer_->stop().set_agreement([ranks](bool local) { return ranks->any_rank(local); });
   }
-  register_hooks(iters_per_epoch, length.val_interval);
+  register_hooks(iters_per_epoch, length.val_interval, trainer_options.log_processor());
   if (checkpointing) trainer_->register_hooks({std::make_shared<CheckpointingConsulted>(model, config_.where("activation_checkpointing"))});
 }
 
@@ -293,7 +293,7 @@ int64_t Runner::build_train_loader(bool with_train_data) {
   return iters_per_epoch;
 }
 
-void Runner::register_hooks(int64_t iters_per_epoch, int64_t val_interval) {
+void Runner::register_hooks(int64_t iters_per_epoch, int64_t val_interval, const LogProcessor& log_processor) {
   HookContext context;
   context.strategy = strategy_;
   context.collectives = strategy_->collectives();
@@ -303,7 +303,7 @@ void Runner::register_hooks(int64_t iters_per_epoch, int64_t val_interval) {
   context.by_epoch = by_epoch_;
   context.max_iters = max_iters_;
   context.val_interval = val_interval;
-  context.log_processor = trainer_options.log_processor();
+  context.log_processor = log_processor;
   if (eval_loaders_.count("val")) context.evaluate = [this] { return evaluate("val"); };
   trainer_->register_hooks(build_default_hooks(config_.child("default_hooks"), config_.child("custom_hooks"), context));
 }

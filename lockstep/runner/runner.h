@@ -114,7 +114,7 @@ class Runner {
   // epoch (0 for a run fed through the step API, whose keys it checks).
   int64_t build_train_loader(bool with_train_data);
   // The default and custom hooks, with what they need to know of the run.
-  void register_hooks(int64_t iters_per_epoch, int64_t val_interval);
+  void register_hooks(int64_t iters_per_epoch, int64_t val_interval, const LogProcessor& log_processor);
   // The data loader of `split` ("val", "test") with its evaluator, built from
   // <split>_dataloader and <split>_evaluator the first time it is asked for.
   DataLoader& eval_loader(const std::string& split);
