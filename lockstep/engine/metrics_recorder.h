@@ -21,7 +21,7 @@
 #include <c10/macros/Macros.h>
 
 #include "lockstep/engine/event_storage.h"
-#include "lockstep/optim/optim_wrapper.h"
+#include "lockstep/core/step_metrics.h"
 
 namespace lockstep {
 

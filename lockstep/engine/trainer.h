@@ -68,9 +68,8 @@ enum class TrainerPhase { kIdle, kBetweenSteps, kInStep };
 
 class Trainer {
  public:
-  // max_iter of a run without an end (a program that trains as it goes):
-  // large, and far from overflowing when counted up to.
-  static constexpr int64_t kNoEnd = std::numeric_limits<int64_t>::max() / 4;
+  // max_iter of a run without an end (core/step_metrics.h).
+  static constexpr int64_t kNoEnd = lockstep::kNoEnd;
 
   // `gather` collects step metrics from every rank (Collectives::metrics_gatherer);
   // null: this process's only. `data_loader` null: the batches come through

@@ -22,9 +22,10 @@
 #include <c10/macros/Macros.h>
 #include <torch/types.h>
 
+#include "lockstep/core/step_metrics.h"
+
 namespace lockstep {
 
-using LogVars = std::map<std::string, double>;
 
 class LogValuesOnDevice {
  public:

@@ -32,6 +32,7 @@
 #include <torch/torch.h>
 
 #include "lockstep/core/state.h"
+#include "lockstep/core/step_metrics.h"
 #include "lockstep/optim/accumulation_window.h"
 #include "lockstep/optim/gradient_sync.h"
 #include "lockstep/optim/step_progress.h"
@@ -42,10 +43,6 @@ class Batch;
 class Model;
 class OptimWrapper;
 class OptimWrapperDict;
-using LogVars = std::map<std::string, double>;
-// Gathers one rank's step metrics from every rank, in rank order, on every
-// rank (so all ranks reach the same verdict on a non-finite loss).
-using MetricsGatherer = std::function<std::vector<LogVars>(const LogVars& local)>;
 
 struct ClipGradOptions {
   // kNorm: mmengine's clip_grad, one norm over every gradient;

@@ -23,7 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "lockstep/optim/optim_wrapper.h"  // LogVars, MetricsGatherer
+#include "lockstep/core/step_metrics.h"
 
 namespace lockstep {
 

@@ -1,13 +1,12 @@
 #include "lockstep/writers/console_writer.h"
 
-#include "lockstep/engine/trainer.h"
-
 #include <sstream>
 
 #include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "lockstep/core/logging.h"
+#include "lockstep/core/step_metrics.h"
 
 namespace lockstep {
 
@@ -26,7 +25,7 @@ ConsoleWriter::ConsoleWriter(size_t window) : ConsoleWriter(LogProcessor::detect
 ConsoleWriter::ConsoleWriter(LogProcessor processor) : processor_(std::move(processor)) {}
 
 std::optional<double> ConsoleWriter::eta_seconds(EventStorage& storage, int64_t iteration, int64_t max_iter) {
-  if (max_iter >= Trainer::kNoEnd) return std::nullopt;  // a run without an end has no ETA
+  if (max_iter >= kNoEnd) return std::nullopt;  // a run without an end has no ETA
   const int64_t remaining = max_iter - iteration - 1;
   if (remaining <= 0) return 0.0;
   if (storage.has("time")) {
@@ -49,7 +48,7 @@ std::string ConsoleWriter::format_line(EventStorage& storage, int64_t max_iter) 
   std::ostringstream line;
   if (auto eta = eta_seconds(storage, iteration, max_iter)) line << "eta: " << format_duration(*eta) << "  ";
   line << "iter: " << iteration;
-  if (max_iter < Trainer::kNoEnd) line << "/" << max_iter;
+  if (max_iter < kNoEnd) line << "/" << max_iter;
   auto latest = storage.latest();
   auto histories = storage.histories();
   const auto window = static_cast<int64_t>(processor_.window());
