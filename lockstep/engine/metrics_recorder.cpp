@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include "lockstep/core/error.h"
 #include "lockstep/core/ordered_worker.h"
@@ -27,17 +29,24 @@ MetricsRecorder::MetricsRecorder(EventStorage& storage, MetricsGatherer gather, 
 
 MetricsRecorder::~MetricsRecorder() = default;
 
-void MetricsRecorder::write(const LogVars& log_vars, double data_time, int64_t iteration) {
+void MetricsRecorder::write(const LogVars& log_vars, double data_time, int64_t iteration,
+                            int64_t nonfinite_loss_iteration) {
   if (!records(iteration)) return;
   if (worker_) {
     worker_->rethrow_error();
-    worker_->submit([this, log_vars, data_time, iteration] { record(log_vars, data_time, iteration); });
+    worker_->submit([this, log_vars, data_time, iteration, nonfinite_loss_iteration] {
+      record(log_vars, data_time, iteration, nonfinite_loss_iteration);
+    });
   } else {
-    record(log_vars, data_time, iteration);
+    record(log_vars, data_time, iteration, nonfinite_loss_iteration);
   }
 }
 
 namespace {
+// The gathered value that carries a rank's nonfinite_loss_iteration (taken
+// out again before anything is recorded).
+constexpr const char* kNonfiniteLossIteration = "lockstep.nonfinite_loss_iteration";
+
 // "name: value, ..." of one set of metrics, for an error message.
 std::string listed(const LogVars& metrics) {
   std::ostringstream text;
@@ -73,11 +82,31 @@ LogVars mean_over_ranks(const std::vector<LogVars>& all) {
 // compared with a run logged the other. The gather happens either way: the
 // stop on a non-finite loss must be every rank's, and every rank's storage
 // must hold the same numbers, since hooks decide from them.
-void MetricsRecorder::record(const LogVars& log_vars, double data_time, int64_t iteration) {
+void MetricsRecorder::record(const LogVars& log_vars, double data_time, int64_t iteration,
+                             int64_t nonfinite_loss_iteration) {
   LogVars local = log_vars;
   local["data_time"] = data_time;
+  local[kNonfiniteLossIteration] = static_cast<double>(nonfinite_loss_iteration);
   storage_.put_scalar("rank_data_time", data_time, true, iteration);
-  const std::vector<LogVars> all = gather_(local);
+  std::vector<LogVars> all = gather_(local);
+  // A loss that was not finite since the last read: every optimizer step
+  // from it on was skipped on every rank (Note [A non-finite loss stops
+  // before the step]); the earliest rank's iteration is named.
+  int64_t first_bad = -1;
+  size_t first_bad_rank = 0;
+  for (size_t rank = 0; rank < all.size(); ++rank) {
+    auto mark = all[rank].find(kNonfiniteLossIteration);
+    if (mark == all[rank].end()) continue;
+    const auto at = static_cast<int64_t>(mark->second);
+    all[rank].erase(mark);
+    if (at >= 0 && (first_bad < 0 || at < first_bad)) std::tie(first_bad, first_bad_rank) = std::make_pair(at, rank);
+  }
+  if (first_bad >= 0) {
+    LOCKSTEP_FAIL("Loss became infinite or NaN at iteration=", first_bad, " on rank ", first_bad_rank,
+                  "! No rank stepped its optimizer from that iteration on: the weights are those after iteration ",
+                  first_bad - 1, ".\nloss_dict = {", listed(all[first_bad_rank]), "} (rank ", first_bad_rank, ", iteration ",
+                  iteration, ")");
+  }
   // Every rank's loss is looked at, whichever values are logged: a loss that
   // is not finite on one rank stops them all at the same iteration.
   for (size_t rank = 0; rank < all.size(); ++rank) {

@@ -38,12 +38,15 @@ class MetricsRecorder {
   // Whether `iteration`'s metrics are gathered and written.
   bool records(int64_t iteration) const { return (iteration + 1) % period_ == 0; }
   // Records one step's values (when records(iteration)); with `async`, queued.
-  void write(const LogVars& log_vars, double data_time, int64_t iteration);
+  // `nonfinite_loss_iteration`: the first iteration this rank's loss was not
+  // finite at (OptimWrapper::nonfinite_loss_iteration), or -1; any rank's
+  // fails the run on every rank, naming the earliest.
+  void write(const LogVars& log_vars, double data_time, int64_t iteration, int64_t nonfinite_loss_iteration = -1);
   // Waits for queued metrics and rethrows their error, if any.
   void flush();
 
  private:
-  void record(const LogVars& log_vars, double data_time, int64_t iteration);
+  void record(const LogVars& log_vars, double data_time, int64_t iteration, int64_t nonfinite_loss_iteration);
 
   EventStorage& storage_;
   MetricsGatherer gather_;

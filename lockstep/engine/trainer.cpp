@@ -184,6 +184,29 @@ void Trainer::run_step() {
             metrics_.records(iter_));
 }
 
+namespace {
+// The logged values' names for each optim wrapper's nonfinite_loss_iteration().
+constexpr const char* kNonfiniteLossPrefix = "lockstep.nonfinite_loss_iteration/";
+
+bool is_nonfinite_loss_mark(const std::string& name) { return name.rfind(kNonfiniteLossPrefix, 0) == 0; }
+
+// The earliest iteration any wrapper saw a non-finite loss at, or -1.
+int64_t first_nonfinite_loss_iteration(const LogVars& values) {
+  int64_t first = -1;
+  for (const auto& [name, value] : values) {
+    if (!is_nonfinite_loss_mark(name) || value < 0) continue;
+    const auto iteration = static_cast<int64_t>(value);
+    first = first < 0 ? iteration : std::min(first, iteration);
+  }
+  return first;
+}
+
+LogVars without_nonfinite_loss_marks(LogVars values) {
+  for (auto it = values.begin(); it != values.end();) it = is_nonfinite_loss_mark(it->first) ? values.erase(it) : std::next(it);
+  return values;
+}
+}  // namespace
+
 // Note [One training step, top to bottom]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // What detectron2's run_step shows in one screen, lockstep's default path
@@ -225,10 +248,18 @@ LogVars Trainer::run_batch(const Batch& batch, double data_time, bool read_logge
     std::map<std::string, torch::Tensor> on_device = std::move(outputs.logged);
     if (metrics_.records(iter_)) {
       for (auto& [name, tensor] : optim_wrapper_->last_update_metric_tensors()) on_device[name] = tensor;
+      // Note [A non-finite loss stops before the step]: read in the same copy.
+      for (auto& [name, wrapper] : optim_wrapper_->wrappers()) {
+        if (wrapper->nonfinite_loss_iteration().defined()) {
+          on_device[kNonfiniteLossPrefix + name] = wrapper->nonfinite_loss_iteration();
+        }
+      }
     }
     for (const auto& [name, value] : scalars_to_host(on_device)) log_vars[name] = value;
   }
-  metrics_.write(log_vars, data_time, iter_);
+  const int64_t nonfinite_loss_iteration = first_nonfinite_loss_iteration(log_vars);
+  log_vars = without_nonfinite_loss_marks(std::move(log_vars));
+  metrics_.write(log_vars, data_time, iter_, nonfinite_loss_iteration);
   return log_vars;
 }
 

@@ -10,6 +10,7 @@
 #include "lockstep/core/logging.h"
 #include "lockstep/core/scalars_to_host.h"
 #include "lockstep/core/spelling.h"
+#include "lockstep/optim/device_side_step.h"
 #include "lockstep/optim/internal/foreach_groups.h"
 #include "lockstep/optim/optimizer_state.h"
 #include "lockstep/optim/param_groups.h"
@@ -140,8 +141,8 @@ void OptimWrapper::backward(const torch::Tensor& loss) {
                  "(was the forward run under torch::NoGradGuard, or are all parameters frozen?)");
   const bool sync = accumulation_.should_sync();
   progress_.begin_backward();
-  torch::Tensor to_differentiate = scale_for_backward(loss);
   const int64_t iteration = progress_.iteration(accumulation_.inner_count());
+  torch::Tensor to_differentiate = guard_nonfinite_loss(loss, scale_for_backward(loss), iteration);
   try {
     {
       RECORD_USER_SCOPE("lockstep::backward");
@@ -255,7 +256,96 @@ void clip_gradients(const std::vector<torch::Tensor>& params, const ClipGradOpti
 
 }  // namespace
 
+// Note [A non-finite loss stops before the step]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A loss that turns NaN or infinite must not reach the weights on any rank
+// (detectron2 checks before optimizer.step()), and the check must cost no
+// host synchronisation per step. So it is done on the device, as the loss
+// scaler does its found-inf check, and the run stops at the next read of the
+// logged values:
+//   - backward() multiplies what it differentiates by 1 while this rank's
+//     losses were finite, and by NaN from the first one that was not (it
+//     keeps doing so, so the stop is sticky). By 1 changes no bit: the
+//     backward pass starts from the same 1.0. By NaN makes every gradient
+//     the loss reaches NaN, all of it, and DDP's average carries that to
+//     every rank: a peer's bad loss arrives inside the gradients, with no
+//     message of its own.
+//   - optimizer_step() asks whether this rank's loss was bad or the first
+//     element of any gradient is not finite (a gradient a bad rank reached is
+//     NaN everywhere, so one element tells), agreed across ranks by the
+//     GradientSync where gradients are sharded (FSDP), and skips: by a read
+//     of the flag where it is in host memory (the CPU: no device to wait
+//     for), on the device for a capturable optimizer on a GPU
+//     (DeviceSideStep::step_on_device, the skip GradScaler uses; it keeps a
+//     copy of what the step writes, which a capturable step without loss
+//     scaling did not pay before). A GradScaler's own check sees the NaN
+//     gradients and skips likewise.
+//   - The trainer reads nonfinite_loss_iteration() with the logged values
+//     (one copy) and every rank stops there, naming the iteration, with the
+//     weights of the last good step, in memory and in any checkpoint after.
+// Left out: a non-capturable optimizer on a GPU without loss scaling, whose
+// skip would need a host read per step; there the stop comes at the read,
+// after the step, as before, and the run says so once. Under cuda_graph the
+// skip is captured with the step, but the iteration written is the one the
+// graph was captured at (a replay writes the captured constant): the stop
+// comes at the right read and may name an earlier iteration (issue 62, not
+// yet run on a GPU).
+torch::Tensor OptimWrapper::guard_nonfinite_loss(const torch::Tensor& loss, const torch::Tensor& to_differentiate,
+                                                 int64_t iteration) {
+  torch::Tensor finite_or_nan;
+  {
+    torch::NoGradGuard no_grad;
+    const auto as_index = torch::TensorOptions().dtype(torch::kLong).device(loss.device());
+    if (!nonfinite_loss_iteration_.defined()) nonfinite_loss_iteration_ = torch::full({1}, -1, as_index);
+    const torch::Tensor first_bad = loss.detach().reshape({1}).isfinite().logical_not() & (nonfinite_loss_iteration_ < 0);
+    nonfinite_loss_iteration_.copy_(torch::where(first_bad, torch::full({1}, iteration, as_index), nonfinite_loss_iteration_));
+    const auto like = to_differentiate.options();
+    finite_or_nan = torch::where(nonfinite_loss_iteration_ < 0, torch::ones({1}, like),
+                                 torch::full({1}, std::numeric_limits<double>::quiet_NaN(), like))
+                        .reshape(to_differentiate.sizes());
+  }
+  return to_differentiate * finite_or_nan;
+}
+
+torch::Tensor OptimWrapper::nonfinite_loss_found() {
+  torch::NoGradGuard no_grad;
+  torch::Tensor found = (nonfinite_loss_iteration_ >= 0).to(torch::kFloat);
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : parameters()) {
+    if (!p.grad().defined()) continue;
+    const torch::Tensor grad = p.grad().is_sparse() ? p.grad().coalesce().values() : p.grad();
+    if (grad.numel() > 0) grads.push_back(grad.reshape(-1).narrow(0, 0, 1));
+  }
+  for (const auto& part : detail::by_device_and_dtype(grads)) {
+    const torch::Tensor firsts = torch::cat(detail::pick(grads, part));
+    const torch::Tensor bad = firsts.isfinite().all().logical_not().reshape({1}).to(torch::kFloat);
+    found = torch::maximum(found, bad.to(found.device()));
+  }
+  return gradient_sync_ ? gradient_sync_->any_rank_true(found) : found;
+}
+
 bool OptimWrapper::optimizer_step() {
+  if (!nonfinite_loss_iteration_.defined()) {  // no backward() ran: nothing to look at
+    optimizer_->step();
+    return true;
+  }
+  const torch::Tensor found = nonfinite_loss_found();
+  if (found.device().is_cpu()) {  // host memory: reading it waits for no device
+    if (found.item<float>() != 0.0f) return false;
+    optimizer_->step();
+    return true;
+  }
+  if (DeviceSideStep* device = device_side_step(*optimizer_); device != nullptr && device->capturable()) {
+    device->stage_host_values();
+    device->step_on_device(found);
+    return true;
+  }
+  if (!warned_check_after_step_) {
+    warned_check_after_step_ = true;
+    logger().warn("a loss that is not finite stops this run after its optimizer step, not before: the "
+                  "optimizer is not capturable and there is no loss scaling, so skipping on the GPU would "
+                  "cost a host synchronisation per step (capturable: true skips there too)");
+  }
   optimizer_->step();
   return true;
 }

@@ -186,6 +186,13 @@ class OptimWrapper : public OptimWrapperBase {
   std::shared_ptr<torch::optim::Optimizer> optimizer_ptr() const { return optimizer_; }
   std::vector<torch::Tensor> parameters() const;
 
+  // The first iteration whose loss was not finite on this rank, as an int64
+  // [1] tensor on the loss's device, -1 while none was; undefined before the
+  // first backward. From that iteration on, every rank skips this wrapper's
+  // optimizer steps (Note [A non-finite loss stops before the step]); the
+  // trainer reads it with the logged values and stops the run.
+  const torch::Tensor& nonfinite_loss_iteration() const { return nonfinite_loss_iteration_; }
+
   // Throws when the clip asks what `sync` cannot give (a per-parameter norm
   // of sharded gradients).
   void set_gradient_sync(std::shared_ptr<GradientSync> sync);
@@ -232,6 +239,13 @@ class OptimWrapper : public OptimWrapperBase {
   StepProgress progress_;
   int64_t state_generation_ = 0;
   bool forward_context_open_ = false;
+
+  // Note [A non-finite loss stops before the step]
+  torch::Tensor guard_nonfinite_loss(const torch::Tensor& loss, const torch::Tensor& to_differentiate,
+                                     int64_t iteration);
+  torch::Tensor nonfinite_loss_found();
+  torch::Tensor nonfinite_loss_iteration_;
+  bool warned_check_after_step_ = false;
 };
 
 // Several named OptimWrappers, for models that update several networks in

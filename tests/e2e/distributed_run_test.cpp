@@ -14,6 +14,8 @@
 #include "lockstep/dist/init.h"
 #include "lockstep/runner/runner.h"
 #include "lockstep/data/synthetic.h"
+#include "lockstep/engine/hook.h"
+#include "lockstep/hooks/hook_registry.h"
 #include "lockstep/models/classifiers.h"
 #include "lockstep/strategy/strategy.h"
 #include "tests/support/multiprocess.h"
@@ -47,7 +49,7 @@ LOCKSTEP_WORKER_TEST(DistributedRunWorker, TrainsAndEvaluatesLikeOneProcess) {
   Runner runner(distributed_job(), RunnerOptions().work_dir(work_dir_from_env()));
   ASSERT_EQ(runner.strategy().world_size(), 2);
   auto metrics = runner.train();
-  // Step metrics were gathered: every rank's storage holds the same averaged loss.
+  // Step metrics were gathered: every rank's storage holds the same loss (rank 0's, as mmengine logs it).
   auto loss = runner.trainer().storage().history("loss").latest();
   auto all = all_gather_object(nlohmann::json(loss));
   EXPECT_EQ(all[0], all[1]);
@@ -68,14 +70,56 @@ LOCKSTEP_WORKER_TEST(DistributedRunWorker, TrainsAndEvaluatesLikeOneProcess) {
   EXPECT_NEAR(metrics.at("accuracy/top1"), top1, 1e-12);
 }
 
-LOCKSTEP_WORKER_TEST(DistributedRunWorker, NanOnOneRankStopsEveryRank) {
+// The model's weights, flattened into one float64 tensor.
+torch::Tensor flat_weights(Model& model) {
+  std::vector<torch::Tensor> all;
+  for (const auto& p : model.parameters()) all.push_back(p.detach().flatten().to(torch::kDouble));
+  return torch::cat(all);
+}
+
+// What the model's weights were after the optim wrapper's step at `iteration`.
+torch::Tensor weights_after_iteration;
+struct KeepWeightsAfter : Hook {
+  explicit KeepWeightsAfter(int64_t iteration) : Hook("KeepWeightsAfter"), iteration_(iteration) {}
+  void after_step() override {
+    if (trainer().iter() == iteration_) weights_after_iteration = flat_weights(trainer().model()).clone();
+  }
+  int64_t iteration_;
+};
+LOCKSTEP_REGISTER(hook_registry(), "KeepWeightsAfter", [](const Config& config, const HookContext&) {
+  return std::make_shared<KeepWeightsAfter>(config.get<int64_t>("iteration"));
+});
+
+// Rank 1's loss turns NaN at iteration 3: every rank stops, naming it, with
+// the weights it had after iteration 2 (Note [A non-finite loss stops before
+// the step]); with `gather_metric_period` above 1 the loss is read later,
+// and no rank steps in between.
+void expect_stop_with_the_weights_before_the_nan(int64_t gather_metric_period) {
   Config config = distributed_job();
   config.apply_override("model={_delete_: true, type: NanOnRankOne, from_call: 3, data_preprocessor: "
                         "{type: ImgDataPreprocessor, mean: [100.0], std: [60.0]}}");
+  config.apply_override("custom_hooks=[{type: KeepWeightsAfter, iteration: 2}]");
+  config.apply_override("trainer={gather_metric_period: " + std::to_string(gather_metric_period) + "}");
   Runner runner(config, RunnerOptions().work_dir(work_dir_from_env()));
   const std::string message = testing::error_of([&] { runner.train(); });
-  EXPECT_NE(message.find("Loss became infinite or NaN at iteration=3"), std::string::npos) << message;
+  EXPECT_NE(message.find("Loss became infinite or NaN at iteration=3 on rank 1"), std::string::npos) << message;
+  EXPECT_NE(message.find("the weights are those after iteration 2"), std::string::npos) << message;
   EXPECT_NE(message.find("loss_dict = {"), std::string::npos) << message;
+  EXPECT_EQ(runner.trainer().iter(), gather_metric_period == 1 ? 3 : gather_metric_period - 1) << message;
+  const torch::Tensor now = flat_weights(*runner.strategy().model());
+  ASSERT_TRUE(weights_after_iteration.defined());
+  EXPECT_TRUE(now.isfinite().all().item<bool>());
+  EXPECT_TRUE(torch::equal(now, weights_after_iteration));
+  // And the same on every rank.
+  const auto all = all_gather_object(nlohmann::json(std::vector<double>(now.data_ptr<double>(),
+                                                                        now.data_ptr<double>() + now.numel())));
+  EXPECT_EQ(all[0], all[1]);
+}
+
+LOCKSTEP_WORKER_TEST(DistributedRunWorker, NanOnOneRankStopsEveryRank) { expect_stop_with_the_weights_before_the_nan(1); }
+
+LOCKSTEP_WORKER_TEST(DistributedRunWorker, NanReadLaterStillStopsBeforeTheStep) {
+  expect_stop_with_the_weights_before_the_nan(5);
 }
 
 // The asynchronous metrics writer gathers on its own thread while the main
@@ -132,6 +176,13 @@ TEST(DistributedRun, NanOnOneRankStopsEveryRankWithoutAHang) {
   LOCKSTEP_REQUIRE_LAUNCHER();
   const auto result = run_two_ranks("DistributedRunWorker.NanOnOneRankStopsEveryRank", /*collective_timeout_s=*/30,
                                     /*timeout_s=*/120);
+  EXPECT_WORKERS_OK(result);
+}
+
+TEST(DistributedRun, NanReadFiveIterationsLaterLeavesTheWeightsOfTheLastGoodStep) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  const auto result = run_two_ranks("DistributedRunWorker.NanReadLaterStillStopsBeforeTheStep",
+                                    /*collective_timeout_s=*/30, /*timeout_s=*/120);
   EXPECT_WORKERS_OK(result);
 }
 
