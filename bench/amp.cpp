@@ -24,7 +24,7 @@
 #include "lockstep/amp/amp_optim_wrapper.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/model/data_preprocessor.h"
-#include "lockstep/models/classifiers.h"
+#include "lockstep/builtin_models/classifiers.h"
 
 using namespace lockstep;
 

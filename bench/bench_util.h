@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "lockstep/compat/cuda.h"
-#include "lockstep/dist/env.h"
+#include "lockstep/comm/env.h"
 #include "lockstep/strategy/device_choice.h"
 
 namespace lockstep::bench {

@@ -26,7 +26,7 @@
 #include "lockstep/core/logging.h"
 #include "lockstep/lockstep.h"
 #include "lockstep/model/data_preprocessor.h"
-#include "lockstep/models/classifiers.h"
+#include "lockstep/builtin_models/classifiers.h"
 #include "lockstep/runner/step_trainer.h"
 
 using namespace lockstep;

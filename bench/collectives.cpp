@@ -28,8 +28,8 @@
 
 #include "bench/bench_util.h"
 #include "lockstep/compat/c10d.h"
-#include "lockstep/dist/init.h"
-#include "lockstep/dist/internal/ring.h"
+#include "lockstep/comm/init.h"
+#include "lockstep/comm/internal/ring.h"
 #include "lockstep/launch/launcher.h"
 
 namespace {

@@ -28,9 +28,9 @@
 #include "bench/bench_util.h"
 #include "bench/ddp_models.h"
 #include "lockstep/core/logging.h"
-#include "lockstep/dist/comm.h"
-#include "lockstep/dist/init.h"
-#include "lockstep/dist/process_group.h"
+#include "lockstep/comm/comm.h"
+#include "lockstep/comm/init.h"
+#include "lockstep/comm/process_group.h"
 #include "lockstep/parallel/ddp/distributed_data_parallel.h"
 #include "tests/support/test_support.h"
 

@@ -12,8 +12,8 @@
 
 #include "bench/bench_util.h"
 #include "lockstep/core/error.h"
-#include "lockstep/dist/comm.h"
-#include "lockstep/models/classifiers.h"
+#include "lockstep/comm/comm.h"
+#include "lockstep/builtin_models/classifiers.h"
 #include "lockstep/optim/optim_wrapper.h"
 
 namespace lockstep::bench {

@@ -20,8 +20,8 @@
 
 #include "bench/bench_util.h"
 #include "lockstep/core/logging.h"
-#include "lockstep/dist/env.h"
-#include "lockstep/dist/init.h"
+#include "lockstep/comm/env.h"
+#include "lockstep/comm/init.h"
 #include "lockstep/launch/etcd_client.h"
 #include "tests/support/etcd_server.h"
 #include "tests/support/test_support.h"

@@ -38,7 +38,7 @@
 #include "lockstep/checkpoint/checkpoint_file.h"
 #include "lockstep/config/config.h"
 #include "lockstep/core/logging.h"
-#include "lockstep/dist/init.h"
+#include "lockstep/comm/init.h"
 #include "lockstep/engine/trainer.h"
 #include "lockstep/hooks/hook_registry.h"
 #include "lockstep/runner/runner.h"

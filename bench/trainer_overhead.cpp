@@ -46,8 +46,8 @@
 #include "lockstep/hooks/lr_scheduler_hook.h"
 #include "lockstep/hooks/periodic_writer.h"
 #include "lockstep/model/data_preprocessor.h"
-#include "lockstep/models/classifiers.h"
-#include "lockstep/writers/json_writer.h"
+#include "lockstep/builtin_models/classifiers.h"
+#include "lockstep/events/json_writer.h"
 
 using namespace lockstep;
 

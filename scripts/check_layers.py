@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Check that lockstep's folders form a layered include graph.
 
-Every folder under lockstep/ (core, config, dist, ...; parallel/ with its ddp/
+Every folder under lockstep/ (core, config, comm, ...; parallel/ with its ddp/
 and fsdp/ subfolders counts as the one folder "parallel") sits in a layer, and
 a file may include `lockstep/<folder>/...` headers only from its own folder or
 from folders in strictly lower layers. The order is LAYERS below; keep it in
@@ -40,31 +40,34 @@ from collections import defaultdict
 # Lowest layer first. A folder may include itself and any folder of a strictly
 # lower layer. One folder per layer, so the order is total and no pair of
 # folders is left to "may or may not use each other". The order is
-# docs/ARCHITECTURE.md's (core -> compat -> config -> dist -> optim/model/data
-# -> amp/parallel -> checkpoint -> strategy -> engine -> writers/hooks -> the
-# run), with the ties broken the way today's includes already point:
+# docs/ARCHITECTURE.md's (core -> compat -> config -> events -> comm ->
+# optim/model/data -> amp/parallel -> checkpoint -> strategy -> engine -> hooks
+# -> the run), with the ties broken the way today's includes already point:
 #   optim < model      Model::train_step takes an OptimWrapper& (model.h);
 #                      Model::run_train_step picks the overload for one
 #                      wrapper or a dict by OptimWrapperBase::as_dict(), so
 #                      optim never calls back into Model.
 #   model < data       a Dataset yields Batches (model/batch.h).
-#   launch after dist  the launcher needs processes and stores, never a model.
+#   launch after comm  the launcher needs processes and stores, never a model.
 #   checkpoint < strategy  checkpoint files are what a Strategy saves and loads;
 #                      the Checkpointer and load_pretrained work over a
 #                      Strategy and belong above it.
-#   models near the top  the built-in models are for the runner to build;
+#   builtin_models near the top  the built-in models are for the runner to build;
 #                      strategies ask a Model what it supports
 #                      (Model::submodules_run_in_cpp), never which one it is.
-#   engine < writers < hooks  writers consume EventStorage, hooks drive
-#                      writers; the Runner and its default hooks assemble
-#                      everything and sit on top ("runner"); the C API
-#                      (lockstep/lockstep.h, implemented in capi/) wraps the
-#                      runner's StepTrainer for other languages.
+#   events low         EventStorage, the LogProcessor and the writers need
+#                      only core and config; the trainer records into them and
+#                      hooks drive the writers. engine < hooks; the Runner
+#                      and its default hooks assemble everything and sit on
+#                      top ("runner"); the C API (lockstep/lockstep.h,
+#                      implemented in capi/) wraps the runner's StepTrainer
+#                      for other languages.
 LAYERS = [
     ["core"],
     ["compat"],
     ["config"],
-    ["dist"],
+    ["events"],
+    ["comm"],
     ["launch"],
     ["optim"],
     ["model"],
@@ -75,9 +78,8 @@ LAYERS = [
     ["checkpoint"],
     ["strategy"],
     ["engine"],
-    ["writers"],
     ["hooks"],
-    ["models"],
+    ["builtin_models"],
     ["runner"],
     ["capi"],
 ]

@@ -18,7 +18,7 @@
 #include "lockstep/checkpoint/safetensors_tools.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/state.h"
-#include "lockstep/models/torchscript_model.h"
+#include "lockstep/builtin_models/torchscript_model.h"
 #include "lockstep/strategy/strategy.h"
 
 namespace lockstep::cli {

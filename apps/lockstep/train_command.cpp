@@ -35,7 +35,7 @@ int run_train(const TrainArguments& args) {
   if (runner.preempted()) return kExitRequeue;  // saved; the test set waits for the finished run
   std::map<std::string, double> test_metrics;
   if (!args.no_test && config.has("test_dataloader")) test_metrics = runner.test();
-  if (runner.strategy().is_main_process()) {
+  if (runner.strategy().collectives()->is_main_process()) {
     const auto& final_metrics = test_metrics.empty() ? val_metrics : test_metrics;
     const char* split = test_metrics.empty() ? "val" : "test";
     for (const auto& [name, value] : final_metrics) {

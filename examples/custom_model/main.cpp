@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
     lockstep::Runner runner(command->config, command->options);
     runner.train();
     auto metrics = runner.test();
-    if (runner.strategy().is_main_process()) std::cout << "LeNet test accuracy: " << metrics["accuracy/top1"] << "\n";
+    if (runner.strategy().collectives()->is_main_process()) std::cout << "LeNet test accuracy: " << metrics["accuracy/top1"] << "\n";
     return 0;
   } catch (const std::exception& error) {
     std::cerr << "custom_model: error: " << error.what() << "\n";

@@ -242,7 +242,7 @@ inline void register_components() {
     lockstep::hook_registry().add("GanSampleGrid", [](const lockstep::Config& config,
                                                       const lockstep::HookContext& context) {
       return std::make_shared<GanSampleGrid>(
-          context.work_dir, context.strategy->is_main_process(), config.get<int64_t>("interval", 200),
+          context.work_dir, context.strategy->collectives()->is_main_process(), config.get<int64_t>("interval", 200),
           config.get<int64_t>("num_samples", 64), config.get<int64_t>("columns", 8),
           static_cast<uint64_t>(config.get<int64_t>("seed", 0)), config.get<bool>("tensorboard", false));
     });

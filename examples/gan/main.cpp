@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
     if (!command) return 2;
     lockstep::Runner runner(command->config, command->options);
     runner.train();
-    if (runner.strategy().is_main_process()) {
+    if (runner.strategy().collectives()->is_main_process()) {
       auto& storage = runner.trainer().storage();
       std::cout << "GAN trained " << runner.trainer().iter() << " iterations; last loss_d "
                 << storage.history("loss_d").latest() << ", loss_g " << storage.history("loss_g").latest()

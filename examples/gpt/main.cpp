@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
     const lockstep::Config& config = command->config;
     const int64_t sample_chars = std::stoll(command->flag("--sample-chars", "400"));
     lockstep::Runner runner(config, command->options);
-    const bool main_process = runner.strategy().is_main_process();
+    const bool main_process = runner.strategy().collectives()->is_main_process();
 
     auto train_data = std::dynamic_pointer_cast<gpt::FortuneChars>(
         lockstep::dataset_registry().build(config.at("train_dataloader").at("dataset")));

@@ -11,7 +11,7 @@
 #include "lockstep/config/config.h"
 #include "lockstep/core/error.h"
 #include "lockstep/model/batch.h"
-#include "lockstep/models/classifiers.h"
+#include "lockstep/builtin_models/classifiers.h"
 #include "lockstep/optim/optim_wrapper_builder.h"
 #include "tests/support/test_support.h"
 

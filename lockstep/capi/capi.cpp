@@ -331,8 +331,8 @@ lockstep_status lockstep_trainer_iteration(lockstep_trainer handle, int64_t* ite
 lockstep_status lockstep_trainer_rank(lockstep_trainer handle, int32_t* rank, int32_t* world_size) {
   return guarded(LOCKSTEP_ERR_ARGUMENT, [&] {
     lockstep::StepTrainer& trainer = trainer_of(handle, "lockstep_trainer_rank");
-    if (rank != nullptr) *rank = trainer.strategy().rank();
-    if (world_size != nullptr) *world_size = trainer.strategy().world_size();
+    if (rank != nullptr) *rank = trainer.strategy().collectives()->rank();
+    if (world_size != nullptr) *world_size = trainer.strategy().collectives()->world_size();
   });
 }
 

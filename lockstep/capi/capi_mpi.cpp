@@ -9,14 +9,14 @@
 
 #include "lockstep/capi/internal/calls.h"
 #include "lockstep/core/error.h"
-#include "lockstep/dist/init.h"
-#include "lockstep/dist/mpi_meeting.h"
+#include "lockstep/comm/init.h"
+#include "lockstep/comm/mpi_meeting.h"
 
 namespace lockstep {
 namespace {
 
 // The process group from `comm` (Note [A process group from an MPI
-// communicator], dist/mpi_meeting.cpp). Returns false when the process group
+// communicator], comm/mpi_meeting.cpp). Returns false when the process group
 // of an earlier trainer over the same ranks is still there (it is used again).
 bool init_from_communicator(MPI_Comm comm) {
   const char* const who = "lockstep_trainer_create_mpi";

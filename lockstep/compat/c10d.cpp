@@ -88,7 +88,7 @@ c10::intrusive_ptr<C10dGroup> make_gloo(const c10::intrusive_ptr<C10dStore>& sto
 // once: for two ranks the same values as Gloo's float16 sum (one addition,
 // rounded once), for more a sum rounded once instead of at each step.
 // LOCKSTEP_GLOO_16_BIT_TYPES=0 takes that path on any build without asking:
-// the tests run it on libtorch 1.13 (tests/dist/collectives_test.cpp), and a
+// the tests run it on libtorch 1.13 (tests/comm/collectives_test.cpp), and a
 // user whose Gloo mishandles 16-bit types has a way around it.
 bool probe_16_bit_types() {
   const char* told = std::getenv("LOCKSTEP_GLOO_16_BIT_TYPES");

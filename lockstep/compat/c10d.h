@@ -6,7 +6,7 @@
 // backend object directly in both (no dispatcher, no Python-era ops), so the
 // one alias `compat::C10dGroup` hides the difference. Gloo's gaps (no
 // reduce_scatter / _allgather_base and no bfloat16 in 1.13) are published as
-// constants so that lockstep/dist can pick an algorithm without `#if`.
+// constants so that lockstep/comm can pick an algorithm without `#if`.
 //
 //   auto [store, port] = lockstep::compat::make_tcp_store(
 //       {"127.0.0.1", 0, /*is_server=*/true, /*num_workers=*/2, std::chrono::seconds(30)});
@@ -95,7 +95,7 @@ c10::intrusive_ptr<C10dStore> clone_store(const c10::intrusive_ptr<C10dStore>& s
 // --- backends ---------------------------------------------------------------
 
 // Where a Gloo device binds: named interfaces, else an address, else (both
-// empty) Gloo's default, the host name's address. dist/network.h decides.
+// empty) Gloo's default, the host name's address. comm/network.h decides.
 struct GlooDeviceSpec {
   std::vector<std::string> interfaces;
   std::string host;

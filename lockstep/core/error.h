@@ -28,7 +28,7 @@ class Error : public std::runtime_error {
 
 // Raised where ranks fail together: a collective that failed (a peer that
 // died, a closed connection), ranks out of step, or another rank's failure
-// that every rank agreed on (dist/agreement.h).
+// that every rank agreed on (comm/agreement.h).
 class DistributedError : public Error {
  public:
   using Error::Error;

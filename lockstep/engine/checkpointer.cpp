@@ -25,17 +25,17 @@ Checkpointer::Checkpointer(std::shared_ptr<Strategy> strategy, std::string save_
 
 std::string Checkpointer::save(const std::string& name, const Trainer& trainer) {
   const std::string path = path_of(name);
-  if (strategy_->is_main_process()) {
+  if (strategy_->collectives()->is_main_process()) {
     std::error_code error;
     fs::create_directories(save_dir_, error);
     LOCKSTEP_CHECK(!error, "cannot write the checkpoint ", path, ": its folder cannot be made (", error.message(), ")");
   }
   CheckpointContents contents;
   contents.trainer = trainer.state();
-  contents.meta = RunMeta{run_.seed, trainer.iter(), strategy_->world_size(), strategy_->name(), run_.config};
+  contents.meta = RunMeta{run_.seed, trainer.iter(), strategy_->collectives()->world_size(), strategy_->name(), run_.config};
   strategy_->save_checkpoint(path, std::move(contents), options_);
   strategy_->collectives()->agree("pointing " + save_dir_ + "/" + kPointer + " at " + path, [&] {
-    if (!strategy_->is_main_process()) return;
+    if (!strategy_->collectives()->is_main_process()) return;
     write_file_atomically(save_dir_ + "/" + kPointer, fs::path(path).filename().string());
     logger().info("Saved checkpoint {}", path);
   });
@@ -43,7 +43,7 @@ std::string Checkpointer::save(const std::string& name, const Trainer& trainer) 
 }
 
 void Checkpointer::remove(const std::string& path) {
-  if (!strategy_->is_main_process()) return;
+  if (!strategy_->collectives()->is_main_process()) return;
   remove_checkpoint(path);
 }
 
@@ -105,7 +105,7 @@ void remove_partial_saves(const std::string& save_dir) {
 // timeout. Now rank 0 alone verifies candidates, newest first, reads the seed
 // from the one it picks (the seed must come from the checkpoint actually
 // resumed, not from a newer one that was skipped), and broadcasts both. Every
-// rank then reads that file once, under an agreement (dist/agreement.h), so a
+// rank then reads that file once, under an agreement (comm/agreement.h), so a
 // rank that cannot read it fails every rank with its path and reason.
 //
 // The seed of a resumed run (Runner, runner.cpp) follows from this choice: a
@@ -120,7 +120,7 @@ void remove_partial_saves(const std::string& save_dir) {
 std::optional<ResumeChoice> Checkpointer::choose_resume() {
   nlohmann::json choice = nlohmann::json::object();
   std::string error;
-  if (strategy_->is_main_process()) {
+  if (strategy_->collectives()->is_main_process()) {
     try {
       // Resuming happens before anyone saves again, so no temporary here is live.
       remove_partial_saves(save_dir_);

@@ -20,7 +20,7 @@
 
 #include <c10/macros/Macros.h>
 
-#include "lockstep/engine/event_storage.h"
+#include "lockstep/events/event_storage.h"
 #include "lockstep/core/step_metrics.h"
 
 namespace lockstep {

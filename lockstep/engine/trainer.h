@@ -33,11 +33,11 @@
 
 #include "lockstep/core/state.h"
 #include "lockstep/engine/cuda_graph_step.h"
-#include "lockstep/engine/event_storage.h"
+#include "lockstep/events/event_storage.h"
 #include "lockstep/engine/hook.h"
 #include "lockstep/engine/hook_list.h"
 #include "lockstep/engine/metrics_recorder.h"
-#include "lockstep/engine/log_processor.h"
+#include "lockstep/events/log_processor.h"
 #include "lockstep/engine/run_stop.h"
 #include "lockstep/optim/optim_wrapper.h"
 
@@ -57,7 +57,7 @@ struct TrainerOptions {
   // The whole step as one CUDA graph (engine/cuda_graph_step.h); unset: eager.
   TORCH_ARG(std::optional<CudaGraphOptions>, cuda_graph) = std::nullopt;
   // Whose values the step metrics are and how writers smooth them
-  // (engine/log_processor.h): detectron2's unless set; the Runner sets
+  // (events/log_processor.h): detectron2's unless set; the Runner sets
   // mmengine's (config key `log_processor`).
   TORCH_ARG(LogProcessor, log_processor) = LogProcessor::detectron2();
 };

@@ -10,8 +10,8 @@
 #include "lockstep/core/fault_point.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/core/stop_signals.h"
-#include "lockstep/dist/env.h"
-#include "lockstep/dist/init.h"
+#include "lockstep/comm/env.h"
+#include "lockstep/comm/init.h"
 #include "lockstep/engine/trainer.h"
 #include "lockstep/hooks/hook_registry.h"
 

@@ -6,7 +6,7 @@
 //   - The FaultInjection hook SIGKILLs its own process at a chosen training
 //     iteration, on one rank, in one attempt of the job (the launcher's
 //     TORCHELASTIC_RESTART_COUNT, or an elastic job's rendezvous round: see
-//     job_attempt() in lockstep/dist/env.h), so the restarted job runs clean:
+//     job_attempt() in lockstep/comm/env.h), so the restarted job runs clean:
 //
 //       custom_hooks:
 //         - {type: FaultInjection, kill_at_iter: 17, rank: 1, attempt: 0}

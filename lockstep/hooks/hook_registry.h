@@ -19,7 +19,7 @@
 
 #include "lockstep/config/registry.h"
 #include "lockstep/engine/hook.h"
-#include "lockstep/engine/log_processor.h"
+#include "lockstep/events/log_processor.h"
 #include "lockstep/strategy/collectives.h"
 
 namespace lockstep {

@@ -13,7 +13,7 @@
 #include "lockstep/hooks/lr_scheduler_hook.h"
 #include "lockstep/hooks/periodic_checkpointer.h"
 #include "lockstep/hooks/periodic_writer.h"
-#include "lockstep/models/classifiers.h"
+#include "lockstep/builtin_models/classifiers.h"
 #include "tests/support/test_support.h"
 
 namespace lockstep {

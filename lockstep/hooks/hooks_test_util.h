@@ -15,7 +15,7 @@
 #include "lockstep/data/sampler.h"
 #include "lockstep/data/synthetic.h"
 #include "lockstep/engine/trainer.h"
-#include "lockstep/models/classifiers.h"
+#include "lockstep/builtin_models/classifiers.h"
 #include "lockstep/strategy/strategy.h"
 
 namespace lockstep::testing {

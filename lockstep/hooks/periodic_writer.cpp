@@ -3,9 +3,9 @@
 #include "lockstep/core/error.h"
 #include "lockstep/engine/trainer.h"
 #include "lockstep/hooks/hook_registry.h"
-#include "lockstep/writers/console_writer.h"
-#include "lockstep/writers/json_writer.h"
-#include "lockstep/writers/tensorboard_writer.h"
+#include "lockstep/events/console_writer.h"
+#include "lockstep/events/json_writer.h"
+#include "lockstep/events/tensorboard_writer.h"
 
 namespace lockstep {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "lockstep/engine/hook.h"
-#include "lockstep/writers/event_writer.h"
+#include "lockstep/events/event_writer.h"
 
 namespace lockstep {
 

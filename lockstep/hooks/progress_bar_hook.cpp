@@ -7,7 +7,7 @@
 
 #include "lockstep/engine/trainer.h"
 #include "lockstep/hooks/hook_registry.h"
-#include "lockstep/writers/console_writer.h"
+#include "lockstep/events/console_writer.h"
 
 namespace lockstep {
 

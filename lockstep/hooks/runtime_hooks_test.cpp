@@ -9,7 +9,7 @@
 #include "lockstep/hooks/memory_stats_hook.h"
 #include "lockstep/hooks/progress_bar_hook.h"
 #include "lockstep/hooks/sync_buffers_hook.h"
-#include "lockstep/models/classifiers.h"
+#include "lockstep/builtin_models/classifiers.h"
 
 namespace lockstep {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "lockstep/compat/c10d.h"
 #include "lockstep/core/internal/internal_error.h"
-#include "lockstep/dist/job_identity.h"
+#include "lockstep/comm/job_identity.h"
 #include "lockstep/launch/internal/background_threads.h"
 #include "lockstep/launch/internal/etcd_rounds.h"
 

@@ -18,7 +18,7 @@
 //   - every line a worker prints is prefixed with "[rank<R>]: ";
 //   - node 0 publishes the job's identity (run id, job token) on the store;
 //     other nodes' launchers and every worker check it, and a process with
-//     another run id or token is refused (lockstep/dist/job_identity.h);
+//     another run id or token is refused (lockstep/comm/job_identity.h);
 //   - SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 are forwarded to the
 //     workers; after one of the first three they get signal_grace seconds
 //     before SIGKILL. Workers that save and exit with kExitRequeue (75, a
@@ -51,7 +51,7 @@
 #include <string>
 #include <vector>
 
-#include "lockstep/dist/env.h"
+#include "lockstep/comm/env.h"
 #include "lockstep/launch/etcd_client.h"
 
 namespace lockstep {
@@ -84,13 +84,13 @@ struct LaunchOptions {
   // before they are killed (torchrun gives 30).
   TORCH_ARG(double, signal_grace) = 60.0;
   TORCH_ARG(std::string, run_id) = "";
-  // The secret every node of the job shares (see lockstep/dist/job_identity.h);
+  // The secret every node of the job shares (see lockstep/comm/job_identity.h);
   // empty: $LOCKSTEP_JOB_TOKEN, else a random one -- which only a single-node
   // job may use. Workers get it as LOCKSTEP_JOB_TOKEN.
   TORCH_ARG(std::string, job_token) = "";
   // The network interface(s) the workers' Gloo transport binds to, comma
   // separated; exported as GLOO_SOCKET_IFNAME. Empty: $GLOO_SOCKET_IFNAME if
-  // set, else the interface that routes to the master (lockstep/dist/network.h).
+  // set, else the interface that routes to the master (lockstep/comm/network.h).
   TORCH_ARG(std::string, socket_ifname) = "";
   // Elastic jobs: where the rounds live. "c10d": on the store of the
   // launcher at master_addr (torchrun's default); "etcd": on an etcd cluster

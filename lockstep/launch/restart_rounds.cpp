@@ -8,7 +8,7 @@
 
 #include "lockstep/compat/c10d.h"
 #include "lockstep/core/error.h"
-#include "lockstep/dist/process_group.h"
+#include "lockstep/comm/process_group.h"
 #include "lockstep/launch/store_client.h"
 
 namespace lockstep {

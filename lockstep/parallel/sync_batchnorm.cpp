@@ -10,7 +10,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/core/shape_text.h"
-#include "lockstep/dist/init.h"
+#include "lockstep/comm/init.h"
 #include "lockstep/optim/paramwise.h"
 
 namespace lockstep {

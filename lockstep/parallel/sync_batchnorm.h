@@ -38,7 +38,7 @@
 #include <memory>
 #include <ostream>
 
-#include "lockstep/dist/process_group.h"
+#include "lockstep/comm/process_group.h"
 
 namespace lockstep {
 

@@ -20,7 +20,7 @@
 #pragma once
 
 #include "lockstep/config/config.h"
-#include "lockstep/engine/log_processor.h"
+#include "lockstep/events/log_processor.h"
 
 namespace lockstep {
 

@@ -14,7 +14,7 @@
 #include "lockstep/core/logging.h"
 #include "lockstep/core/rng.h"
 #include "lockstep/data/data_loader.h"
-#include "lockstep/dist/env.h"
+#include "lockstep/comm/env.h"
 #include "lockstep/engine/checkpointer.h"
 #include "lockstep/evaluation/metric.h"
 #include "lockstep/model/activation_checkpoint.h"
@@ -181,7 +181,7 @@ void Runner::setup_environment() {
   strategy_ = build_strategy(config_.child("strategy"));
   const Environment environment = current_environment();
   const int launched = launched_world_size(environment);
-  if (strategy_->world_size() == 1 && launched > 1) {
+  if (strategy_->collectives()->world_size() == 1 && launched > 1) {
     std::string rank = "?";
     for (const char* name : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) {
       if (environment.count(name)) {
@@ -195,8 +195,8 @@ void Runner::setup_environment() {
                   " independent models into the same work dir. Set strategy: {type: DDPStrategy} (or FSDPStrategy) "
                   "to train them as one job, or start a single process.");
   }
-  set_log_rank(strategy_->rank(), strategy_->world_size());
-  if (strategy_->is_main_process()) {
+  set_log_rank(strategy_->collectives()->rank(), strategy_->collectives()->world_size());
+  if (strategy_->collectives()->is_main_process()) {
     // The outermost directory that does not exist yet: what discard_new_work_dir removes.
     fs::path outermost_new;
     for (fs::path dir = fs::absolute(work_dir_); !dir.empty() && !fs::exists(dir); dir = dir.parent_path()) {
@@ -207,8 +207,8 @@ void Runner::setup_environment() {
     created_work_dir_ = outermost_new.string();
   }
   strategy_->collectives()->barrier();
-  log_file_ = work_dir_ + (strategy_->is_main_process() ? "/log.txt"
-                                                        : "/log_rank" + std::to_string(strategy_->rank()) + ".txt");
+  log_file_ = work_dir_ + (strategy_->collectives()->is_main_process() ? "/log.txt"
+                                                        : "/log_rank" + std::to_string(strategy_->collectives()->rank()) + ".txt");
   add_log_file(log_file_);
 
   Config randomness = config_.child("randomness");
@@ -233,11 +233,11 @@ void Runner::setup_environment() {
   const bool diff_rank_seed = randomness.is_null() ? false : randomness.get<bool>("diff_rank_seed", false);
   const bool deterministic = randomness.is_null() ? false : randomness.get<bool>("deterministic", false);
   if (!randomness.is_null()) check_all_used(randomness, "randomness");
-  seed_everything(seed_ + (diff_rank_seed ? static_cast<uint64_t>(strategy_->rank()) : 0));
+  seed_everything(seed_ + (diff_rank_seed ? static_cast<uint64_t>(strategy_->collectives()->rank()) : 0));
   if (deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
   logger().info("Work dir {}; seed {}; strategy {} ({} process{})", work_dir_, seed_, strategy_->name(),
-                strategy_->world_size(), strategy_->world_size() > 1 ? "es" : "");
-  if (strategy_->is_main_process()) write_file_atomically(work_dir_ + "/config.yaml", config_.to_yaml());
+                strategy_->collectives()->world_size(), strategy_->collectives()->world_size() > 1 ? "es" : "");
+  if (strategy_->collectives()->is_main_process()) write_file_atomically(work_dir_ + "/config.yaml", config_.to_yaml());
 }
 
 void Runner::build_for_training(bool with_train_data) {
@@ -257,7 +257,7 @@ void Runner::build_for_training(bool with_train_data) {
   if (config_.has("cuda_graph")) trainer_options.cuda_graph(prepare_cuda_graph());
   trainer_ = std::make_unique<Trainer>(strategy_->model(), train_loader_, strategy_->optim_wrapper(), trainer_options,
                                        strategy_->collectives()->metrics_gatherer());
-  if (strategy_->world_size() > 1) {
+  if (strategy_->collectives()->world_size() > 1) {
     std::shared_ptr<Collectives> ranks = strategy_->collectives();
     trainer_->stop().set_agreement([ranks](bool local) { return ranks->any_rank(local); });
   }
@@ -285,7 +285,7 @@ int64_t Runner::build_train_loader(bool with_train_data) {
     return 0;
   }
   train_loader_ = build_data_loader(config_.at("train_dataloader"),
-                                    SamplerContext{strategy_->rank(), strategy_->world_size(), seed_});
+                                    SamplerContext{strategy_->collectives()->rank(), strategy_->collectives()->world_size(), seed_});
   const int64_t iters_per_epoch = train_loader_->batches_per_epoch();
   LOCKSTEP_CHECK(iters_per_epoch > 0, config_.where("train_dataloader"),
                  ": the training set gives this rank no batch per epoch (dataset smaller than batch_size with "
@@ -314,7 +314,7 @@ DataLoader& Runner::eval_loader(const std::string& split) {
   const std::string key = split + "_dataloader";
   LOCKSTEP_CHECK(config_.has(key), "no ", key, " in the config");
   std::shared_ptr<DataLoader> loader =
-      build_data_loader(config_.at(key), SamplerContext{strategy_->rank(), strategy_->world_size(), seed_});
+      build_data_loader(config_.at(key), SamplerContext{strategy_->collectives()->rank(), strategy_->collectives()->world_size(), seed_});
   evaluators_[split] = build_evaluator(config_.at(split + "_evaluator"));
   eval_loaders_[split] = loader;
   return *loader;
@@ -368,7 +368,7 @@ std::map<std::string, double> Runner::train() {
     logger().warn("Preempted after iteration {} of {}: the checkpoint to resume from is saved; exiting with status {} "
                   "to be started again (resume: true continues the run bitwise)",
                   trainer_->iter() - 1, max_iters_, kExitRequeue);
-    if (preemption.auto_requeue && strategy_->is_main_process()) logger().warn("{}", requeue_slurm_job());
+    if (preemption.auto_requeue && strategy_->collectives()->is_main_process()) logger().warn("{}", requeue_slurm_job());
     return last_val_metrics_;
   }
   return last_val_metrics_;
@@ -406,10 +406,10 @@ int64_t Runner::restore(const ResumePlan& plan) {
   }
   if (resumed) {
     const int saved_world = resumed->meta ? resumed->meta->world_size : 1;
-    if (saved_world != strategy_->world_size()) {
+    if (saved_world != strategy_->collectives()->world_size()) {
       logger().warn("The checkpoint was written by {} processes and this run has {}: the effective batch size "
                     "changes from here on, and the rest of the interrupted epoch is shared among {} processes",
-                    saved_world, strategy_->world_size(), strategy_->world_size());
+                    saved_world, strategy_->collectives()->world_size(), strategy_->collectives()->world_size());
     }
     LOCKSTEP_CHECK(resumed->trainer.has_value(), work_dir_, ": the checkpoint resumed holds no trainer state");
     trainer_->load_state(*resumed->trainer);
@@ -426,7 +426,7 @@ int64_t Runner::restore(const ResumePlan& plan) {
       }
     }
     // Saved scheduler steps count iterations of the saved world size (Strategy::load_checkpoint skipped them).
-    if (saved_world != strategy_->world_size()) strategy_->replay_schedulers(start_iter);
+    if (saved_world != strategy_->collectives()->world_size()) strategy_->replay_schedulers(start_iter);
   } else if (!load_from.path().empty()) {
     load_pretrained(*strategy_, load_from);
   }

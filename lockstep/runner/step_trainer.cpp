@@ -7,7 +7,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
-#include "lockstep/dist/init.h"
+#include "lockstep/comm/init.h"
 #include "lockstep/engine/checkpointer.h"
 #include "lockstep/engine/trainer.h"
 #include "lockstep/model/model.h"

@@ -24,7 +24,7 @@
 //   torch::Tensor y_hat = trainer.predict({{"input", x}}).at("output");
 //   trainer.finish();                                   // final checkpoint, writers closed
 //
-//   // Or the network in code, the rest in the config (models/module_model.h):
+//   // Or the network in code, the rest in the config (builtin_models/module_model.h):
 //   auto model = std::make_shared<lockstep::ModuleModel>(net, lockstep::ModuleModelOptions().loss("mse"));
 //   lockstep::StepTrainer trainer(model, lockstep::parse_config("optim_wrapper: {optimizer: {type: Adam}}"));
 //

@@ -6,7 +6,7 @@
 #include "lockstep/checkpoint/checkpoint_file.h"
 #include "lockstep/engine/trainer.h"
 #include "lockstep/model/model.h"
-#include "lockstep/models/module_model.h"
+#include "lockstep/builtin_models/module_model.h"
 #include "lockstep/runner/runner.h"
 #include "tests/support/test_support.h"
 

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "lockstep/dist/agreement.h"
-#include "lockstep/dist/comm.h"
-#include "lockstep/dist/process_group.h"
+#include "lockstep/comm/agreement.h"
+#include "lockstep/comm/comm.h"
+#include "lockstep/comm/process_group.h"
 
 namespace lockstep {
 namespace {

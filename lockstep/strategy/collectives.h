@@ -51,7 +51,7 @@ class Collectives {
   // Every rank's `value`, in rank order.
   virtual std::vector<nlohmann::json> all_gather_json(const nlohmann::json& value) { return {value}; }
   // Runs `body` on this rank, then agrees with every rank on whether all of
-  // theirs succeeded (dist/agreement.h, Note [Failing together]): when any
+  // theirs succeeded (comm/agreement.h, Note [Failing together]): when any
   // threw, every rank throws the same error naming the first failing rank.
   virtual void agree(const std::string& phase, const std::function<void()>& body) { body(); }
 

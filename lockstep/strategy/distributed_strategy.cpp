@@ -2,8 +2,8 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
-#include "lockstep/dist/init.h"
-#include "lockstep/dist/process_group.h"
+#include "lockstep/comm/init.h"
+#include "lockstep/comm/process_group.h"
 #include "lockstep/strategy/collectives.h"
 #include "lockstep/strategy/device_choice.h"
 

@@ -18,7 +18,7 @@
 #include <memory>
 #include <string>
 
-#include "lockstep/dist/process_group.h"
+#include "lockstep/comm/process_group.h"
 #include "lockstep/strategy/strategy.h"
 
 namespace lockstep {

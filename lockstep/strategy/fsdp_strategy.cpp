@@ -5,7 +5,7 @@
 #include "lockstep/config/key_usage.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
-#include "lockstep/dist/process_group.h"
+#include "lockstep/comm/process_group.h"
 #include "lockstep/model/model.h"
 #include "lockstep/optim/optim_wrapper_builder.h"
 #include "lockstep/optim/optimizer_builder.h"
@@ -106,7 +106,7 @@ LoadReport FSDPStrategy::load_model_state_dict(const std::map<std::string, torch
                                                const std::string& source) {
   LOCKSTEP_CHECK(fsdp_ != nullptr, name(), ": no model prepared");
   LoadReport report = fsdp_->load_full_state_dict(without_module_prefix(weights), strict, source);
-  if (!report.clean() && is_main_process()) logger().warn("{}", report.describe(source));
+  if (!report.clean() && collectives_->is_main_process()) logger().warn("{}", report.describe(source));
   return report;
 }
 
@@ -135,13 +135,13 @@ void FSDPStrategy::save_checkpoint(const std::string& path, CheckpointContents c
       contents.optim_wrapper = optim_state_with(std::move(wrapper_state), std::move(full));
     }
     collectives_->agree("saving checkpoint " + path, [&] {
-      if (is_main_process()) write_checkpoint(path, contents);
+      if (collectives_->is_main_process()) write_checkpoint(path, contents);
     });
     return;
   }
   CheckpointShard shard;
-  shard.rank = rank();
-  shard.world_size = world_size();
+  shard.rank = collectives_->rank();
+  shard.world_size = collectives_->world_size();
   shard.model = fsdp_->sharded_state_dict();
   if (with_optimizer) shard.optim_wrapper = single_wrapper().state();
   // Every rank writes its shard; all learn whether every shard is on disk.
@@ -151,11 +151,11 @@ void FSDPStrategy::save_checkpoint(const std::string& path, CheckpointContents c
     if (!options.save_param_scheduler()) break;
     for (const auto& scheduler : list) contents.param_schedulers[wrapper_name].push_back(scheduler->state());
   }
-  contents.sharding = nlohmann::json{{"world_size", world_size()}, {"with_optimizer", with_optimizer},
+  contents.sharding = nlohmann::json{{"world_size", collectives_->world_size()}, {"with_optimizer", with_optimizer},
                                      {"layout", fsdp_->layout()}};
   // The manifest appears only once every shard is on disk (the agreement above).
   collectives_->agree("saving checkpoint " + path + ": writing its manifest", [&] {
-    if (is_main_process()) write_checkpoint(path, contents);
+    if (collectives_->is_main_process()) write_checkpoint(path, contents);
   });
 }
 
@@ -166,13 +166,13 @@ CheckpointContents FSDPStrategy::load_checkpoint(const std::string& path, bool l
   if (contents.sharded()) {
     const int saved_world = contents.sharding->value("world_size", -1);
     const nlohmann::json saved_layout = contents.sharding->value("layout", nlohmann::json::object());
-    if (saved_world != world_size() || saved_layout.value("shard_world_size", -1) != fsdp_->layout().at("shard_world_size")) {
+    if (saved_world != collectives_->world_size() || saved_layout.value("shard_world_size", -1) != fsdp_->layout().at("shard_world_size")) {
       load_resharded(path, contents, load_optimizer);
       load_optim_and_schedulers(contents, /*load_optimizer=*/false, load_schedulers, path);
       return contents;
     }
-    CheckpointShard shard = read_shard(path, rank(), world_size());
-    const std::string shard_file = shard_path(path, rank(), world_size());
+    CheckpointShard shard = read_shard(path, collectives_->rank(), collectives_->world_size());
+    const std::string shard_file = shard_path(path, collectives_->rank(), collectives_->world_size());
     fsdp_->load_sharded_state_dict(shard.model, shard_file);
     if (load_optimizer && optim_wrapper_) {
       LOCKSTEP_CHECK(shard.optim_wrapper.has_value(), shard_file,
@@ -220,7 +220,7 @@ void FSDPStrategy::load_resharded(const std::string& path, const CheckpointConte
   try {
     fsdp_->load_sharded_state_dict(fsdp_->resharded_state_dict(saved.layout(), saved.model_parts()), path);
   } catch (...) {
-    rethrow_with_context(str_cat(path, ": resharding the model from ", saved.world_size(), " to ", world_size(), " ranks"));
+    rethrow_with_context(str_cat(path, ": resharding the model from ", saved.world_size(), " to ", collectives_->world_size(), " ranks"));
   }
   if (load_optimizer && optim_wrapper_) {
     LOCKSTEP_CHECK(saved.with_optimizer(), path, ": holds no optimizer state (saved with save_optimizer: false?)");
@@ -239,12 +239,12 @@ void FSDPStrategy::load_resharded(const std::string& path, const CheckpointConte
       single_wrapper().load_state(optim_state_with(std::move(rest), std::move(optimizer)));
     } catch (...) {
       rethrow_with_context(str_cat(path, ": resharding the optimizer state from ", saved.world_size(), " to ",
-                                   world_size(), " ranks"));
+                                   collectives_->world_size(), " ranks"));
     }
   }
   logger().info("rank {}: resharded {} (written by {} rank(s), {} per shard group) to {} ranks: read {} of the {} "
                 "tensor bytes in {} of its {} shard files",
-                rank(), path, saved.world_size(), saved.shard_world_size(), world_size(), saved.bytes_read(),
+                collectives_->rank(), path, saved.world_size(), saved.shard_world_size(), collectives_->world_size(), saved.bytes_read(),
                 saved.bytes_in_opened_files(), saved.opened_files(), saved.world_size());
 }
 

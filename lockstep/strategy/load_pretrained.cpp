@@ -11,7 +11,7 @@ PretrainedReport load_pretrained(Strategy& strategy, const PretrainedOptions& op
   const std::string& path = options.path();
   LOCKSTEP_CHECK(!path.empty(), "load_from: no path given");
   LOCKSTEP_CHECK(std::filesystem::exists(path), "load_from: ", path, " does not exist");
-  if (strategy.is_main_process()) logger().info("Loading weights from {}", path);
+  if (strategy.collectives()->is_main_process()) logger().info("Loading weights from {}", path);
   PretrainedSource source = read_pretrained(options);
   if (source.sharded_checkpoint) {
     // Each rank reads its own shard file through the strategy.
@@ -33,7 +33,7 @@ PretrainedReport load_pretrained(Strategy& strategy, const PretrainedOptions& op
                  renaming ? "the weights of another model, or a remapping that misses the model's names"
                           : "it is a checkpoint of another model",
                  ":\n", report.describe(path));
-  if (strategy.is_main_process()) {
+  if (strategy.collectives()->is_main_process()) {
     std::string note = report.renamed_note();
     if (!note.empty()) logger().warn("{}", note);
     logger().info("Loaded {} tensors from {} ({} renamed)", report.loaded, path, report.file_keys.size());

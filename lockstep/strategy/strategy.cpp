@@ -123,7 +123,7 @@ void Strategy::save_checkpoint(const std::string& path, CheckpointContents conte
   fill_checkpoint(contents, options);
   // Rank 0 writes; every rank learns whether it could (Note [Failing together]).
   collectives_->agree("saving checkpoint " + path, [&] {
-    if (is_main_process()) write_checkpoint(path, contents);
+    if (collectives_->is_main_process()) write_checkpoint(path, contents);
   });
 }
 
@@ -142,7 +142,7 @@ void Strategy::load_optim_and_schedulers(const CheckpointContents& contents, boo
       rethrow_with_context(path + ": loading the optimizer state");
     }
   }
-  if (load_schedulers && !schedulers_.empty() && contents.meta && contents.meta->world_size != world_size()) {
+  if (load_schedulers && !schedulers_.empty() && contents.meta && contents.meta->world_size != collectives_->world_size()) {
     logger().info("{}: written by {} processes, so its scheduler states count iterations of another length; the "
                   "schedulers are replayed to the iteration training resumes at instead", path,
                   contents.meta->world_size);

@@ -66,13 +66,12 @@ class Strategy {
   // replays them to the position it resumes at instead.
   void replay_schedulers(int64_t iteration);
 
-  // This rank's place among the run's processes, and the collectives over
-  // them (collectives.h): a world of one process unless the strategy is
-  // distributed.
+  // The collectives over the run's processes (collectives.h): a world of one
+  // process unless the strategy is distributed. They are where code above
+  // the strategy asks for this rank and the world size
+  // (`collectives()->rank()`); code below it asks get_rank() (comm/comm.h).
+  // Both read the world group.
   const std::shared_ptr<Collectives>& collectives() const { return collectives_; }
-  int rank() const { return collectives_->rank(); }
-  int world_size() const { return collectives_->world_size(); }
-  bool is_main_process() const { return collectives_->is_main_process(); }
   torch::Device device() const { return device_; }
   virtual std::string name() const = 0;
   // Why this strategy's training step cannot be captured as one CUDA graph

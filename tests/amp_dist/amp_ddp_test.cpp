@@ -13,9 +13,9 @@
 #include <cmath>
 
 #include "lockstep/amp/amp_optim_wrapper.h"
-#include "lockstep/dist/comm.h"
-#include "lockstep/dist/init.h"
-#include "lockstep/dist/process_group.h"
+#include "lockstep/comm/comm.h"
+#include "lockstep/comm/init.h"
+#include "lockstep/comm/process_group.h"
 #include "lockstep/parallel/ddp/distributed_data_parallel.h"
 #include "tests/parallel/ddp_models.h"
 #include "tests/support/multiprocess.h"

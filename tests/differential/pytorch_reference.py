@@ -192,7 +192,7 @@ def build_model(spec, script=True):
 
         return torch.jit.script(ConvNetModule()) if script else ConvNetModule()
     if spec["type"] == "ConvNet":
-        # lockstep's ConvNet (lockstep/models/classifiers.cpp), pooling after each conv.
+        # lockstep's ConvNet (lockstep/builtin_models/classifiers.cpp), pooling after each conv.
         layers, channels, size = [], 1, 28
         for out in spec["channels"]:
             layers.append(nn.Conv2d(channels, out, 3, padding=1, bias=not spec["batch_norm"]))

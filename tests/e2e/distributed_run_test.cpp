@@ -10,13 +10,13 @@
 
 #include "lockstep/config/config.h"
 #include "lockstep/core/error.h"
-#include "lockstep/dist/comm.h"
-#include "lockstep/dist/init.h"
+#include "lockstep/comm/comm.h"
+#include "lockstep/comm/init.h"
 #include "lockstep/runner/runner.h"
 #include "lockstep/data/synthetic.h"
 #include "lockstep/engine/hook.h"
 #include "lockstep/hooks/hook_registry.h"
-#include "lockstep/models/classifiers.h"
+#include "lockstep/builtin_models/classifiers.h"
 #include "lockstep/strategy/strategy.h"
 #include "tests/support/multiprocess.h"
 
@@ -47,7 +47,7 @@ std::string work_dir_from_env() {
 
 LOCKSTEP_WORKER_TEST(DistributedRunWorker, TrainsAndEvaluatesLikeOneProcess) {
   Runner runner(distributed_job(), RunnerOptions().work_dir(work_dir_from_env()));
-  ASSERT_EQ(runner.strategy().world_size(), 2);
+  ASSERT_EQ(runner.strategy().collectives()->world_size(), 2);
   auto metrics = runner.train();
   // Step metrics were gathered: every rank's storage holds the same loss (rank 0's, as mmengine logs it).
   auto loss = runner.trainer().storage().history("loss").latest();

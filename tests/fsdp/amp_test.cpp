@@ -15,9 +15,9 @@
 #include <cmath>
 
 #include "lockstep/amp/amp_optim_wrapper.h"
-#include "lockstep/dist/comm.h"
-#include "lockstep/dist/init.h"
-#include "lockstep/dist/process_group.h"
+#include "lockstep/comm/comm.h"
+#include "lockstep/comm/init.h"
+#include "lockstep/comm/process_group.h"
 #include "tests/fsdp/fsdp_test_util.h"
 #include "tests/support/multiprocess.h"
 

@@ -10,9 +10,9 @@
 #include <torch/torch.h>
 
 #include "lockstep/core/error.h"
-#include "lockstep/dist/comm.h"
-#include "lockstep/dist/init.h"
-#include "lockstep/dist/process_group.h"
+#include "lockstep/comm/comm.h"
+#include "lockstep/comm/init.h"
+#include "lockstep/comm/process_group.h"
 #include "lockstep/parallel/fsdp/shard_while_building.h"
 #include "tests/fsdp/fsdp_test_util.h"
 #include "tests/support/multiprocess.h"

@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "lockstep/core/error.h"
-#include "lockstep/dist/comm.h"
-#include "lockstep/dist/init.h"
+#include "lockstep/comm/comm.h"
+#include "lockstep/comm/init.h"
 #include "tests/fsdp/fsdp_test_util.h"
 #include "tests/support/multiprocess.h"
 
@@ -140,7 +140,7 @@ LOCKSTEP_WORKER_TEST(FsdpStepWorker, UnitsInAnotherOrderFailOnEveryRank) {
 // (Gloo would abort the process on that). Rank 0 times out in b's gather;
 // rank 1, half a second behind it, either times out at the step check too or
 // sees rank 0 close its connections first (Note [A lost peer that never
-// arrived], dist/work.cpp): both say that rank 0 never arrived.
+// arrived], comm/work.cpp): both say that rank 0 never arrived.
 LOCKSTEP_WORKER_TEST(FsdpStepWorker, SkippedUnitEndsEveryRankWithoutAHang) {
   testing::WorkerWorld world_guard;
   const std::string message = train_until_error([](int64_t step, TwinUnits& model) {

@@ -67,7 +67,7 @@ LOCKSTEP_WORKER_TEST(GanWorker, Run) {
                           "{type: FailAtIteration, iteration: 9}]");
   }
   Runner runner(config, RunnerOptions().work_dir(env_or("RUN_DIR", "/tmp/lockstep_gan")).resume(phase == "resume"));
-  ASSERT_EQ(runner.strategy().world_size(), 2);
+  ASSERT_EQ(runner.strategy().collectives()->world_size(), 2);
   if (phase == "crash") {
     EXPECT_THROW(runner.train(), std::runtime_error);
   } else {

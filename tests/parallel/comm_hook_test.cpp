@@ -8,9 +8,9 @@
 
 #include <cstdlib>
 
-#include "lockstep/dist/comm.h"
-#include "lockstep/dist/env.h"
-#include "lockstep/dist/process_group.h"
+#include "lockstep/comm/comm.h"
+#include "lockstep/comm/env.h"
+#include "lockstep/comm/process_group.h"
 #include "lockstep/parallel/ddp/comm_hook.h"
 #include "lockstep/parallel/ddp/distributed_data_parallel.h"
 #include "tests/parallel/ddp_models.h"

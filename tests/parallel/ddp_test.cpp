@@ -10,8 +10,8 @@
 #include <cstdlib>
 
 #include "lockstep/core/error.h"
-#include "lockstep/dist/comm.h"
-#include "lockstep/dist/init.h"
+#include "lockstep/comm/comm.h"
+#include "lockstep/comm/init.h"
 #include "lockstep/parallel/ddp/distributed_data_parallel.h"
 #include "lockstep/parallel/sync_batchnorm.h"
 #include "tests/parallel/ddp_models.h"

@@ -5,8 +5,8 @@
 #include <torch/torch.h>
 
 #include "lockstep/core/error.h"
-#include "lockstep/dist/comm.h"
-#include "lockstep/dist/init.h"
+#include "lockstep/comm/comm.h"
+#include "lockstep/comm/init.h"
 #include "lockstep/model/model.h"
 #include "lockstep/parallel/separate_ddp.h"
 #include "tests/parallel/ddp_models.h"

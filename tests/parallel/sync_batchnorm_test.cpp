@@ -11,10 +11,10 @@
 #include <numeric>
 #include <sstream>
 
-#include "lockstep/dist/comm.h"
-#include "lockstep/dist/init.h"
+#include "lockstep/comm/comm.h"
+#include "lockstep/comm/init.h"
 #include "lockstep/parallel/sync_batchnorm.h"
-#include "tests/dist/dist_test_util.h"
+#include "tests/comm/dist_test_util.h"
 
 namespace lockstep {
 namespace {

@@ -7,9 +7,9 @@
 #include <future>
 #include <thread>
 
-#include "lockstep/dist/comm.h"
-#include "lockstep/dist/init.h"
-#include "lockstep/dist/job_identity.h"
+#include "lockstep/comm/comm.h"
+#include "lockstep/comm/init.h"
+#include "lockstep/comm/job_identity.h"
 #include "tests/support/small_job.h"
 #include "tests/support/multiprocess.h"
 

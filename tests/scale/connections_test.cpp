@@ -1,5 +1,5 @@
 // How many TCP connections and listening ports a rank of a whole DDP job
-// holds (Note [One mesh per process] in lockstep/dist/process_group.h).
+// holds (Note [One mesh per process] in lockstep/comm/process_group.h).
 //
 // A full Gloo mesh costs each rank one connection per peer, and on Gloo 1.13
 // one listening port per peer too. The test trains a DDP job through

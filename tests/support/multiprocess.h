@@ -36,7 +36,7 @@
 #include <thread>
 #include <vector>
 
-#include "lockstep/dist/init.h"
+#include "lockstep/comm/init.h"
 #include "tests/support/test_support.h"
 
 namespace lockstep::testing {

@@ -14,7 +14,7 @@
 #include "lockstep/checkpoint/checkpoint_file.h"
 #include "lockstep/checkpoint/pretrained.h"
 #include "lockstep/strategy/load_pretrained.h"
-#include "lockstep/models/classifiers.h"
+#include "lockstep/builtin_models/classifiers.h"
 #include "tests/support/test_support.h"
 
 namespace lockstep {

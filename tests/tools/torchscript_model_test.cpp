@@ -3,7 +3,7 @@
 // lockstep; it trains through `lockstep train` on 2 ranks with DDP (and
 // resumes bitwise) and with FSDP as one unit (the weights DDP trains); what
 // lockstep saves torch.jit.load reads.
-#include "lockstep/models/torchscript_model.h"
+#include "lockstep/builtin_models/torchscript_model.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
 // The value a Gloo rank sets for its full mesh ("<prefix>/<rank>" in the
 // group's store), in the forms the Gloo versions libtorch links set, and the
 // part of it each peer reads: what lets the address table hand each rank only
-// its parts (Note [Each rank reads its own part], dist/store_views.cpp).
+// its parts (Note [Each rank reads its own part], comm/store_views.cpp).
 //
 // - kPairAddresses (Gloo before 2023-07, libtorch 1.13's): N - 1 addresses,
 //   one per peer in rank order, each a tcp::Address (a sockaddr_storage and

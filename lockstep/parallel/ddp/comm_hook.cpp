@@ -2,7 +2,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
-#include "lockstep/dist/process_group.h"
+#include "lockstep/comm/process_group.h"
 
 namespace lockstep {
 

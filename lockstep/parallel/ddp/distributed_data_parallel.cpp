@@ -12,10 +12,10 @@
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/core/shape_text.h"
-#include "lockstep/dist/comm.h"
-#include "lockstep/dist/hierarchy.h"
-#include "lockstep/dist/init.h"
-#include "lockstep/dist/process_group.h"
+#include "lockstep/comm/comm.h"
+#include "lockstep/comm/hierarchy.h"
+#include "lockstep/comm/init.h"
+#include "lockstep/comm/process_group.h"
 
 namespace lockstep {
 std::vector<std::pair<std::string, torch::Tensor>> unique_trainable_parameters(const torch::nn::Module& module) {

@@ -4,7 +4,7 @@
 #include <functional>
 
 #include "lockstep/core/error.h"
-#include "lockstep/dist/process_group.h"
+#include "lockstep/comm/process_group.h"
 
 namespace lockstep::detail {
 

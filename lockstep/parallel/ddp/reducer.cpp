@@ -8,8 +8,8 @@
 #include "lockstep/compat/autograd.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/internal/internal_error.h"
-#include "lockstep/dist/agreement.h"
-#include "lockstep/dist/process_group.h"
+#include "lockstep/comm/agreement.h"
+#include "lockstep/comm/process_group.h"
 #include "lockstep/parallel/ddp/bucket_assignment.h"
 #include "lockstep/parallel/ddp/internal/iteration_check.h"
 
@@ -266,7 +266,7 @@ void Reducer::launch_ready_buckets() {
 // collectives until the timeout, and its reducer stayed mid-pass. Instead it
 // now completes the pass: every parameter not ready yet contributes zeros,
 // every bucket is launched and waited for, and then all ranks agree on the
-// outcome (dist/agreement.h), as every synchronised pass ends. Where a rank
+// outcome (comm/agreement.h), as every synchronised pass ends. Where a rank
 // failed, every rank drops its gradients, ends the pass and throws the same
 // error, so no rank steps its optimizer: the weights stay equal everywhere and
 // a program that owns its loop can catch the error on every rank and go on

@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "lockstep/core/error.h"
-#include "lockstep/dist/process_group.h"
+#include "lockstep/comm/process_group.h"
 #include "lockstep/parallel/ddp/bucket_assignment.h"
 #include "lockstep/parallel/ddp/reducer.h"
 

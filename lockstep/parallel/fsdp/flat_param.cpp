@@ -7,7 +7,7 @@
 #include "lockstep/compat/internal/storage.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/internal/internal_error.h"
-#include "lockstep/dist/process_group.h"
+#include "lockstep/comm/process_group.h"
 #include "lockstep/parallel/fsdp/internal/unit_wait.h"
 
 namespace lockstep::fsdp {

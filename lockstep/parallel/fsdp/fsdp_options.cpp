@@ -5,7 +5,7 @@
 
 #include "lockstep/config/key_usage.h"
 #include "lockstep/core/error.h"
-#include "lockstep/dist/hierarchy.h"
+#include "lockstep/comm/hierarchy.h"
 
 namespace lockstep {
 namespace {

@@ -86,7 +86,7 @@ struct FSDPOptions {
   // How the replica reduction (NO_SHARD, HYBRID_SHARD) all-reduces across a
   // multi-node replica group: "auto" hierarchically when a node holds several
   // of its ranks (within the node, then across nodes), "on", "off"; see
-  // dist/hierarchy.h. A replica group of one rank per node is flat either way.
+  // comm/hierarchy.h. A replica group of one rank per node is flat either way.
   TORCH_ARG(std::string, hierarchical_all_reduce) = "auto";
   // Gradient accumulation. false (default): every micro-step reduce-scatters
   // and adds into the sharded gradient, so no full-size gradient outlives a

@@ -6,7 +6,7 @@
 
 #include "lockstep/compat/internal/storage.h"
 #include "lockstep/core/error.h"
-#include "lockstep/dist/init.h"
+#include "lockstep/comm/init.h"
 #include "lockstep/model/model.h"
 #include "lockstep/parallel/fsdp/fully_sharded_data_parallel.h"
 #include "lockstep/strategy/strategy.h"

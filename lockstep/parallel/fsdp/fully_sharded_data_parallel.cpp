@@ -7,8 +7,8 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
-#include "lockstep/dist/init.h"
-#include "lockstep/dist/process_group.h"
+#include "lockstep/comm/init.h"
+#include "lockstep/comm/process_group.h"
 #include "lockstep/parallel/fsdp/internal/memory_meter.h"
 #include "lockstep/parallel/fsdp/internal/resharding.h"
 #include "lockstep/parallel/fsdp/internal/sharded_model.h"

@@ -19,7 +19,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/core/shape_text.h"
-#include "lockstep/dist/process_group.h"
+#include "lockstep/comm/process_group.h"
 #include "lockstep/parallel/fsdp/internal/resharding.h"
 #include "lockstep/parallel/fsdp/flat_layout.h"
 

@@ -5,7 +5,7 @@
 #include "lockstep/compat/cuda.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/internal/internal_error.h"
-#include "lockstep/dist/process_group.h"
+#include "lockstep/comm/process_group.h"
 #include "lockstep/parallel/fsdp/flat_param.h"
 #include "lockstep/parallel/fsdp/internal/unit_wait.h"
 

@@ -7,7 +7,7 @@
 #include <unordered_set>
 
 #include "lockstep/core/error.h"
-#include "lockstep/dist/process_group.h"
+#include "lockstep/comm/process_group.h"
 #include "lockstep/parallel/fsdp/flat_param.h"
 
 namespace lockstep::fsdp {

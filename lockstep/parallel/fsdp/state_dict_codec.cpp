@@ -11,8 +11,8 @@
 #include "lockstep/core/error.h"
 #include "lockstep/core/load_report.h"
 #include "lockstep/core/shape_text.h"
-#include "lockstep/dist/comm.h"
-#include "lockstep/dist/process_group.h"
+#include "lockstep/comm/comm.h"
+#include "lockstep/comm/process_group.h"
 #include "lockstep/parallel/fsdp/flat_layout.h"
 
 namespace lockstep::fsdp {

@@ -2,7 +2,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/core/rng.h"
-#include "lockstep/dist/process_group.h"
+#include "lockstep/comm/process_group.h"
 
 namespace lockstep::fsdp {
 namespace {
