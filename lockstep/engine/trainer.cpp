@@ -62,6 +62,9 @@ Trainer::Trainer(std::shared_ptr<Model> model, std::shared_ptr<DataLoader> data_
                options.log_processor().logs_main_rank_values()) {
   LOCKSTEP_CHECK(model_ != nullptr, "Trainer needs a model");
   LOCKSTEP_CHECK(optim_wrapper_ != nullptr, "Trainer needs an optim wrapper");
+  // Its run stops at a non-finite loss: no rank steps from that iteration on
+  // (Note [A non-finite loss stops before the step]).
+  for (const auto& [name, wrapper] : optim_wrapper_->wrappers()) wrapper->stop_stepping_after_nonfinite_loss(true);
 }
 
 Trainer::~Trainer() = default;

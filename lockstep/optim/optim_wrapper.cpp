@@ -142,7 +142,9 @@ void OptimWrapper::backward(const torch::Tensor& loss) {
   const bool sync = accumulation_.should_sync();
   progress_.begin_backward();
   const int64_t iteration = progress_.iteration(accumulation_.inner_count());
-  torch::Tensor to_differentiate = guard_nonfinite_loss(loss, scale_for_backward(loss), iteration);
+  torch::Tensor to_differentiate = stop_after_nonfinite_loss_
+                                       ? guard_nonfinite_loss(loss, scale_for_backward(loss), iteration)
+                                       : scale_for_backward(loss);
   try {
     {
       RECORD_USER_SCOPE("lockstep::backward");
@@ -263,6 +265,10 @@ void clip_gradients(const std::vector<torch::Tensor>& params, const ClipGradOpti
 // host synchronisation per step. So it is done on the device, as the loss
 // scaler does its found-inf check, and the run stops at the next read of the
 // logged values:
+//   - Only where the run will stop: the Trainer turns it on for its optim
+//     wrappers (stop_stepping_after_nonfinite_loss). A program that drives an
+//     OptimWrapper itself keeps PyTorch's behaviour, where a GradScaler skips
+//     the one step whose gradients overflowed and the next steps go on.
 //   - backward() multiplies what it differentiates by 1 while this rank's
 //     losses were finite, and by NaN from the first one that was not (it
 //     keeps doing so, so the stop is sticky). By 1 changes no bit: the
@@ -325,7 +331,7 @@ torch::Tensor OptimWrapper::nonfinite_loss_found() {
 }
 
 bool OptimWrapper::optimizer_step() {
-  if (!nonfinite_loss_iteration_.defined()) {  // no backward() ran: nothing to look at
+  if (!nonfinite_loss_iteration_.defined()) {  // no backward() ran, or this wrapper does not stop
     optimizer_->step();
     return true;
   }

@@ -192,6 +192,11 @@ class OptimWrapper : public OptimWrapperBase {
   // optimizer steps (Note [A non-finite loss stops before the step]); the
   // trainer reads it with the logged values and stops the run.
   const torch::Tensor& nonfinite_loss_iteration() const { return nonfinite_loss_iteration_; }
+  // Whether a non-finite loss stops this wrapper's steps for good, as above.
+  // The Trainer turns it on: its run ends at the next read of the loss. Off
+  // (the default), a loop that owns its steps keeps PyTorch's behaviour: a
+  // GradScaler skips the one step whose gradients are not finite, and goes on.
+  void stop_stepping_after_nonfinite_loss(bool on) { stop_after_nonfinite_loss_ = on; }
 
   // Throws when the clip asks what `sync` cannot give (a per-parameter norm
   // of sharded gradients).
@@ -245,6 +250,7 @@ class OptimWrapper : public OptimWrapperBase {
                                      int64_t iteration);
   torch::Tensor nonfinite_loss_found();
   torch::Tensor nonfinite_loss_iteration_;
+  bool stop_after_nonfinite_loss_ = false;
   bool warned_check_after_step_ = false;
 };
 

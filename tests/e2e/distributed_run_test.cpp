@@ -1,6 +1,7 @@
 // Whole runs on several processes: metrics gathered across ranks, a NaN on
 // one rank stopping every rank, rank 0 alone writing shared outputs, and
 // evaluation counting every sample exactly once.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -19,6 +20,7 @@
 #include "lockstep/builtin_models/classifiers.h"
 #include "lockstep/strategy/strategy.h"
 #include "tests/support/multiprocess.h"
+#include "tests/support/small_job.h"
 
 namespace lockstep {
 namespace {
@@ -100,6 +102,7 @@ void expect_stop_with_the_weights_before_the_nan(int64_t gather_metric_period) {
                         "{type: ImgDataPreprocessor, mean: [100.0], std: [60.0]}}");
   config.apply_override("custom_hooks=[{type: KeepWeightsAfter, iteration: 2}]");
   config.apply_override("trainer={gather_metric_period: " + std::to_string(gather_metric_period) + "}");
+  config.apply_override("default_hooks.checkpoint.interval=1");
   Runner runner(config, RunnerOptions().work_dir(work_dir_from_env()));
   const std::string message = testing::error_of([&] { runner.train(); });
   EXPECT_NE(message.find("Loss became infinite or NaN at iteration=3 on rank 1"), std::string::npos) << message;
@@ -114,6 +117,23 @@ void expect_stop_with_the_weights_before_the_nan(int64_t gather_metric_period) {
   const auto all = all_gather_object(nlohmann::json(std::vector<double>(now.data_ptr<double>(),
                                                                         now.data_ptr<double>() + now.numel())));
   EXPECT_EQ(all[0], all[1]);
+  // A checkpoint written after the NaN (one every iteration here: after
+  // iteration 3 when the loss is read at 4) holds those weights too.
+  std::map<std::string, torch::Tensor> parameters;
+  for (const auto& item : runner.strategy().model()->named_parameters()) parameters[item.key()] = item.value();
+  int written_after_the_nan = 0;
+  for (int64_t iteration = 2; iteration <= runner.trainer().iter(); ++iteration) {
+    const std::string path = fmt::format("{}/model_{:07d}.ckpt", work_dir_from_env(), iteration);
+    if (!std::filesystem::exists(path)) continue;
+    SCOPED_TRACE(path);
+    written_after_the_nan += iteration >= 3 ? 1 : 0;
+    const std::map<std::string, torch::Tensor> saved = testing::checkpoint_weights(path);
+    for (const auto& [name, value] : parameters) {
+      ASSERT_TRUE(saved.count(name)) << name;
+      EXPECT_TRUE(torch::equal(saved.at(name), value.detach())) << name;
+    }
+  }
+  if (gather_metric_period > 1) EXPECT_GE(written_after_the_nan, 1);
 }
 
 LOCKSTEP_WORKER_TEST(DistributedRunWorker, NanOnOneRankStopsEveryRank) { expect_stop_with_the_weights_before_the_nan(1); }
