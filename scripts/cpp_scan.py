@@ -1,5 +1,5 @@
 """Reading C++ source as text for the lints (scripts/check_function_length.py,
-scripts/check_undefined_members.py): literals and comments blanked, brackets
+scripts/check_undefined_members.py, scripts/check_unused_includes.py): literals and comments blanked, brackets
 matched, anchored searches kept short. Not a parser: it reads lockstep's own
 code, and a lint that cannot follow a file (braces that do not balance) says
 so instead of passing it over.

@@ -15,7 +15,6 @@
 #include "apps/lockstep/run_command.h"
 #include "apps/lockstep/train_command.h"
 #include "lockstep/core/error.h"
-#include "lockstep/core/logging.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"lockstep: a training engine for libtorch (trainer, DDP, FSDP, launcher)"};

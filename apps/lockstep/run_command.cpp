@@ -3,7 +3,6 @@
 #include <iostream>
 #include <memory>
 
-#include "lockstep/core/error.h"
 #include "lockstep/launch/rendezvous_args.h"
 
 namespace lockstep {

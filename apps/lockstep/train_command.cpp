@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "lockstep/config/config.h"
-#include "lockstep/core/logging.h"
 #include "lockstep/core/stop_signals.h"
 #include "lockstep/runner/runner.h"
 #include "lockstep/strategy/strategy.h"

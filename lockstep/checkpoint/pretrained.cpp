@@ -11,7 +11,6 @@
 #include "lockstep/checkpoint/sharded_checkpoint.h"
 #include "lockstep/config/key_usage.h"
 #include "lockstep/core/error.h"
-#include "lockstep/core/logging.h"
 
 namespace lockstep {
 namespace fs = std::filesystem;

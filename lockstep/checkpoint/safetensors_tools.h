@@ -23,7 +23,7 @@
 #include <torch/arg.h>
 #include <torch/types.h>
 
-#include "lockstep/checkpoint/checkpoint_file.h"  // read_safetensors_header
+#include "lockstep/checkpoint/checkpoint_file.h"  // IWYU pragma: export (read_safetensors_header)
 
 namespace lockstep {
 

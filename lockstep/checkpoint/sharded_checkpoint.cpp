@@ -1,6 +1,5 @@
 #include "lockstep/checkpoint/sharded_checkpoint.h"
 
-#include "lockstep/checkpoint/checkpoint_file.h"
 #include "lockstep/core/error.h"
 #include "lockstep/parallel/fsdp/flat_layout.h"
 

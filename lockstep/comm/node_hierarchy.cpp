@@ -4,7 +4,6 @@
 #include <map>
 #include <sstream>
 
-#include "lockstep/core/error.h"
 
 namespace lockstep::detail {
 

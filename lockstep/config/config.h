@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "lockstep/core/error.h"
+#include "lockstep/core/error.h"  // IWYU pragma: export (a bad value throws lockstep::Error)
 
 namespace lockstep {
 

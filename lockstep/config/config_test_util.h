@@ -5,7 +5,6 @@
 
 #include <string>
 
-#include "lockstep/core/error.h"
 #include "tests/support/test_support.h"
 
 namespace lockstep::config_test {

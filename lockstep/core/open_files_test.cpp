@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include "lockstep/core/error.h"
 #include "tests/support/test_support.h"
 
 namespace lockstep {

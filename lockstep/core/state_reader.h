@@ -21,7 +21,6 @@
 #include <nlohmann/json.hpp>
 #include <torch/types.h>
 
-#include "lockstep/core/state.h"
 
 namespace lockstep {
 

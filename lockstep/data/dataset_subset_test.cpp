@@ -1,5 +1,4 @@
 // DatasetSubset through a loader section's `dataset.indices` (mmengine's key).
-#include "lockstep/data/dataset_subset.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

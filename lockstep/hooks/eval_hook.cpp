@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "lockstep/core/error.h"
-#include "lockstep/core/logging.h"
 #include "lockstep/engine/trainer.h"
 #include "lockstep/hooks/hook_registry.h"
 #include "lockstep/model/model.h"

@@ -5,7 +5,7 @@
 #include "lockstep/core/error.h"
 #include "lockstep/engine/trainer.h"
 #include "lockstep/hooks/hook_registry.h"
-#include "lockstep/model/model.h"
+#include "lockstep/model/model.h"  // IWYU pragma: keep (Model's torch::nn::Module members)
 
 namespace lockstep {
 

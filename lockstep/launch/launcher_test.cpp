@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "lockstep/core/error.h"
 #include "lockstep/launch/line_prefixer.h"
 #include "lockstep/launch/rendezvous_args.h"
 #include "lockstep/launch/internal/restart_policy.h"

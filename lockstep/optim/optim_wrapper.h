@@ -39,8 +39,6 @@
 
 namespace lockstep {
 
-class Batch;
-class Model;
 class OptimWrapper;
 class OptimWrapperDict;
 

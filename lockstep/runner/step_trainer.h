@@ -54,8 +54,8 @@
 #include <c10/macros/Macros.h>
 
 #include "lockstep/config/config.h"
+#include "lockstep/core/step_metrics.h"
 #include "lockstep/model/batch.h"
-#include "lockstep/optim/optim_wrapper.h"
 #include "lockstep/runner/runner.h"
 
 namespace lockstep {

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "lockstep/checkpoint/checkpoint_file.h"
 #include "lockstep/engine/trainer.h"
 #include "lockstep/model/model.h"
 #include "lockstep/builtin_models/module_model.h"

@@ -2,7 +2,6 @@
 
 #include "lockstep/config/key_usage.h"
 #include "lockstep/core/error.h"
-#include "lockstep/core/logging.h"
 #include "lockstep/model/model.h"
 #include "lockstep/parallel/sync_batchnorm.h"
 

@@ -3,7 +3,7 @@
 
 #include "lockstep/checkpoint/internal/ema_state_keys.h"
 #include "lockstep/core/error.h"
-#include "lockstep/model/model.h"
+#include "lockstep/model/model.h"  // IWYU pragma: keep (Model's torch::nn::Module members)
 #include "lockstep/parallel/fsdp/fully_sharded_data_parallel.h"
 #include "lockstep/strategy/fsdp_strategy.h"
 

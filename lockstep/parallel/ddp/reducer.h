@@ -58,7 +58,6 @@ class IterationCheck;
 }
 
 class ProcessGroup;
-class Work;
 namespace compat {
 class PostAccumulateHook;
 }

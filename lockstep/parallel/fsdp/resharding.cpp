@@ -18,7 +18,6 @@
 #include <utility>
 
 #include "lockstep/core/error.h"
-#include "lockstep/core/shape_text.h"
 #include "lockstep/comm/process_group.h"
 #include "lockstep/parallel/fsdp/internal/resharding.h"
 #include "lockstep/parallel/fsdp/flat_layout.h"

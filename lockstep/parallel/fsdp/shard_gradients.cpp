@@ -3,7 +3,6 @@
 #include "lockstep/parallel/fsdp/shard_gradients.h"
 
 #include "lockstep/compat/cuda.h"
-#include "lockstep/core/error.h"
 #include "lockstep/core/internal/internal_error.h"
 #include "lockstep/comm/process_group.h"
 #include "lockstep/parallel/fsdp/flat_param.h"
