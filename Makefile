@@ -27,9 +27,8 @@ deps-demo:
 # pending; gcc does it in each one (7-10 s even for an empty file), clang's
 # precompiled header does it once (-fpch-instantiate-templates, which CMake
 # passes). The time is lockstep's compile, not its run: its steps are
-# libtorch's kernels. GCC stays tested: CI's 2.14 leg builds with forky's
-# GCC 16 and the CUDA check with trixie's GCC 14 (their roots have no
-# clang). COMPILER=gcc builds with the default compiler instead; a folder
+# libtorch's kernels. GCC stays tested: CI's 2.14 leg builds the whole tree
+# with forky's GCC 16 (that root has no clang). COMPILER=gcc builds with the default compiler instead; a folder
 # keeps the compiler (and generator) it was first configured with.
 # Where libtorch's CMake package enables CUDA, CMake hands nvcc clang++ as its
 # host compiler, which nvcc refuses past its supported versions (12.4: clang
@@ -114,7 +113,8 @@ test-sanitize: deps
 # lockstep against a CUDA build of libtorch, on a machine without a GPU:
 # Debian trixie's libtorch-cuda-dev 2.6, CUDA 12.4 and NCCL 2.22 in a root of
 # their own (scripts/trixie-root.sh --cuda, about 7 GB).
-#   cuda-check: every source whose code depends on CUDA compiles (CI runs it);
+#   cuda-check: every source whose code depends on CUDA compiles, with GCC 14 (CI's
+#               2.6 leg does the same with clang 19, LOCKSTEP_REQUIRE_CUDA);
 #   cuda-test:  everything builds and links, and the whole suite runs (CUDA tests skip).
 # cuda-compile is cuda-check's work, for any machine whose libtorch has CUDA.
 CUDA_BUILD_DIR ?= build-cuda

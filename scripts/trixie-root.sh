@@ -70,7 +70,10 @@ if [[ -z "$mirror" ]]; then
   fi
 fi
 
-common=(g++ cmake make ccache libopenblas0-openmp libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
+# ninja-build: the Makefile configures new folders with Ninja where it is
+# installed (Note [The demo's quick build]): no core idles between targets,
+# and .ninja_log says what each compile took.
+common=(g++ cmake make ninja-build ccache libopenblas0-openmp libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
         libspdlog-dev libfmt-dev zlib1g-dev libjpeg62-turbo-dev libpng-dev libgtest-dev libgmock-dev dataset-fashion-mnist
         python3-numpy protobuf-compiler fortunes procps iproute2 psmisc libcurl4-openssl-dev)
 if [[ $fresh == 1 ]]; then
@@ -84,7 +87,7 @@ elif [[ $cuda == 1 ]]; then
   # python3-torch-cuda (contrib): PyTorch 2.6 itself, the reference of CI's
   # 2.6 leg, which runs the differential suite on the CPU of this CUDA build
   # (Note [libtorch 2.6 on the CUDA root's CPU]); clang compiles that leg
-  # (Note [clang for the test build]), while `make cuda-check` keeps GCC 14.
+  # (Note [clang for the test build]); `make cuda-check` compiles with GCC 14.
   need=("${common[@]}" libtorch-cuda-dev nvidia-cuda-dev nvidia-cuda-toolkit libnccl-dev libgloo-cuda-dev
         python3-torch-cuda clang)
   components=main,contrib,non-free
