@@ -78,13 +78,30 @@ DDPOptions options_from_env() {
   return DDPOptions().gradient_as_bucket_view(env_flag("DDP_VIEW")).first_bucket_cap_mb(0.001).bucket_cap_mb(0.004);
 }
 
-LOCKSTEP_WORKER_TEST(DdpWorker, MlpMatchesOneProcess) {
-  run_equivalence({[] { return std::make_shared<DdpMlp>(); }, options_from_env()});
+// The plain MLP in each of DDP's four modes, gradient_as_bucket_view off and
+// on, each with DDP's own reduction and through the allreduce hook: four
+// equivalences, each in a world of its own, in one launch.
+LOCKSTEP_WORKER_TEST(DdpWorker, MlpMatchesOneProcessInEachMode) {
+  for (bool view : {false, true}) {
+    for (const char* hook : {"", "allreduce"}) {
+      SCOPED_TRACE(str_cat("gradient_as_bucket_view ", view, " hook '", hook, "'"));
+      EquivalenceSetup setup{[] { return std::make_shared<DdpMlp>(); }, options_from_env().gradient_as_bucket_view(view)};
+      setup.comm_hook = hook;
+      run_equivalence(setup);
+    }
+  }
 }
 
 LOCKSTEP_WORKER_TEST(DdpWorker, UnusedParametersMatchOneProcess) {
   EquivalenceSetup setup{[] { return std::make_shared<DdpMlp>(64, /*with_unused=*/true); },
                          options_from_env().find_unused_parameters(true)};
+  run_equivalence(setup);
+}
+
+LOCKSTEP_WORKER_TEST(DdpWorker, UnusedParametersThroughTheAllreduceHookMatchOneProcess) {
+  EquivalenceSetup setup{[] { return std::make_shared<DdpMlp>(64, /*with_unused=*/true); },
+                         options_from_env().find_unused_parameters(true)};
+  setup.comm_hook = "allreduce";
   run_equivalence(setup);
 }
 
@@ -133,7 +150,7 @@ LOCKSTEP_WORKER_TEST(DdpWorker, Fp16CompressionStaysWithinItsTolerance) {
 // samples for the auxiliary head in some micro-steps, the other ranks' never.
 // Against one process that adds every rank's and micro-step's loss (each
 // divided by world size x accumulation) and steps once.
-void run_rank_dependent_usage(int64_t accumulation) {
+void run_rank_dependent_usage(int64_t accumulation, bool view) {
   testing::WorkerWorld world_guard;
   const int rank = get_rank();
   const int world_size = get_world_size();
@@ -143,7 +160,8 @@ void run_rank_dependent_usage(int64_t accumulation) {
   auto model = std::make_shared<testing::SometimesAuxMlp>();
   torch::manual_seed(11);
   auto reference = std::make_shared<testing::SometimesAuxMlp>();
-  auto ddp = std::make_shared<DistributedDataParallel>(model, world(), options_from_env().find_unused_parameters(true));
+  auto ddp = std::make_shared<DistributedDataParallel>(
+      model, world(), options_from_env().gradient_as_bucket_view(view).find_unused_parameters(true));
   auto optim = testing::sgd_momentum(*model, accumulation);
   optim->set_gradient_sync(ddp);
   optim->initialize_count_status(0, steps * accumulation);
@@ -170,19 +188,25 @@ void run_rank_dependent_usage(int64_t accumulation) {
   testing::expect_same_state(*model, *reference, 1e-5, 1e-6);
 }
 
-LOCKSTEP_WORKER_TEST(DdpWorker, ParameterUsedOnSomeRanksMatchesOneProcess) { run_rank_dependent_usage(1); }
+// Each with gradient_as_bucket_view off and on, a world for each.
+LOCKSTEP_WORKER_TEST(DdpWorker, ParameterUsedOnSomeRanksMatchesOneProcess) {
+  for (bool view : {false, true}) {
+    SCOPED_TRACE(str_cat("gradient_as_bucket_view ", view));
+    run_rank_dependent_usage(1, view);
+  }
+}
 
 LOCKSTEP_WORKER_TEST(DdpWorker, ParameterUsedOnSomeRanksWithNoSyncMicroStepsMatchesOneProcess) {
-  run_rank_dependent_usage(4);
+  for (bool view : {false, true}) {
+    SCOPED_TRACE(str_cat("gradient_as_bucket_view ", view));
+    run_rank_dependent_usage(4, view);
+  }
 }
 
 TEST(Ddp, ParameterUsedOnSomeRanksOnly) {
   LOCKSTEP_REQUIRE_LAUNCHER();
-  for (const std::string view : {"0", "1"}) {
-    testing::expect_each_worker_ok(2, {"DdpWorker.ParameterUsedOnSomeRanksMatchesOneProcess",
-                                       "DdpWorker.ParameterUsedOnSomeRanksWithNoSyncMicroStepsMatchesOneProcess"},
-                                   {"DDP_VIEW=" + view}, " gradient_as_bucket_view " + view);
-  }
+  testing::expect_each_worker_ok(2, {"DdpWorker.ParameterUsedOnSomeRanksMatchesOneProcess",
+                                     "DdpWorker.ParameterUsedOnSomeRanksWithNoSyncMicroStepsMatchesOneProcess"});
 }
 
 // A custom train_step that runs loss.backward() itself, outside the optim
@@ -297,21 +321,18 @@ TEST(Ddp, BucketViewsHoldTheBitsOfCopiedGradientsOnThreeRanks) {
   EXPECT_WORKERS_OK(result);
 }
 
+// Each rank count in one launch: every equivalence of this file, the MLP's
+// in each of DDP's modes (MlpMatchesOneProcessInEachMode), the others with
+// gradient_as_bucket_view (DDP_VIEW=1), find_unused_parameters also through
+// the allreduce hook.
 TEST(Ddp, EquivalenceOnTwoAndFourRanks) {
   LOCKSTEP_REQUIRE_LAUNCHER();
   for (int nproc : {2, 4}) {
-    for (const char* view : {"0", "1"}) {
-      for (const char* hook : {"", "allreduce"}) {
-        auto result = testing::run_workers(nproc, "DdpWorker.MlpMatchesOneProcess",
-                                           {std::string("DDP_VIEW=") + view, std::string("DDP_HOOK=") + hook});
-        EXPECT_WORKERS_OK(result) << "nproc " << nproc << " gradient_as_bucket_view " << view << " hook " << hook;
-      }
-    }
-    auto unused = testing::run_workers(nproc, "DdpWorker.UnusedParametersMatchOneProcess",
-                                       {"DDP_VIEW=1", "DDP_HOOK=allreduce"});
-    EXPECT_WORKERS_OK(unused) << "nproc " << nproc << " find_unused_parameters with the allreduce hook";
     testing::expect_each_worker_ok(nproc,
-                                   {"DdpWorker.UnusedParametersMatchOneProcess", "DdpWorker.TiedParametersMatchOneProcess",
+                                   {"DdpWorker.MlpMatchesOneProcessInEachMode",
+                                    "DdpWorker.UnusedParametersMatchOneProcess",
+                                    "DdpWorker.UnusedParametersThroughTheAllreduceHookMatchOneProcess",
+                                    "DdpWorker.TiedParametersMatchOneProcess",
                                     "DdpWorker.SyncBatchNormMatchesBatchNormInOneProcess",
                                     "DdpWorker.AccumulationWithNoSyncMatchesOneProcess",
                                     "DdpWorker.StaticGraphWithUnusedParametersMatchesOneProcess"},

@@ -181,15 +181,32 @@ class WorkerWorld {
 
 namespace lockstep::testing {
 
-// Runs each worker test in turn on `nproc` ranks and expects each to
-// succeed; a failure names the test and `context`, with all its output.
+// Runs the worker tests on `nproc` ranks in ONE launch, one after another in
+// each rank (gtest's filter "A:B", tests in the order they are defined), and
+// expects every one to succeed; a failure names `context` and the tests, and
+// the output shows which gtest failed in which rank. One launch rather than
+// one per test: each process that loads libtorch costs about a CPU-second to
+// start, and the world is initialised afresh by each test's WorkerWorld
+// (init_from_env takes fresh store keys each time). `options.timeout_s`
+// bounds each test, so the launch may take that times the number of tests.
 //   expect_each_worker_ok(2, {"DdpWorker.A", "DdpWorker.B"}, options, " with find_unused_parameters");
 inline void expect_each_worker_ok(int nproc, std::initializer_list<const char*> tests,
                                   const WorkersOptions& options = {}, const std::string& context = "") {
-  for (const char* test : tests) {
-    const CommandResult result = run_workers(nproc, test, options);
-    EXPECT_WORKERS_OK(result) << test << context;
+  std::string filter;
+  for (const char* test : tests) filter += (filter.empty() ? "" : ":") + std::string(test);
+  WorkersOptions all = options;
+  all.timeout_s = options.timeout_s * static_cast<double>(tests.size());
+  const CommandResult result = run_workers(nproc, filter, all);
+  EXPECT_WORKERS_OK(result) << filter << context;
+  // Every rank ran every test: a name the filter matches nowhere runs nothing.
+  const std::string passed =
+      "[  PASSED  ] " + std::to_string(tests.size()) + (tests.size() == 1 ? " test." : " tests.");
+  int ranks_passed = 0;
+  for (size_t at = result.output.find(passed); at != std::string::npos; at = result.output.find(passed, at + 1)) {
+    ++ranks_passed;
   }
+  EXPECT_EQ(ranks_passed, nproc) << "ranks that ran all " << tests.size() << " of " << filter << context
+                                 << "; worker output:\n" << result.output;
 }
 
 // The same with these extra "NAME=value" variables for every worker.
