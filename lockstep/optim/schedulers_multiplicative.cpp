@@ -89,9 +89,13 @@ class MultiStepRule : public ScheduleRule {
     for (size_t i = 0; i < milestones_.size(); ++i) {
       check_option(milestones_[i] >= 0, "milestones", "milestones must be non-negative, got ",
                    milestones_[i]);
-      check_option(i == 0 || milestones_[i - 1] <= milestones_[i], "milestones",
-                   "milestones must be in increasing order, got ", milestones_[i - 1], " before ",
-                   milestones_[i]);
+    }
+    // From the second on: the message's arguments are evaluated whatever the
+    // condition, so milestones_[i - 1] must exist (GCC 16's libstdc++ asserts
+    // it at -O0; at -O2 the first milestone's check read before the vector).
+    for (size_t i = 1; i < milestones_.size(); ++i) {
+      check_option(milestones_[i - 1] <= milestones_[i], "milestones", "milestones must be in increasing order, got ",
+                   milestones_[i - 1], " before ", milestones_[i]);
     }
     check_positive(gamma_, "gamma");
   }
