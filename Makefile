@@ -71,7 +71,9 @@ DEMO_BUILD_DIR ?= build-demo
 # recursive build leaves one core idle for about 20 s of them.
 #
 # demo-build builds only the CLI (the library and bin/lockstep), not the
-# tests; CI runs it, so the demo's build cannot break unseen.
+# tests. CI builds the whole tree in this build type against libtorch 2.14
+# and 2.6 (Note [The version legs build Quick]), so its batches cannot break
+# unseen.
 demo-build: deps-demo
 	@$(CLANG_ENV) cmake -S . -B $(DEMO_BUILD_DIR) -DCMAKE_BUILD_TYPE=Quick \
 		$(call NEW_FOLDER_GENERATOR,$(DEMO_BUILD_DIR)) $(CMAKE_FLAGS) >/dev/null
