@@ -381,14 +381,11 @@ LOCKSTEP_WORKER_TEST(DdpWorker, ShapeMismatchFailsOnEveryRank) {
             std::string::npos) << message;
 }
 
-LOCKSTEP_WORKER_TEST(DdpWorker, SkippedStepIsNamedOnEveryRank) {
+void skip_a_step_on_rank_one(bool find_unused) {
   testing::WorkerWorld world_guard;
   torch::manual_seed(3);
   auto model = std::make_shared<DdpMlp>();
-  // The check leaves with the start of backward; with a used map to exchange
-  // (DDP_FIND_UNUSED=1) it leaves after the last bucket. Both must name the ranks.
-  auto ddp = std::make_shared<DistributedDataParallel>(model, world(),
-                                                       DDPOptions().find_unused_parameters(env_flag("DDP_FIND_UNUSED")));
+  auto ddp = std::make_shared<DistributedDataParallel>(model, world(), DDPOptions().find_unused_parameters(find_unused));
   auto optim = testing::sgd_momentum(*model);
   optim->set_gradient_sync(ddp);
   optim->initialize_count_status(0, 6);
@@ -401,6 +398,16 @@ LOCKSTEP_WORKER_TEST(DdpWorker, SkippedStepIsNamedOnEveryRank) {
   });
   EXPECT_NE(message.find("DDP ranks are out of step"), std::string::npos) << message;
   EXPECT_NE(message.find("rank 0 at iteration 2, rank 1 at iteration 3"), std::string::npos) << message;
+}
+
+// The check leaves with the start of backward; with a used map to exchange
+// (find_unused_parameters) it leaves after the last bucket. Both must name
+// the ranks; each in a world of its own.
+LOCKSTEP_WORKER_TEST(DdpWorker, SkippedStepIsNamedOnEveryRank) {
+  for (bool find_unused : {false, true}) {
+    SCOPED_TRACE(str_cat("find_unused_parameters ", find_unused));
+    skip_a_step_on_rank_one(find_unused);
+  }
 }
 
 LOCKSTEP_WORKER_TEST(DdpWorker, ForwardWithoutBackwardFailsEveryRank) {
@@ -441,8 +448,6 @@ TEST(Ddp, MismatchesFailOnEveryRankWithoutHanging) {
   testing::expect_each_worker_ok(2, {"DdpWorker.ShapeMismatchFailsOnEveryRank", "DdpWorker.SkippedStepIsNamedOnEveryRank",
                                      "DdpWorker.ForwardWithoutBackwardFailsEveryRank"},
                                  options);
-  options.env.push_back("DDP_FIND_UNUSED=1");
-  testing::expect_each_worker_ok(2, {"DdpWorker.SkippedStepIsNamedOnEveryRank"}, options, " with find_unused_parameters");
 }
 
 }  // namespace
