@@ -11,6 +11,7 @@
 #include "lockstep/checkpoint/checkpoint_file.h"
 #include "lockstep/checkpoint/pretrained.h"
 #include "tests/support/multiprocess.h"
+#include "tests/support/small_job.h"
 #include "tests/support/test_support.h"
 
 namespace lockstep {
@@ -85,15 +86,9 @@ TEST(FsdpGptExample, TrainsAFewIterationsOnTwoRanks) {
 // step the same), so each run with it is compared with that one run, a claim
 // at least as strong as against its own twin, in 6 jobs rather than 8.
 void expect_same_model_bitwise(const std::string& a, const std::string& b, const std::string& what) {
-  const State state_a = read_checkpoint_file(a), state_b = read_checkpoint_file(b);
-  const auto& x = state_a.get("model").tensors;
-  const auto& y = state_b.get("model").tensors;
-  ASSERT_EQ(x.size(), y.size()) << what;
-  EXPECT_EQ(x.size(), 30u) << what << ": every parameter of the 2-block GPT";
-  for (const auto& [name, tensor] : x) {
-    ASSERT_TRUE(y.count(name)) << what << ": " << name;
-    EXPECT_TRUE(torch::equal(tensor, y.at(name))) << what << ": " << name << " differs";
-  }
+  const auto weights = testing::checkpoint_weights(a);
+  EXPECT_EQ(weights.size(), 30u) << what << ": every parameter of the 2-block GPT";
+  EXPECT_TRUE(testing::bitwise_equal(weights, testing::checkpoint_weights(b))) << what;
 }
 
 TEST(GptActivationCheckpointing, DdpAndFsdpTrainBitwiseAsWithoutIt) {

@@ -52,11 +52,7 @@ void run_equivalence(const EquivalenceSetup& setup) {
 
   if (setup.sync_batchnorm) convert_sync_batchnorm(model);
   auto ddp = std::make_shared<DistributedDataParallel>(model, world(), setup.options);
-  // DDP_HOOK=allreduce runs a case through PyTorch's allreduce_hook shape
-  // (the hook divides) instead of DDP's own reduction.
-  const char* env_hook = std::getenv("DDP_HOOK");
-  const std::string hook = !setup.comm_hook.empty() ? setup.comm_hook : env_hook != nullptr ? env_hook : "";
-  if (!hook.empty()) ddp->register_comm_hook(make_comm_hook(Config::scalar(hook)));
+  if (!setup.comm_hook.empty()) ddp->register_comm_hook(make_comm_hook(Config::scalar(setup.comm_hook)));
   auto optim = testing::sgd_momentum(*model, setup.accumulation);
   optim->set_gradient_sync(ddp);
   optim->initialize_count_status(0, steps * setup.accumulation);
@@ -92,17 +88,15 @@ LOCKSTEP_WORKER_TEST(DdpWorker, MlpMatchesOneProcessInEachMode) {
   }
 }
 
+// With DDP's own reduction and through the allreduce hook, a world for each.
 LOCKSTEP_WORKER_TEST(DdpWorker, UnusedParametersMatchOneProcess) {
-  EquivalenceSetup setup{[] { return std::make_shared<DdpMlp>(64, /*with_unused=*/true); },
-                         options_from_env().find_unused_parameters(true)};
-  run_equivalence(setup);
-}
-
-LOCKSTEP_WORKER_TEST(DdpWorker, UnusedParametersThroughTheAllreduceHookMatchOneProcess) {
-  EquivalenceSetup setup{[] { return std::make_shared<DdpMlp>(64, /*with_unused=*/true); },
-                         options_from_env().find_unused_parameters(true)};
-  setup.comm_hook = "allreduce";
-  run_equivalence(setup);
+  for (const char* hook : {"", "allreduce"}) {
+    SCOPED_TRACE(str_cat("hook '", hook, "'"));
+    EquivalenceSetup setup{[] { return std::make_shared<DdpMlp>(64, /*with_unused=*/true); },
+                           options_from_env().find_unused_parameters(true)};
+    setup.comm_hook = hook;
+    run_equivalence(setup);
+  }
 }
 
 LOCKSTEP_WORKER_TEST(DdpWorker, StaticGraphWithUnusedParametersMatchesOneProcess) {
@@ -150,7 +144,7 @@ LOCKSTEP_WORKER_TEST(DdpWorker, Fp16CompressionStaysWithinItsTolerance) {
 // samples for the auxiliary head in some micro-steps, the other ranks' never.
 // Against one process that adds every rank's and micro-step's loss (each
 // divided by world size x accumulation) and steps once.
-void run_rank_dependent_usage(int64_t accumulation, bool view) {
+void run_rank_dependent_usage_once(int64_t accumulation, bool view) {
   testing::WorkerWorld world_guard;
   const int rank = get_rank();
   const int world_size = get_world_size();
@@ -188,19 +182,18 @@ void run_rank_dependent_usage(int64_t accumulation, bool view) {
   testing::expect_same_state(*model, *reference, 1e-5, 1e-6);
 }
 
-// Each with gradient_as_bucket_view off and on, a world for each.
-LOCKSTEP_WORKER_TEST(DdpWorker, ParameterUsedOnSomeRanksMatchesOneProcess) {
+// With gradient_as_bucket_view off and on, a world for each.
+void run_rank_dependent_usage(int64_t accumulation) {
   for (bool view : {false, true}) {
     SCOPED_TRACE(str_cat("gradient_as_bucket_view ", view));
-    run_rank_dependent_usage(1, view);
+    run_rank_dependent_usage_once(accumulation, view);
   }
 }
 
+LOCKSTEP_WORKER_TEST(DdpWorker, ParameterUsedOnSomeRanksMatchesOneProcess) { run_rank_dependent_usage(1); }
+
 LOCKSTEP_WORKER_TEST(DdpWorker, ParameterUsedOnSomeRanksWithNoSyncMicroStepsMatchesOneProcess) {
-  for (bool view : {false, true}) {
-    SCOPED_TRACE(str_cat("gradient_as_bucket_view ", view));
-    run_rank_dependent_usage(4, view);
-  }
+  run_rank_dependent_usage(4);
 }
 
 TEST(Ddp, ParameterUsedOnSomeRanksOnly) {
@@ -331,7 +324,6 @@ TEST(Ddp, EquivalenceOnTwoAndFourRanks) {
     testing::expect_each_worker_ok(nproc,
                                    {"DdpWorker.MlpMatchesOneProcessInEachMode",
                                     "DdpWorker.UnusedParametersMatchOneProcess",
-                                    "DdpWorker.UnusedParametersThroughTheAllreduceHookMatchOneProcess",
                                     "DdpWorker.TiedParametersMatchOneProcess",
                                     "DdpWorker.SyncBatchNormMatchesBatchNormInOneProcess",
                                     "DdpWorker.AccumulationWithNoSyncMatchesOneProcess",
