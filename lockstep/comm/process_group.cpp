@@ -152,6 +152,32 @@ std::shared_ptr<Work> finish_issue(std::shared_ptr<Work> work, bool async) {
 
 }  // namespace detail
 
+namespace {
+
+// How send and recv name themselves in their checks and their bookkeeping.
+struct PointToPoint {
+  const char* op;            // "send"
+  const char* toward;        // "to": "send to rank 3 (tag 0)"
+  const char* self_refusal;  // "cannot send to itself"
+};
+constexpr PointToPoint kSend{"send", "to", "cannot send to itself"};
+constexpr PointToPoint kRecv{"recv", "from", "cannot receive from itself"};
+
+// The checks send and recv share (a defined tensor, a peer in the group other
+// than this rank, an ordered backend, a user tag), then the op's bookkeeping.
+detail::OpInfo checked_p2p_info(const ProcessGroup& group, const ProcessGroup::Parts& parts,
+                                const torch::Tensor& tensor, int peer, int tag, const PointToPoint& p2p) {
+  LOCKSTEP_CHECK(tensor.defined(), p2p.op, ": the tensor is undefined");
+  detail::check_rank(group, peer, p2p.op);
+  LOCKSTEP_CHECK(peer != group.rank(), p2p.op, ": rank ", group.global_rank(group.rank()), " ", p2p.self_refusal);
+  detail::require_ordered(parts, !detail::on_nccl(group, tensor), p2p.op);
+  LOCKSTEP_CHECK(tag >= 0 && tag < detail::kFirstReservedTag, p2p.op, ": tag ", tag, " is outside [0, 2^30)");
+  return detail::p2p_info(str_cat(p2p.op, " ", p2p.toward, " rank ", group.global_rank(peer), " (tag ", tag, ")"),
+                          peer, group.timeout());
+}
+
+}  // namespace
+
 ProcessGroup::ProcessGroup(Parts parts) : parts_(std::move(parts)) {
   LOCKSTEP_CHECK(parts_.gloo, "ProcessGroup '", parts_.name, "': no Gloo backend");
   LOCKSTEP_CHECK(parts_.rank >= 0 && parts_.rank < size(), "ProcessGroup '", parts_.name, "': rank ", parts_.rank,
@@ -509,13 +535,7 @@ std::shared_ptr<Work> ProcessGroup::barrier(bool async) {
 }
 
 std::shared_ptr<Work> ProcessGroup::send(const torch::Tensor& tensor, int dst, int tag, bool async) {
-  LOCKSTEP_CHECK(tensor.defined(), "send: the tensor is undefined");
-  detail::check_rank(*this, dst, "send");
-  LOCKSTEP_CHECK(dst != rank(), "send: rank ", global_rank(rank()), " cannot send to itself");
-  detail::require_ordered(parts_, !detail::on_nccl(*this, tensor), "send");
-  LOCKSTEP_CHECK(tag >= 0 && tag < detail::kFirstReservedTag, "send: tag ", tag, " is outside [0, 2^30)");
-  auto work =
-      make_work(detail::p2p_info(str_cat("send to rank ", global_rank(dst), " (tag ", tag, ")"), dst, timeout()));
+  auto work = make_work(checked_p2p_info(*this, parts_, tensor, dst, tag, kSend));
   auto group = raw(tensor);
   std::vector<at::Tensor> tensors{detail::p2p_tensor(*group, tensor.contiguous())};
   work->raw_.push_back(group->send(tensors, dst, tag));
@@ -523,13 +543,7 @@ std::shared_ptr<Work> ProcessGroup::send(const torch::Tensor& tensor, int dst, i
 }
 
 std::shared_ptr<Work> ProcessGroup::recv(torch::Tensor& tensor, int src, int tag, bool async) {
-  LOCKSTEP_CHECK(tensor.defined(), "recv: the tensor is undefined");
-  detail::check_rank(*this, src, "recv");
-  LOCKSTEP_CHECK(src != rank(), "recv: rank ", global_rank(rank()), " cannot receive from itself");
-  detail::require_ordered(parts_, !detail::on_nccl(*this, tensor), "recv");
-  LOCKSTEP_CHECK(tag >= 0 && tag < detail::kFirstReservedTag, "recv: tag ", tag, " is outside [0, 2^30)");
-  auto work =
-      make_work(detail::p2p_info(str_cat("recv from rank ", global_rank(src), " (tag ", tag, ")"), src, timeout()));
+  auto work = make_work(checked_p2p_info(*this, parts_, tensor, src, tag, kRecv));
   auto group = raw(tensor);
   Staged staged = contiguous(tensor);
   at::Tensor buffer = detail::p2p_tensor(*group, staged.tensor, /*for_receiving=*/true);
