@@ -27,6 +27,9 @@ import os
 import re
 import sys
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from cpp_scan import finish
+
 ENTRY = re.compile(r"^  ([a-z0-9_]+)/\s+(.*)$")
 NOT_MAP_FOLDERS = {"internal", "testdata", "corpus"}
 # A file the entry names: snake_case with an underscore (optionally a path
@@ -129,12 +132,7 @@ def main():
         for word in FILE_WORD.findall(outside_quotes):
             if word not in stems and word.rstrip("/") not in subfolders:
                 problems.append(f"{where}: {folder}/'s entry names '{word}', which is no file in lockstep/{folder}")
-    for problem in problems:
-        print(problem)
-    if problems:
-        return 1
-    print(f"check_architecture_map: ok, {len(entries)} folders, every public header named")
-    return 0
+    return finish(problems, f"check_architecture_map: ok, {len(entries)} folders, every public header named")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,9 @@ import os
 import re
 import sys
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from cpp_scan import finish
+
 ENTRY = re.compile(r"^- Note \[([^\]]+)\] \(`([^`]+)`\)")
 
 
@@ -53,12 +56,7 @@ def main():
     if entries == 0:
         print("check_notes_index: docs/ARCHITECTURE.md has no index entries of the form - Note [Name] (`file`)")
         return 1
-    for problem in problems:
-        print(problem)
-    if problems:
-        return 1
-    print(f"check_notes_index: ok, {entries} Notes are where the index says")
-    return 0
+    return finish(problems, f"check_notes_index: ok, {entries} Notes are where the index says")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 scripts/check_undefined_members.py, scripts/check_unused_includes.py): literals and comments blanked, brackets
 matched, anchored searches kept short. Not a parser: it reads lockstep's own
 code, and a lint that cannot follow a file (braces that do not balance) says
-so instead of passing it over.
+so instead of passing it over. Its finish() (a lint's printout and exit status)
+serves the lints that read no C++ too (scripts/check_architecture_map.py,
+scripts/check_notes_index.py).
 """
 import os
 import re
