@@ -88,6 +88,17 @@ struct BadInput {
 
 std::string work(const testing::TempDir& dir, const std::string& name) { return dir.file("work_" + name); }
 
+// A bad value in the config: the small job's config with `from` replaced by
+// `to`, written to <name>.yaml; the message names that file, the line of `to`,
+// and then says `says` (the key and what is wrong with its value).
+BadInput config_edit(const std::string& name, const std::string& from, const std::string& to,
+                     const std::string& says) {
+  const std::string file = name + ".yaml";
+  return {name,
+          [=](const testing::TempDir& d) { return testing::train_argv(variant(d, file, from, to), work(d, name)); },
+          [=](const testing::TempDir& d) { return std::vector<std::string>{where(d.file(file), to) + says}; }};
+}
+
 TEST(BadInput, EveryBadInputFailsWithAMessageNamingItAndANonZeroExit) {
   testing::TempDir dir;
   const std::string good = testing::write_small_job(dir);
@@ -106,34 +117,14 @@ TEST(BadInput, EveryBadInputFailsWithAMessageNamingItAndANonZeroExit) {
        [&](const auto&) {
          return std::vector<std::string>{"--set 'model.hidden=,': --set: holds more than one YAML document"};
        }},
-      {"unknown_type",
-       [&](const auto& d) { return testing::train_argv(variant(d, "unknown.yaml", "type: MLP", "type: MLPP"), work(d, "u")); },
-       [&](const auto& d) {
-         return std::vector<std::string>{where(d.file("unknown.yaml"), "type: MLPP") +
-                                         " (key model.type): unknown model type 'MLPP'; registered model types: "};
-       }},
-      {"wrong_value_type",
-       [&](const auto& d) {
-         return testing::train_argv(variant(d, "wrong_type.yaml", "in_features: 64", "in_features: sixty"), work(d, "w"));
-       },
-       [&](const auto& d) {
-         return std::vector<std::string>{where(d.file("wrong_type.yaml"), "sixty") +
-                                         " (key model.in_features): expected an integer, got 'sixty'"};
-       }},
-      {"negative_lr",
-       [&](const auto& d) { return testing::train_argv(variant(d, "lr.yaml", "lr: 0.05", "lr: -0.05"), work(d, "l")); },
-       [&](const auto& d) {
-         return std::vector<std::string>{where(d.file("lr.yaml"), "lr: -0.05") +
-                                         " (key optim_wrapper.optimizer.lr): lr must be positive, got -0.05"};
-       }},
-      {"zero_batch_size",
-       [&](const auto& d) {
-         return testing::train_argv(variant(d, "batch.yaml", "batch_size: 8", "batch_size: 0"), work(d, "b"));
-       },
-       [&](const auto& d) {
-         return std::vector<std::string>{where(d.file("batch.yaml"), "batch_size: 0") +
-                                         " (key train_dataloader.batch_size): batch_size must be positive, got 0"};
-       }},
+      config_edit("unknown_type", "type: MLP", "type: MLPP",
+                  " (key model.type): unknown model type 'MLPP'; registered model types: "),
+      config_edit("wrong_value_type", "in_features: 64", "in_features: sixty",
+                  " (key model.in_features): expected an integer, got 'sixty'"),
+      config_edit("negative_lr", "lr: 0.05", "lr: -0.05",
+                  " (key optim_wrapper.optimizer.lr): lr must be positive, got -0.05"),
+      config_edit("zero_batch_size", "batch_size: 8", "batch_size: 0",
+                  " (key train_dataloader.batch_size): batch_size must be positive, got 0"),
       {"missing_dataset_file",
        [&](const auto& d) {
          return testing::train_argv(good, work(d, "md"),
