@@ -24,9 +24,12 @@ parameter schedulers, DefaultSampler(shuffle=False) and LoggerHook; the model
 is a BaseModel holding the case's module in Python; lockstep trains its
 built-in ConvNet, or, for the case that needs a depthwise conv, a DeformConv2d
 and a 1-D scale, the same module scripted (TorchScriptModel), from the same
-initial weights. (Under bf16 autocast a scripted module and its eager twin
-may round apart: at 3 ranks without paramwise_cfg they end 6.9e-9 apart in
-PyTorch alone; so the bf16 rows train eager modules on both sides.) lockstep's side:
+initial weights. (Under bf16 autocast a scripted module's Linear layers give
+their gradients bias first, an eager nn.Linear weight first; at 3 ranks that
+order moves DDP's rebuilt buckets and the ring's sums, and the two end 6.9e-9
+apart in PyTorch alone. So the bf16 rows train eager modules on both sides,
+and lockstep's ConvNet's Linear layers run as Python's: Note [Linear as
+Python's nn.Linear].) lockstep's side:
 `lockstep train` on a YAML file saying the same, then `lockstep ckpt export`.
 Printed per case and world size: the worst relative difference of the final
 weights, and whether `loss`, `lr` and `grad_norm` equal mmengine's

@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 
+#include "lockstep/builtin_models/linear.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/png.h"
 #include "lockstep/data/dataset.h"
@@ -51,7 +52,7 @@ class DCGAN : public lockstep::Model {
     const int64_t d = options.discriminator_channels();
     generator = register_module(
         "generator",
-        nn::Sequential(nn::Linear(nn::LinearOptions(options.latent_dim(), 2 * g * 7 * 7).bias(false)),
+        nn::Sequential(lockstep::Linear(nn::LinearOptions(options.latent_dim(), 2 * g * 7 * 7).bias(false)),
                        nn::Unflatten(nn::UnflattenOptions(1, {2 * g, 7, 7})), nn::BatchNorm2d(2 * g), nn::ReLU(),
                        nn::ConvTranspose2d(nn::ConvTranspose2dOptions(2 * g, g, 4).stride(2).padding(1).bias(false)),
                        nn::BatchNorm2d(g), nn::ReLU(),
@@ -62,7 +63,7 @@ class DCGAN : public lockstep::Model {
                        nn::LeakyReLU(nn::LeakyReLUOptions().negative_slope(0.2)),
                        nn::Conv2d(nn::Conv2dOptions(d, 2 * d, 4).stride(2).padding(1).bias(false)),
                        nn::BatchNorm2d(2 * d), nn::LeakyReLU(nn::LeakyReLUOptions().negative_slope(0.2)),
-                       nn::Flatten(), nn::Linear(2 * d * 7 * 7, 1)));
+                       nn::Flatten(), lockstep::Linear(2 * d * 7 * 7, 1)));
     // DCGAN's initialisation: N(0, 0.02) weights, BatchNorm scales N(1, 0.02).
     torch::NoGradGuard no_grad;
     for (auto& module : modules(/*include_self=*/false)) {

@@ -1,5 +1,7 @@
 #include "lockstep/builtin_models/classifiers.h"
 
+#include "lockstep/builtin_models/linear.h"
+
 #include "lockstep/core/error.h"
 
 namespace lockstep {
@@ -40,10 +42,10 @@ ConvNet::ConvNet(const ConvNetOptions& options) : options_(options) {
   }
   LOCKSTEP_CHECK(size >= 1, "ConvNet: image_size ", options.image_size(), " is too small for ",
                  options.channels().size(), " conv layers");
-  head_ = torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(in * size * size, options.hidden()),
+  head_ = torch::nn::Sequential(torch::nn::Flatten(), Linear(in * size * size, options.hidden()),
                                 torch::nn::ReLU(torch::nn::ReLUOptions(true)));
   if (options.dropout() > 0) head_->push_back(torch::nn::Dropout(options.dropout()));
-  head_->push_back(torch::nn::Linear(options.hidden(), options.num_classes()));
+  head_->push_back(Linear(options.hidden(), options.num_classes()));
   register_module("features", features_);
   register_module("head", head_);
 }
@@ -55,11 +57,11 @@ MLP::MLP(const MLPOptions& options) {
   int64_t in = options.in_features();
   for (int64_t width : options.hidden()) {
     LOCKSTEP_CHECK(width > 0, "MLP hidden widths must be positive, got ", width);
-    layers_->push_back(torch::nn::Linear(in, width));
+    layers_->push_back(Linear(in, width));
     layers_->push_back(torch::nn::ReLU(torch::nn::ReLUOptions(true)));
     in = width;
   }
-  layers_->push_back(torch::nn::Linear(in, options.num_classes()));
+  layers_->push_back(Linear(in, options.num_classes()));
   register_module("layers", layers_);
 }
 

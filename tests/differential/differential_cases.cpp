@@ -132,6 +132,11 @@ const std::vector<DiffCase>& all_cases() {
                              "paramwise", {{"bias_lr_mult", 2}, {"bias_decay_mult", 0}, {"norm_decay_mult", 0}});
     mmengine_row["schedulers"] = {{{"type", "LinearLR"}, {"start_factor", 0.1}, {"total_iters", 5}},
                                   {{"type", "MultiStepLR"}, {"milestones", {10, 15}}, {"gamma", 0.1}}};
+    // That row under bf16 without its paramwise_cfg, at 3 ranks: the gradients'
+    // ready order decides DDP's rebuilt buckets, and at 3 ranks the bucket
+    // decides where each ring sum starts (Note [Linear as Python's nn.Linear]).
+    json bf16_3ranks = with(with(mmengine_row, "amp", "bf16"), "world", 3);
+    bf16_3ranks.erase("paramwise");
     // Every key of paramwise_cfg, on a scripted model that has what each
     // rule looks for: norms, biases, a depthwise conv, a DeformConv2d with
     // its conv_offset, a 1-D scale; a custom key with an optimizer option.
@@ -199,6 +204,8 @@ const std::vector<DiffCase>& all_cases() {
          same_ops + " (mmengine's groups, one per parameter, in its clip order; a last window of 2)"},
         {"DDP_SGD_Paramwise_Clip_Accumulate_Bf16", with(mmengine_row, "amp", "bf16"), kDDP, 0,
          same_ops + " (the same under bf16 autocast, where a clip's last bit grows)"},
+        {"DDP_SGD_Clip_Accumulate_Bf16_3ranks", bf16_3ranks, kDDP, 0,
+         same_ops + " (bf16 autocast at 3 ranks: the Linear layers' gradients ready in Python's order)"},
         {"DDP_Paramwise_EveryKey", every_key, kDDP, 0,
          same_ops + " (every paramwise_cfg key, a custom key's momentum, applied as mmengine applies them)"},
         {"DDP_Detectron2_PerParameterNormClip", detectron2_clip, kDDP, 0,
