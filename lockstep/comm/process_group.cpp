@@ -176,6 +176,20 @@ detail::OpInfo checked_p2p_info(const ProcessGroup& group, const ProcessGroup::P
                           peer, group.timeout());
 }
 
+// What all_gather and all_gather_into_tensor run where the op is not native:
+// this rank's piece (flat_in) into its own chunk, then the others' pieces by
+// all_gather_pieces (the ring alone where ring_only), within the timeout from now.
+std::function<void()> all_gather_body(const ProcessGroup& group, const at::Tensor& flat_in,
+                                      std::vector<at::Tensor> chunks, int tag, bool ring_only) {
+  auto raw = group.raw(flat_in);
+  const int my_rank = group.rank(), world = group.size();
+  const auto deadline = std::chrono::steady_clock::now() + group.timeout();
+  return [raw, my_rank, world, chunks = std::move(chunks), flat_in, tag, deadline, ring_only]() mutable {
+    chunks[static_cast<size_t>(my_rank)].copy_(flat_in);
+    detail::all_gather_pieces(*raw, my_rank, world, chunks, tag, deadline, ring_only);
+  };
+}
+
 }  // namespace
 
 ProcessGroup::ProcessGroup(Parts parts) : parts_(std::move(parts)) {
@@ -371,14 +385,9 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(torch::Tensor& out, c
   const int64_t n = flat_in.numel();
   std::vector<at::Tensor> chunks;
   for (int r = 0; r < size(); ++r) chunks.push_back(flat_out.narrow(0, r * n, n));
-  auto group = raw(in);
-  int my_rank = rank(), world = size(), tag = detail::ring_tag(info.seq, parts_.tag_space);
-  auto deadline = std::chrono::steady_clock::now() + parts_.timeout;
+  const int tag = detail::ring_tag(info.seq, parts_.tag_space);
   const bool ring_only = algorithms_.all_gather == CollectiveAlgorithm::kRing;
-  auto body = [group, my_rank, world, chunks, flat_in, tag, deadline, ring_only]() mutable {
-    chunks[static_cast<size_t>(my_rank)].copy_(flat_in);
-    detail::all_gather_pieces(*group, my_rank, world, chunks, tag, deadline, ring_only);
-  };
+  auto body = all_gather_body(*this, flat_in, std::move(chunks), tag, ring_only);
   return run_algorithm(std::move(info), async, std::move(body), std::move(finish));
 }
 
@@ -515,15 +524,9 @@ std::shared_ptr<Work> ProcessGroup::all_gather(std::vector<torch::Tensor>& outs,
       if (staged[r].copied) outs[r].copy_(staged[r].tensor);
     }
   };
-  auto group = raw(in);
-  int my_rank = rank(), world = size(), tag = detail::ring_tag(info.seq, parts_.tag_space);
-  at::Tensor flat_in = in.contiguous().view(-1);
-  auto deadline = std::chrono::steady_clock::now() + parts_.timeout;
+  const int tag = detail::ring_tag(info.seq, parts_.tag_space);
   const bool ring_only = algorithms_.all_gather == CollectiveAlgorithm::kRing;
-  auto body = [group, my_rank, world, chunks, flat_in, tag, deadline, ring_only]() mutable {
-    chunks[static_cast<size_t>(my_rank)].copy_(flat_in);
-    detail::all_gather_pieces(*group, my_rank, world, chunks, tag, deadline, ring_only);
-  };
+  auto body = all_gather_body(*this, in.contiguous().view(-1), std::move(chunks), tag, ring_only);
   return run_algorithm(std::move(info), async, std::move(body), std::move(finish));
 }
 
