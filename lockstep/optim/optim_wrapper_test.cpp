@@ -32,6 +32,25 @@ Batch make_data(int64_t n) {
   return Batch{{"x", torch::randn({n, 6})}, {"y", torch::randint(0, 3, {n}, torch::kLong)}};
 }
 
+// An SGD wrapper of `net` (lr 1: an update is minus the clipped gradient) that
+// clips as `kind` says, at `limit`: the max_norm, or for kValue the clip_value.
+std::unique_ptr<OptimWrapper> clipping_sgd(TinyNet& net, ClipGradOptions::Kind kind, double limit) {
+  ClipGradOptions clip;
+  clip.kind = kind;
+  (kind == ClipGradOptions::Kind::kValue ? clip.clip_value : clip.max_norm) = limit;
+  return std::make_unique<OptimWrapper>(
+      std::make_shared<torch::optim::SGD>(net.parameters(), torch::optim::SGDOptions(1.0)),
+      OptimWrapperOptions().clip_grad(clip));
+}
+
+// `net` trained by a clipping wrapper has the parameters of `reference`,
+// clipped and stepped by hand.
+void expect_same_parameters(TinyNet& net, TinyNet& reference) {
+  auto a = net.parameters();
+  auto b = reference.parameters();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-6, 1e-7)) << i;
+}
+
 std::vector<torch::Tensor> grads_of(torch::nn::Module& module) {
   std::vector<torch::Tensor> grads;
   for (auto& p : module.parameters()) grads.push_back(p.grad().clone());
@@ -107,24 +126,18 @@ TEST(OptimWrapperTest, ClipByNormMatchesLibtorchAndLogsTheNorm) {
   Batch data = make_data(32);
   auto net = std::make_shared<TinyNet>();
   auto reference_net = std::make_shared<TinyNet>();
-  ClipGradOptions clip;
-  clip.kind = ClipGradOptions::Kind::kNorm;
-  clip.max_norm = 0.05;
-  OptimWrapper wrapper(std::make_shared<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(1.0)),
-                       OptimWrapperOptions().clip_grad(clip));
-  wrapper.initialize_count_status(0, 1);
-  net->train_step(data, wrapper);
+  auto wrapper = clipping_sgd(*net, ClipGradOptions::Kind::kNorm, 0.05);
+  wrapper->initialize_count_status(0, 1);
+  net->train_step(data, *wrapper);
 
   auto parsed = parse_losses(reference_net->loss(data));
   parsed.loss.backward();
   double norm = torch::nn::utils::clip_grad_norm_(reference_net->parameters(), 0.05);
   torch::optim::SGD sgd(reference_net->parameters(), torch::optim::SGDOptions(1.0));
   sgd.step();
-  EXPECT_NEAR(wrapper.last_update_metrics().at("grad_norm"), norm, 1e-6 * norm);
+  EXPECT_NEAR(wrapper->last_update_metrics().at("grad_norm"), norm, 1e-6 * norm);
   EXPECT_GT(norm, 0.05) << "the test must actually clip";
-  auto a = net->parameters();
-  auto b = reference_net->parameters();
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-6, 1e-7)) << i;
+  expect_same_parameters(*net, *reference_net);
 }
 
 TEST(OptimWrapperTest, ClipPerParameterClipsEachGradientAgainstItsOwnNorm) {
@@ -132,13 +145,9 @@ TEST(OptimWrapperTest, ClipPerParameterClipsEachGradientAgainstItsOwnNorm) {
   Batch data = make_data(32);
   auto net = std::make_shared<TinyNet>();
   auto reference_net = std::make_shared<TinyNet>();
-  ClipGradOptions clip;
-  clip.kind = ClipGradOptions::Kind::kNormPerParameter;
-  clip.max_norm = 0.02;
-  OptimWrapper wrapper(std::make_shared<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(1.0)),
-                       OptimWrapperOptions().clip_grad(clip));
-  wrapper.initialize_count_status(0, 1);
-  net->train_step(data, wrapper);
+  auto wrapper = clipping_sgd(*net, ClipGradOptions::Kind::kNormPerParameter, 0.02);
+  wrapper->initialize_count_status(0, 1);
+  net->train_step(data, *wrapper);
 
   parse_losses(reference_net->loss(data)).loss.backward();
   int clipped = 0, kept = 0;
@@ -148,12 +157,10 @@ TEST(OptimWrapperTest, ClipPerParameterClipsEachGradientAgainstItsOwnNorm) {
   }
   torch::optim::SGD(reference_net->parameters(), torch::optim::SGDOptions(1.0)).step();
   EXPECT_GT(clipped, 0) << "the test must clip some gradients";
-  EXPECT_EQ(wrapper.last_update_metrics().count("grad_norm"), 0u) << "there is no one norm to log";
+  EXPECT_EQ(wrapper->last_update_metrics().count("grad_norm"), 0u) << "there is no one norm to log";
   // libtorch's C++ clip_grad_norm_ divides where Python's (and lockstep's)
   // multiplies by a reciprocal: the differential suite holds the bits.
-  auto a = net->parameters();
-  auto b = reference_net->parameters();
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-6, 1e-7)) << i;
+  expect_same_parameters(*net, *reference_net);
 }
 
 struct ShardedSync : GradientSync {
@@ -165,26 +172,18 @@ struct ShardedSync : GradientSync {
 
 TEST(OptimWrapperTest, ClipPerParameterRefusesShardedGradients) {
   auto net = std::make_shared<TinyNet>();
-  ClipGradOptions clip;
-  clip.kind = ClipGradOptions::Kind::kNormPerParameter;
-  clip.max_norm = 1.0;
-  OptimWrapper wrapper(std::make_shared<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(1.0)),
-                       OptimWrapperOptions().clip_grad(clip));
-  EXPECT_THAT([&] { wrapper.set_gradient_sync(std::make_shared<ShardedSync>()); },
+  auto wrapper = clipping_sgd(*net, ClipGradOptions::Kind::kNormPerParameter, 1.0);
+  EXPECT_THAT([&] { wrapper->set_gradient_sync(std::make_shared<ShardedSync>()); },
               ::testing::ThrowsMessage<Error>(::testing::HasSubstr("norm_per_parameter")));
 }
 
 TEST(OptimWrapperTest, ClipByValueClampsEveryGradient) {
   auto net = std::make_shared<TinyNet>();
-  ClipGradOptions clip;
-  clip.kind = ClipGradOptions::Kind::kValue;
-  clip.clip_value = 1e-3;
-  OptimWrapper wrapper(std::make_shared<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(1.0)),
-                       OptimWrapperOptions().clip_grad(clip));
+  auto wrapper = clipping_sgd(*net, ClipGradOptions::Kind::kValue, 1e-3);
   std::vector<torch::Tensor> before;
   for (auto& p : net->parameters()) before.push_back(p.detach().clone());
-  wrapper.initialize_count_status(0, 1);
-  net->train_step(make_data(16), wrapper);
+  wrapper->initialize_count_status(0, 1);
+  net->train_step(make_data(16), *wrapper);
   auto after = net->parameters();
   for (size_t i = 0; i < after.size(); ++i) {
     // With lr 1 the update is minus the clipped gradient.
