@@ -99,6 +99,15 @@ BadInput config_edit(const std::string& name, const std::string& from, const std
           [=](const testing::TempDir& d) { return std::vector<std::string>{where(d.file(file), to) + says}; }};
 }
 
+// The checkpoint of the small job trained one iteration with `hidden` as its
+// hidden layers (config <name>.yaml, work dir work(dir, name)).
+std::string one_iteration_checkpoint(const testing::TempDir& dir, const std::string& name, const std::string& hidden) {
+  const std::string config = variant(dir, name + ".yaml", "hidden: [32]", "hidden: " + hidden);
+  auto run = testing::run_command(testing::train_argv(config, work(dir, name), {"train_cfg.max_iters=1"}), {}, 120);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  return work(dir, name) + "/model_final.ckpt";
+}
+
 TEST(BadInput, EveryBadInputFailsWithAMessageNamingItAndANonZeroExit) {
   testing::TempDir dir;
   const std::string good = testing::write_small_job(dir);
@@ -147,13 +156,8 @@ TEST(BadInput, EveryBadInputFailsWithAMessageNamingItAndANonZeroExit) {
        }},
       {"load_from_another_model",
        [&](const auto& d) {
-         auto other = testing::run_command(
-             testing::train_argv(variant(d, "other.yaml", "hidden: [32]", "hidden: [16, 8]"), work(d, "other"),
-                                 {"train_cfg.max_iters=1"}),
-             {}, 120);
-         EXPECT_EQ(other.exit_code, 0) << other.output;
          auto argv = testing::train_argv(good, work(d, "lf"));
-         argv.insert(argv.end(), {"--load-from", work(d, "other") + "/model_final.ckpt"});
+         argv.insert(argv.end(), {"--load-from", one_iteration_checkpoint(d, "other", "[16, 8]")});
          return argv;
        },
        [&](const auto& d) {
@@ -164,11 +168,7 @@ TEST(BadInput, EveryBadInputFailsWithAMessageNamingItAndANonZeroExit) {
        }},
       {"resume_from_another_model",
        [&](const auto& d) {
-         auto other = testing::run_command(
-             testing::train_argv(variant(d, "small.yaml", "hidden: [32]", "hidden: [16]"), work(d, "rs"),
-                                 {"train_cfg.max_iters=1"}),
-             {}, 120);
-         EXPECT_EQ(other.exit_code, 0) << other.output;
+         one_iteration_checkpoint(d, "rs", "[16]");
          auto argv = testing::train_argv(variant(d, "deeper.yaml", "hidden: [32]", "hidden: [32, 16]"), work(d, "rs"));
          argv.push_back("--resume");
          return argv;
