@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <functional>
+
 #include "lockstep/compat/internal/storage.h"
 #include "lockstep/core/error.h"
 #include "lockstep/comm/init.h"
@@ -55,6 +57,33 @@ Batch mlp_batch(int64_t size, uint64_t seed) {
   return Batch{{"x", batch.at("x").to(torch::kFloat64)}, {"y", batch.at("y")}};
 }
 
+using MakeOptim = std::function<std::shared_ptr<OptimWrapper>(std::vector<torch::Tensor>)>;
+
+// `model` (wrapped by `fsdp`, its optimizer over the shards) and `reference`
+// (the same optimizer over its own parameters) trained side by side for
+// `steps` steps, on batches of 8 seeded `seed` on; `after_step` checks between.
+void train_beside(Model& model, const std::shared_ptr<FullyShardedDataParallel>& fsdp, Model& reference,
+                  const MakeOptim& make_optim, int steps, uint64_t seed,
+                  const std::function<void()>& after_step = [] {}) {
+  auto optim = make_optim(fsdp->shard_parameters());
+  optim->set_gradient_sync(fsdp);
+  auto reference_optim = make_optim(reference.parameters());
+  for (int step = 0; step < steps; ++step) {
+    model.train_step(mlp_batch(8, seed + step), *optim);
+    reference.train_step(mlp_batch(8, seed + step), *reference_optim);
+    after_step();
+  }
+}
+
+// fsdp's full weights are the float64 `reference`'s, to float32's rounding.
+void expect_weights_of(FullyShardedDataParallel& fsdp, Model& reference) {
+  auto weights = fsdp.full_state_dict(/*rank0_only=*/false);
+  for (const auto& item : reference.named_parameters()) {
+    ASSERT_TRUE(weights.count(item.key())) << item.key();
+    EXPECT_TRUE(torch::allclose(weights[item.key()].to(torch::kFloat64), item.value(), 1e-4, 1e-5)) << item.key();
+  }
+}
+
 TEST(FsdpSingleProcess, SequentialUnitsAreGatheredForUseAndFreedBetween) {
   ensure_world_of_one();
   auto model = std::dynamic_pointer_cast<testing::FsdpMlp>(testing::make_model("mlp", 3));
@@ -74,27 +103,18 @@ TEST(FsdpSingleProcess, SequentialUnitsAreGatheredForUseAndFreedBetween) {
   EXPECT_TRUE(placeholder.isnan().all().item<bool>());
   EXPECT_EQ(compat::storage_bytes(placeholder), sizeof(double));
 
-  auto optim = adam_over(fsdp->shard_parameters());
-  optim->set_gradient_sync(fsdp);
-  auto reference_optim = adam_over(reference->parameters());
-  for (int step = 0; step < 5; ++step) {
-    model->train_step(mlp_batch(8, 100 + step), *optim);
-    reference->train_step(mlp_batch(8, 100 + step), *reference_optim);
+  train_beside(*model, fsdp, *reference, [](auto params) { return adam_over(std::move(params)); }, 5, 100, [&] {
     // Between uses the units hold no memory and their parameters are empty.
     for (size_t u = 1; u < paths.size(); ++u) {
       EXPECT_EQ(compat::storage_bytes(fsdp->units()[u]->full()), 0u) << "unit " << u;
       EXPECT_EQ(model->named_parameters()[paths[u] + ".weight"].numel(), 0) << "unit " << u;
     }
     EXPECT_EQ(model->gain.numel(), 5);  // the root stays gathered
-  }
+  });
   EXPECT_LE(fsdp->memory_stats().max_gathered_units, 2);
   EXPECT_EQ(fsdp->execution_order().forward, (std::vector<int>{1, 2, 3}));
   EXPECT_EQ(fsdp->execution_order().backward, (std::vector<int>{3, 2, 1}));
-  auto weights = fsdp->full_state_dict(/*rank0_only=*/false);
-  for (const auto& item : reference->named_parameters()) {
-    ASSERT_TRUE(weights.count(item.key())) << item.key();
-    EXPECT_TRUE(torch::allclose(weights[item.key()].to(torch::kFloat64), item.value(), 1e-4, 1e-5)) << item.key();
-  }
+  expect_weights_of(*fsdp, *reference);
   // Evaluation (no grad) gathers and frees too, and computes with the gathered parameters.
   {
     torch::NoGradGuard no_grad;
@@ -119,17 +139,8 @@ TEST(FsdpSingleProcess, SgdStepsReachTheUnitThatStaysGathered) {
     return std::make_shared<OptimWrapper>(std::make_shared<torch::optim::SGD>(
         std::move(params), torch::optim::SGDOptions(0.2).momentum(0.9)));
   };
-  auto optim = sgd(fsdp->shard_parameters());
-  optim->set_gradient_sync(fsdp);
-  auto reference_optim = sgd(reference->parameters());
-  for (int step = 0; step < 6; ++step) {
-    model->train_step(mlp_batch(8, 300 + step), *optim);
-    reference->train_step(mlp_batch(8, 300 + step), *reference_optim);
-  }
-  auto weights = fsdp->full_state_dict(/*rank0_only=*/false);
-  for (const auto& item : reference->named_parameters()) {
-    EXPECT_TRUE(torch::allclose(weights[item.key()].to(torch::kFloat64), item.value(), 1e-4, 1e-5)) << item.key();
-  }
+  train_beside(*model, fsdp, *reference, sgd, 6, 300);
+  expect_weights_of(*fsdp, *reference);
 }
 
 // summon_full_params gives every parameter whole and in the shards' own
