@@ -21,6 +21,19 @@ std::vector<std::string> partial_files(const std::string& work_dir) {
   return found;
 }
 
+// The small job trained in `work_dir` and SIGKILLed where it reaches the
+// fault point `point` (LOCKSTEP_FAULT_KILL_AT's form: "write:<file>[@chunk]").
+testing::CommandResult train_killed_at(const std::string& config, const std::string& work_dir,
+                                       const std::string& point) {
+  return testing::run_command(testing::train_argv(config, work_dir), {"LOCKSTEP_FAULT_KILL_AT=" + point}, 120);
+}
+
+// The job in `work_dir` started again as the launcher restarts it, so that it
+// resumes from the last checkpoint there.
+testing::CommandResult restarted(const std::string& config, const std::string& work_dir) {
+  return testing::run_command(testing::train_argv(config, work_dir), {"TORCHELASTIC_RESTART_COUNT=1"}, 120);
+}
+
 TEST(CheckpointFault, WriterKilledMidSaveResumesFromThePreviousCheckpoint) {
   testing::TempDir dir;
   const std::string config = testing::write_small_job(dir);
@@ -28,8 +41,7 @@ TEST(CheckpointFault, WriterKilledMidSaveResumesFromThePreviousCheckpoint) {
 
   // Chunk 1 is the header length, chunk 2 the header: the process dies with
   // the header on disk and not one tensor byte.
-  auto killed = testing::run_command(testing::train_argv(config, work_dir),
-                                     {"LOCKSTEP_FAULT_KILL_AT=write:model_0000019.ckpt@2"}, 120);
+  auto killed = train_killed_at(config, work_dir, "write:model_0000019.ckpt@2");
   EXPECT_EQ(killed.exit_code, 128 + 9) << killed.output;
   EXPECT_TRUE(contains(killed.output, "reached fault point 'write:model_0000019.ckpt'")) << killed.output;
   EXPECT_FALSE(testing::file_exists(work_dir + "/model_0000019.ckpt"));
@@ -39,7 +51,7 @@ TEST(CheckpointFault, WriterKilledMidSaveResumesFromThePreviousCheckpoint) {
   EXPECT_EQ(partial[0].rfind(".model_0000019.ckpt.tmp-", 0), 0u) << partial[0];
   EXPECT_GT(fs::file_size(work_dir + "/" + partial[0]), 8u);
 
-  auto resumed = testing::run_command(testing::train_argv(config, work_dir), {"TORCHELASTIC_RESTART_COUNT=1"}, 120);
+  auto resumed = restarted(config, work_dir);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_TRUE(contains(resumed.output, "Resuming from " + work_dir + "/model_0000014.ckpt")) << resumed.output;
   EXPECT_TRUE(contains(resumed.output, "a partial checkpoint left by a save that was interrupted")) << resumed.output;
@@ -55,8 +67,7 @@ TEST(CheckpointFault, FullDiskWhileSavingKeepsThePreviousCheckpointAndStopsWithA
   testing::TempDir dir;
   const std::string config = testing::write_small_job(dir);
   const std::string work_dir = dir.file("run");
-  auto first = testing::run_command(testing::train_argv(config, work_dir),
-                                    {"LOCKSTEP_FAULT_KILL_AT=write:model_0000014.ckpt"}, 120);
+  auto first = train_killed_at(config, work_dir, "write:model_0000014.ckpt");
   ASSERT_EQ(first.exit_code, 128 + 9) << first.output;
   const std::string previous = work_dir + "/model_0000009.ckpt";
   const std::string previous_bytes = testing::read_file(previous);
@@ -89,7 +100,7 @@ TEST(CheckpointFault, FullDiskWhileSavingKeepsThePreviousCheckpointAndStopsWithA
   EXPECT_EQ(verify_checkpoint_file(previous), "");
 
   // With space again, the next start resumes from it and finishes.
-  auto freed = testing::run_command(testing::train_argv(config, work_dir, {}), {"TORCHELASTIC_RESTART_COUNT=1"}, 120);
+  auto freed = restarted(config, work_dir);
   EXPECT_EQ(freed.exit_code, 0) << freed.output;
   EXPECT_TRUE(contains(freed.output, "Resuming from " + previous)) << freed.output;
 }
