@@ -53,6 +53,14 @@ std::string build_error(const std::string& optimizer, const std::string& paramwi
   return "(no error)";
 }
 
+// Each paramwise_cfg (the first of a pair) with plain SGD is an error whose
+// message holds the second.
+void expect_sgd_paramwise_errors(const std::vector<std::pair<std::string, std::string>>& cases) {
+  for (const auto& [paramwise, says] : cases) {
+    EXPECT_THAT(build_error("{type: SGD, lr: 0.1}", paramwise), HasSubstr(says)) << paramwise;
+  }
+}
+
 TEST(OptimizerBuilderTest, ModuleTraitsAreReadFromTheModuleTree) {
   Net net;
   const ParamOwners owners = param_owners(*net);
@@ -203,12 +211,9 @@ TEST(OptimizerBuilderTest, ACustomKeyOptionTheOptimizerLacksIsAnErrorEvenWhereNo
   EXPECT_THAT(message, HasSubstr("optim.yaml:1"));
   EXPECT_THAT(message, HasSubstr("momentum"));
   EXPECT_THAT(message, HasSubstr("betas"));  // what Adam reads
-  EXPECT_THAT(build_error("{type: SGD, lr: 0.1}", "{custom_keys: {head: {betas: [0.5, 0.5]}}}"),
-              HasSubstr("paramwise_cfg.custom_keys.head"));
-  EXPECT_THAT(build_error("{type: SGD, lr: 0.1}", "{custom_keys: {head: {momentum: 1.5}}}"),
-              HasSubstr("momentum must be in [0, 1), got 1.5"));
-  EXPECT_THAT(build_error("{type: SGD, lr: 0.1}", "{custom_keys: {head: {foreach: true}}}"),
-              HasSubstr("foreach is chosen for the whole optimizer"));
+  expect_sgd_paramwise_errors({{"{custom_keys: {head: {betas: [0.5, 0.5]}}}", "paramwise_cfg.custom_keys.head"},
+                               {"{custom_keys: {head: {momentum: 1.5}}}", "momentum must be in [0, 1), got 1.5"},
+                               {"{custom_keys: {head: {foreach: true}}}", "foreach is chosen for the whole optimizer"}});
 }
 
 TEST(OptimizerBuilderTest, ASharedParameterNeedsBypassDuplicate) {
@@ -352,14 +357,12 @@ TEST(OptimizerBuilderTest, LbfgsIsRefusedWithTheReason) {
 }
 
 TEST(OptimizerBuilderTest, BadParamwiseConfigIsExplained) {
-  EXPECT_THAT(build_error("{type: SGD, lr: 0.1}", "{norm_decay_mult: 0.0}"),
-              HasSubstr("paramwise_cfg.norm_decay_mult needs weight_decay to be set in the optimizer config"));
-  EXPECT_THAT(build_error("{type: SGD, lr: 0.1}", "{custom_keys: {head: {decay_mult: 0.0}}}"),
-              HasSubstr("custom_keys.head.decay_mult needs weight_decay"));
-  EXPECT_THAT(build_error("{type: SGD, lr: 0.1}", "{bias_lr_mult: -1}"),
-              HasSubstr("bias_lr_mult must be non-negative"));
-  EXPECT_THAT(build_error("{type: SGD, lr: 0.1}", "{flat_decay_mult: 0.0}"), HasSubstr("flat_decay_mult"));
-  EXPECT_THAT(build_error("{type: SGD, lr: 0.1}", "{custom_keys: {head: {lr_mul: 2}}}"), HasSubstr("lr_mul"));
+  expect_sgd_paramwise_errors(
+      {{"{norm_decay_mult: 0.0}", "paramwise_cfg.norm_decay_mult needs weight_decay to be set in the optimizer config"},
+       {"{custom_keys: {head: {decay_mult: 0.0}}}", "custom_keys.head.decay_mult needs weight_decay"},
+       {"{bias_lr_mult: -1}", "bias_lr_mult must be non-negative"},
+       {"{flat_decay_mult: 0.0}", "flat_decay_mult"},
+       {"{custom_keys: {head: {lr_mul: 2}}}", "lr_mul"}});
 }
 
 TEST(OptimizerBuilderTest, NoTrainableParametersIsAnError) {
