@@ -176,6 +176,21 @@ detail::OpInfo checked_p2p_info(const ProcessGroup& group, const ProcessGroup::P
                           peer, group.timeout());
 }
 
+// The checks of an op between a whole tensor and this rank's 1/size() part of
+// it (all_gather_into_tensor: out whole; reduce_scatter_tensor: in whole): one
+// dtype, the whole's numel size() times the part's, one device.
+void check_whole_and_part(const ProcessGroup& group, const char* op, const torch::Tensor& out, const torch::Tensor& in,
+                          bool out_is_whole) {
+  LOCKSTEP_CHECK(out.scalar_type() == in.scalar_type(), op, ": output dtype ", out.scalar_type(),
+                 " differs from input dtype ", in.scalar_type());
+  const torch::Tensor& whole = out_is_whole ? out : in;
+  const torch::Tensor& part = out_is_whole ? in : out;
+  LOCKSTEP_CHECK(whole.numel() == part.numel() * group.size(), op, " on group '", group.name(), "': ",
+                 out_is_whole ? "output" : "input", " has ", whole.numel(), " elements, expected ", group.size(), " x ",
+                 part.numel());
+  LOCKSTEP_CHECK(out.device() == in.device(), op, ": tensors on different devices");
+}
+
 // What all_gather and all_gather_into_tensor run where the op is not native:
 // this rank's piece (flat_in) into its own chunk, then the others' pieces by
 // all_gather_pieces (the ring alone where ring_only), within the timeout from now.
@@ -344,11 +359,7 @@ std::shared_ptr<Work> ProcessGroup::broadcast(torch::Tensor& tensor, int root, b
 
 std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(torch::Tensor& out, const torch::Tensor& in, bool async) {
   LOCKSTEP_CHECK(out.defined() && in.defined(), "all_gather_into_tensor: undefined tensor");
-  LOCKSTEP_CHECK(out.scalar_type() == in.scalar_type(), "all_gather_into_tensor: output dtype ", out.scalar_type(),
-                 " differs from input dtype ", in.scalar_type());
-  LOCKSTEP_CHECK(out.numel() == in.numel() * size(), "all_gather_into_tensor on group '", name(), "': output has ",
-                 out.numel(), " elements, expected ", size(), " x ", in.numel());
-  LOCKSTEP_CHECK(out.device() == in.device(), "all_gather_into_tensor: tensors on different devices");
+  check_whole_and_part(*this, "all_gather_into_tensor", out, in, /*out_is_whole=*/true);
   auto info = detail::collective_info(*this, "all_gather_into_tensor", ++seq_);
   Staged staged_out = contiguous(out);
   at::Tensor flat_out = staged_out.tensor.view(-1);
@@ -395,11 +406,7 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(torch::Tensor& out, co
                                                           bool async) {
   check_reduce_op(op, in, "reduce_scatter_tensor");
   LOCKSTEP_CHECK(out.defined(), "reduce_scatter_tensor: the output is undefined");
-  LOCKSTEP_CHECK(out.scalar_type() == in.scalar_type(), "reduce_scatter_tensor: output dtype ", out.scalar_type(),
-                 " differs from input dtype ", in.scalar_type());
-  LOCKSTEP_CHECK(in.numel() == out.numel() * size(), "reduce_scatter_tensor on group '", name(), "': input has ",
-                 in.numel(), " elements, expected ", size(), " x ", out.numel());
-  LOCKSTEP_CHECK(out.device() == in.device(), "reduce_scatter_tensor: tensors on different devices");
+  check_whole_and_part(*this, "reduce_scatter_tensor", out, in, /*out_is_whole=*/false);
   auto info = detail::collective_info(*this, "reduce_scatter_tensor", ++seq_);
   const bool average = op == ReduceOp::kAvg;
   const int world = size();
