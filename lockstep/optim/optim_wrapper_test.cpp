@@ -43,6 +43,21 @@ std::unique_ptr<OptimWrapper> clipping_sgd(TinyNet& net, ClipGradOptions::Kind k
       OptimWrapperOptions().clip_grad(clip));
 }
 
+// One step of a TinyNet on `data` by clipping_sgd(kind, limit), and an
+// untouched TinyNet of the same weights for the test to step by hand.
+struct ClippedStep {
+  std::shared_ptr<TinyNet> net = std::make_shared<TinyNet>();
+  std::shared_ptr<TinyNet> reference = std::make_shared<TinyNet>();
+  std::unique_ptr<OptimWrapper> wrapper;
+};
+ClippedStep clipped_step(const Batch& data, ClipGradOptions::Kind kind, double limit) {
+  ClippedStep step;
+  step.wrapper = clipping_sgd(*step.net, kind, limit);
+  step.wrapper->initialize_count_status(0, 1);
+  step.net->train_step(data, *step.wrapper);
+  return step;
+}
+
 // `net` trained by a clipping wrapper has the parameters of `reference`,
 // clipped and stepped by hand.
 void expect_same_parameters(TinyNet& net, TinyNet& reference) {
@@ -124,43 +139,35 @@ TEST(OptimWrapperTest, StartingInsideAnAccumulationWindowWarnsWhatIsLost) {
 
 TEST(OptimWrapperTest, ClipByNormMatchesLibtorchAndLogsTheNorm) {
   Batch data = make_data(32);
-  auto net = std::make_shared<TinyNet>();
-  auto reference_net = std::make_shared<TinyNet>();
-  auto wrapper = clipping_sgd(*net, ClipGradOptions::Kind::kNorm, 0.05);
-  wrapper->initialize_count_status(0, 1);
-  net->train_step(data, *wrapper);
+  auto step = clipped_step(data, ClipGradOptions::Kind::kNorm, 0.05);
 
-  auto parsed = parse_losses(reference_net->loss(data));
+  auto parsed = parse_losses(step.reference->loss(data));
   parsed.loss.backward();
-  double norm = torch::nn::utils::clip_grad_norm_(reference_net->parameters(), 0.05);
-  torch::optim::SGD sgd(reference_net->parameters(), torch::optim::SGDOptions(1.0));
+  double norm = torch::nn::utils::clip_grad_norm_(step.reference->parameters(), 0.05);
+  torch::optim::SGD sgd(step.reference->parameters(), torch::optim::SGDOptions(1.0));
   sgd.step();
-  EXPECT_NEAR(wrapper->last_update_metrics().at("grad_norm"), norm, 1e-6 * norm);
+  EXPECT_NEAR(step.wrapper->last_update_metrics().at("grad_norm"), norm, 1e-6 * norm);
   EXPECT_GT(norm, 0.05) << "the test must actually clip";
-  expect_same_parameters(*net, *reference_net);
+  expect_same_parameters(*step.net, *step.reference);
 }
 
 TEST(OptimWrapperTest, ClipPerParameterClipsEachGradientAgainstItsOwnNorm) {
   // detectron2's CLIP_TYPE "norm": clip_grad_norm_(p) for each parameter.
   Batch data = make_data(32);
-  auto net = std::make_shared<TinyNet>();
-  auto reference_net = std::make_shared<TinyNet>();
-  auto wrapper = clipping_sgd(*net, ClipGradOptions::Kind::kNormPerParameter, 0.02);
-  wrapper->initialize_count_status(0, 1);
-  net->train_step(data, *wrapper);
+  auto step = clipped_step(data, ClipGradOptions::Kind::kNormPerParameter, 0.02);
 
-  parse_losses(reference_net->loss(data)).loss.backward();
+  parse_losses(step.reference->loss(data)).loss.backward();
   int clipped = 0, kept = 0;
-  for (auto& p : reference_net->parameters()) {
+  for (auto& p : step.reference->parameters()) {
     const double norm = torch::nn::utils::clip_grad_norm_(std::vector<torch::Tensor>{p}, 0.02);
     (norm > 0.02 ? clipped : kept) += 1;
   }
-  torch::optim::SGD(reference_net->parameters(), torch::optim::SGDOptions(1.0)).step();
+  torch::optim::SGD(step.reference->parameters(), torch::optim::SGDOptions(1.0)).step();
   EXPECT_GT(clipped, 0) << "the test must clip some gradients";
-  EXPECT_EQ(wrapper->last_update_metrics().count("grad_norm"), 0u) << "there is no one norm to log";
+  EXPECT_EQ(step.wrapper->last_update_metrics().count("grad_norm"), 0u) << "there is no one norm to log";
   // libtorch's C++ clip_grad_norm_ divides where Python's (and lockstep's)
   // multiplies by a reciprocal: the differential suite holds the bits.
-  expect_same_parameters(*net, *reference_net);
+  expect_same_parameters(*step.net, *step.reference);
 }
 
 struct ShardedSync : GradientSync {
