@@ -40,6 +40,20 @@ inline double median(std::vector<double> values) {
   return values.size() % 2 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
 }
 
+// One round's two contenders in the round's order: `ours` first in even
+// rounds, `theirs` first in odd ones. The machine's speed drifts within a
+// round too, and a fixed order would lean the ratio one way.
+template <typename Ours, typename Theirs>
+void in_alternating_order(int round, const Ours& ours, const Theirs& theirs) {
+  if (round % 2 == 0) {
+    ours();
+    theirs();
+  } else {
+    theirs();
+    ours();
+  }
+}
+
 // The path of the running benchmark binary (a driver starts its workers as
 // copies of itself through the launcher).
 inline std::string self_path() {

@@ -132,7 +132,6 @@ int driver() {
     for (int workers : kWorkerCounts) {
       const uint64_t seed = static_cast<uint64_t>(round);
       auto& r = rates[workers];
-      // Who goes first alternates with the round.
       auto run_lockstep = [&] {
         r["lockstep"].push_back(lockstep_rate(scaled, workers, batches, warmup, seed));
         r["no-dct"].push_back(lockstep_rate(full, workers, batches, warmup, seed));
@@ -140,13 +139,7 @@ int driver() {
       auto run_torchvision = [&] {
         if (have_torchvision) r["torchvision"].push_back(torchvision_rate(root, workers, batches, warmup, seed));
       };
-      if (round % 2 == 0) {
-        run_lockstep();
-        run_torchvision();
-      } else {
-        run_torchvision();
-        run_lockstep();
-      }
+      bench::in_alternating_order(round, run_lockstep, run_torchvision);
       std::printf("  round %d, %d worker(s):", round, workers);
       for (auto& [loader, values] : r) std::printf("  %s %.1f img/s", loader.c_str(), values.back());
       std::printf("\n");

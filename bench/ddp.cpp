@@ -141,15 +141,7 @@ int driver() {
         auto result = testing::run_command(argv, {"OMP_NUM_THREADS=1"}, 900);
         times[model]["pytorch"].push_back(parse_result(result, {model}, "pytorch " + model));
       };
-      // PyTorch goes first in every other round: the machine's speed drifts
-      // within a round too, and a fixed order would lean the ratio one way.
-      if (round % 2 == 0) {
-        run_lockstep();
-        run_pytorch();
-      } else {
-        run_pytorch();
-        run_lockstep();
-      }
+      bench::in_alternating_order(round, run_lockstep, run_pytorch);
       std::printf("  round %d %s:", round, model.c_str());
       for (auto& [mode, values] : times[model]) std::printf("  %s %.2f ms", mode.c_str(), values.back() * 1e3);
       std::printf("\n");

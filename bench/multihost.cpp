@@ -347,15 +347,10 @@ int driver() {
       hosts({"throttle", rate}, 60);
       for (const auto& layout : layouts) {
         for (const auto& model : models) {
-          // Which side goes first alternates between rounds.
           std::map<std::string, double> lockstep, pytorch;
-          if (round % 2 == 0) {
-            lockstep = run("lockstep", layout, model, modes_of(layout));
-            pytorch = run("pytorch", layout, model, pytorch_modes(layout));
-          } else {
-            pytorch = run("pytorch", layout, model, pytorch_modes(layout));
-            lockstep = run("lockstep", layout, model, modes_of(layout));
-          }
+          bench::in_alternating_order(
+              round, [&] { lockstep = run("lockstep", layout, model, modes_of(layout)); },
+              [&] { pytorch = run("pytorch", layout, model, pytorch_modes(layout)); });
           std::string line;
           for (const auto& mode : modes_of(layout)) {
             Series& series = results[rate + " " + layout + " " + model + " " + mode];
