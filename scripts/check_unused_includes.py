@@ -10,7 +10,8 @@ the source as text (scripts/cpp_scan.py):
 
   - what a header offers: the names it declares or defines at namespace
     scope (classes, structs, unions, enums and their enumerators, functions,
-    variables and constants, aliases, templates) and its macros; a header
+    variables and constants, aliases, templates, torch module holders made
+    by TORCH_MODULE) and its macros; a header
     that declares nothing of its own (one that gathers others) offers what
     the headers it includes offer;
   - an include is used when the including file, outside its #include lines,
@@ -58,6 +59,8 @@ KEEP = re.compile(r"//\s*IWYU pragma:\s*(?:keep|export)\b")
 TYPE_HEAD = re.compile(r"\b(?:class|struct|union|enum(?:\s+class|\s+struct)?|namespace)\s+"
                        r"(?:\[\[[^\]]*\]\]\s*)?(?:alignas\s*\([^)]*\)\s*)?([A-Za-z_]\w*)")
 ALIAS = re.compile(r"\busing\s+([A-Za-z_]\w*)\s*=")
+# torch's module holder, TORCH_MODULE(Linear): the class `Linear` around LinearImpl.
+MODULE_HOLDER = re.compile(r"\bTORCH_MODULE\s*\(\s*([A-Za-z_]\w*)\s*\)")
 TYPEDEF = re.compile(r"\btypedef\b[^;]*?\b([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)?;")
 # A name followed by a parameter list, an initializer or the end of a
 # declaration: functions, members, variables, constants, enumerators.
@@ -127,6 +130,7 @@ def declared_names(text):
     outer = without_arguments(namespace_scope(code))
     names |= set(TYPE_HEAD.findall(outer)) | set(ALIAS.findall(outer)) | set(TYPEDEF.findall(outer))
     names |= set(DECLARED.findall(outer))
+    names |= set(MODULE_HOLDER.findall(namespace_scope(code)))
     return {name for name in names if name and name not in NOT_NAMES}
 
 
