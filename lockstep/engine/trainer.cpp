@@ -5,6 +5,7 @@
 
 #include <ATen/record_function.h>
 #include <cmath>
+#include <exception>
 #include <set>
 #include <sstream>
 
@@ -153,7 +154,10 @@ void Trainer::end() {
 
 void Trainer::fail_run() {
   move_trainer_phase(phase_, TrainerPhase::kIdle);
-  logger().error("Exception during training at iteration {}", iter_);
+  // The message goes into the log now, before after_train's hooks run: a
+  // launcher that stops every worker when another one fails may end this
+  // process before its error reaches the top (as detectron2 logs the trace).
+  logger().error("Exception during training at iteration {}: {}", iter_, describe_exception(std::current_exception()));
   try {
     after_train(storage_, metrics_, hooks_, iter_);
   } catch (const std::exception& secondary) {

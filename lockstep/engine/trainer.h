@@ -142,7 +142,8 @@ class Trainer {
  protected:
   // The hooks of one iteration around `body`; iter() moves on if it returns.
   void run_iteration(const std::function<void()>& body);
-  // after_train after a failure, isolated; the run is over.
+  // Logs the exception in flight and runs after_train, isolated; the run is
+  // over. Call inside a catch.
   void fail_run();
 
  private:
