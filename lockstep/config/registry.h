@@ -14,7 +14,8 @@
 //
 //   auto model = lockstep::model_registry().build(cfg.at("model"));
 //
-// build() reads `type`, reports an unknown type with the list of registered
+// build() reads `type` (build_from_name_or_map also takes a bare name where a
+// component has no options to give), reports an unknown type with the list of registered
 // names, adds the config location to any error the factory raises, and then
 // rejects keys the factory never read (so a typo is an error, not a silence).
 #pragma once
@@ -63,15 +64,19 @@ class Registry {
     return build_as(type, config, std::forward<Args>(args)...);
   }
 
+  // Builds from a bare name with no options (`comm_hook: fp16_compress`) or
+  // from a map with a `type` key (`comm_hook: {type: powerSGD, rank: 2}`).
+  std::shared_ptr<Product> build_from_name_or_map(const Config& config, Args... args) const {
+    if (!config.is_scalar()) return build(config, std::forward<Args>(args)...);
+    const std::string type = config.as<std::string>();
+    check_known(type, config.where());
+    return build_as(type, Config::map(), std::forward<Args>(args)...);
+  }
+
   // Builds `type` from `config` (which need not carry a `type` key).
   std::shared_ptr<Product> build_as(const std::string& type, const Config& config, Args... args) const {
+    check_known(type, config.where("type"));
     auto found = factories_.find(type);
-    if (found == factories_.end()) {
-      std::string known;
-      for (const auto& entry : factories_) known += (known.empty() ? "" : ", ") + entry.first;
-      LOCKSTEP_FAIL(config.where("type"), ": unknown ", kind_, " type '", type, "'; registered ",
-                    kind_, " types: ", known.empty() ? "(none)" : known);
-    }
     std::shared_ptr<Product> product;
     try {
       product = found->second(config, std::forward<Args>(args)...);
@@ -87,6 +92,14 @@ class Registry {
   }
 
  private:
+  void check_known(const std::string& type, const std::string& where) const {
+    if (contains(type)) return;
+    std::string known;
+    for (const auto& entry : factories_) known += (known.empty() ? "" : ", ") + entry.first;
+    LOCKSTEP_FAIL(where, ": unknown ", kind_, " type '", type, "'; registered ", kind_,
+                  " types: ", known.empty() ? "(none)" : known);
+  }
+
   std::string kind_;
   std::map<std::string, Factory> factories_;
 };

@@ -82,6 +82,22 @@ TEST(RegistryTest, ConfigMustBeAMapWithAType) {
   EXPECT_EQ(build_error("  type: [Knob]\n"), "w.yaml:2 (key widget.type): expected a string, got a sequence");
 }
 
+// A component with nothing to configure may be named alone (`comm_hook:
+// fp16_compress`, `auto_wrap_policy: transformer`); a map still works.
+TEST(RegistryTest, BuildsFromABareNameOrAMap) {
+  auto build_named = [](const std::string& name) {
+    return widget_registry().build_from_name_or_map(parse_config("widget: " + name + "\n", "w.yaml").at("widget"));
+  };
+  EXPECT_EQ(build_named("Knob")->name, "Knob");
+  EXPECT_EQ(build_named("Knob")->size, 1);
+  EXPECT_EQ(widget_registry().build_from_name_or_map(widget_config("  type: Dial\n  size: 7\n"))->size, 7);
+  EXPECT_EQ(error_of([&] { build_named("Gizmo"); }),
+            "w.yaml:1 (key widget): unknown widget type 'Gizmo'; registered widget types: "
+            "Broken, Checked, Dial, Empty, Knob");
+  // A bare name gives no options: a factory that needs one says which.
+  EXPECT_NE(error_of([&] { build_named("Dial"); }).find("'size'"), std::string::npos);
+}
+
 TEST(RegistryTest, FactoryErrorsCarryTheLocation) {
   EXPECT_EQ(build_error("  type: Broken\n"),
             "w.yaml:1 (key widget): building widget 'Broken': the widget factory broke");

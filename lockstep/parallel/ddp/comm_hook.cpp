@@ -94,16 +94,7 @@ Registry<CommHook>& comm_hook_registry() {
 }
 
 std::shared_ptr<CommHook> make_comm_hook(const Config& spec) {
-  if (spec.is_scalar()) {
-    const std::string type = spec.as<std::string>();
-    if (!comm_hook_registry().contains(type)) {
-      std::string known;
-      for (const auto& name : comm_hook_registry().names()) known += (known.empty() ? "" : ", ") + name;
-      LOCKSTEP_FAIL(spec.where(), ": unknown comm hook '", type, "'; registered comm hooks: ", known);
-    }
-    return comm_hook_registry().build_as(type, Config::map());
-  }
-  return comm_hook_registry().build(spec);
+  return comm_hook_registry().build_from_name_or_map(spec);
 }
 
 LOCKSTEP_REGISTER(comm_hook_registry(), "allreduce", [](const Config&) { return std::make_shared<AllReduceHook>(); });

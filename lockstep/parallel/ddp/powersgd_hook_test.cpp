@@ -60,7 +60,7 @@ TEST(PowerSGDTest, ConfigErrorsNameTheKey) {
     make_comm_hook(parse_config("{comm_hook: fp32_compress}", "hook.yaml").at("comm_hook"));
     ADD_FAILURE() << "an unknown hook was accepted";
   } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("unknown comm hook 'fp32_compress'"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("hook.yaml:1 (key comm_hook): unknown comm hook type 'fp32_compress'"), std::string::npos) << error.what();
     EXPECT_NE(std::string(error.what()).find("PowerSGD"), std::string::npos) << error.what();
   }
   auto hook = make_comm_hook(parse_config("{type: PowerSGD, matrix_approximation_rank: 4, start_powerSGD_iter: 2}"));

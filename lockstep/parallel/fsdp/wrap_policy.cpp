@@ -127,16 +127,7 @@ Registry<WrapPolicy>& fsdp_wrap_policy_registry() {
 
 std::shared_ptr<WrapPolicy> build_wrap_policy(const Config& config) {
   if (config.is_null()) return nullptr;
-  if (config.is_scalar()) {
-    const std::string name = config.as<std::string>();
-    if (!fsdp_wrap_policy_registry().contains(name)) {
-      std::string known;
-      for (const auto& entry : fsdp_wrap_policy_registry().names()) known += (known.empty() ? "" : ", ") + entry;
-      LOCKSTEP_FAIL(config.where(), ": unknown FSDP wrap policy '", name, "'; registered: ", known);
-    }
-    return fsdp_wrap_policy_registry().build_as(name, Config::map());
-  }
-  return fsdp_wrap_policy_registry().build(config);
+  return fsdp_wrap_policy_registry().build_from_name_or_map(config);
 }
 
 std::vector<std::string> select_units(const torch::nn::Module& root, const WrapPolicy& policy) {
