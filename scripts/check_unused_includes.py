@@ -59,8 +59,6 @@ KEEP = re.compile(r"//\s*IWYU pragma:\s*(?:keep|export)\b")
 TYPE_HEAD = re.compile(r"\b(?:class|struct|union|enum(?:\s+class|\s+struct)?|namespace)\s+"
                        r"(?:\[\[[^\]]*\]\]\s*)?(?:alignas\s*\([^)]*\)\s*)?([A-Za-z_]\w*)")
 ALIAS = re.compile(r"\busing\s+([A-Za-z_]\w*)\s*=")
-# torch's module holder, TORCH_MODULE(Linear): the class `Linear` around LinearImpl.
-MODULE_HOLDER = re.compile(r"\bTORCH_MODULE\s*\(\s*([A-Za-z_]\w*)\s*\)")
 TYPEDEF = re.compile(r"\btypedef\b[^;]*?\b([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)?;")
 # A name followed by a parameter list, an initializer or the end of a
 # declaration: functions, members, variables, constants, enumerators.
@@ -125,12 +123,14 @@ def declared_names(text):
     through something else the file names)."""
     names = set(DEFINE.findall(text))
     code = blank(text)
+    # A torch module holder, TORCH_MODULE(Linear), declares the class `Linear`.
+    module_holders = re.findall(r"\bTORCH_MODULE\s*\(\s*([A-Za-z_]\w*)\s*\)", code)
     for body in ENUM_BODY.findall(code):
         names |= {item.split("=")[0].strip() for item in body.split(",") if item.strip()}
     outer = without_arguments(namespace_scope(code))
     names |= set(TYPE_HEAD.findall(outer)) | set(ALIAS.findall(outer)) | set(TYPEDEF.findall(outer))
     names |= set(DECLARED.findall(outer))
-    names |= set(MODULE_HOLDER.findall(namespace_scope(code)))
+    names |= set(module_holders)
     return {name for name in names if name and name not in NOT_NAMES}
 
 
