@@ -30,4 +30,10 @@ std::map<std::string, torch::Tensor> read_pt_state_dict_from_bytes(const std::st
 // torch.load returns a dict of the same names and values.
 void write_pt_state_dict(const std::map<std::string, torch::Tensor>& weights, const std::string& path);
 
+// One tensor as torch.save(tensor) writes it, and back: the records of a
+// torch.distributed.checkpoint file (dcp_checkpoint.h). Reading, the file
+// must hold a tensor (an error naming `source` otherwise).
+std::string pt_tensor_bytes(const torch::Tensor& tensor);
+torch::Tensor read_pt_tensor_from_bytes(const std::string& bytes, const std::string& source);
+
 }  // namespace lockstep

@@ -42,6 +42,7 @@ bool is_allowed_global(const std::string& name) {
 
 class Machine {
  public:
+  // `load_storage` empty: a plain pickle, where a persistent id is an error.
   Machine(const std::string& pickle, const StorageLoader& load_storage, const std::string& source,
           std::vector<std::unique_ptr<PickleValue>>& arena)
       : data_(pickle), load_storage_(load_storage), source_(source), arena_(arena) {}
@@ -68,8 +69,9 @@ class Machine {
 
   template <typename... Args>
   void check(bool ok, size_t at, Args&&... args) {
-    if (!ok) LOCKSTEP_FAIL(source_, ": not a state dict torch.save could have written (data.pkl, byte ", at, "): ",
-                           std::forward<Args>(args)...);
+    if (!ok) LOCKSTEP_FAIL(source_, load_storage_ ? ": not a state dict torch.save could have written (data.pkl, byte "
+                                                  : ": not a pickle lockstep reads (byte ",
+                           at, "): ", std::forward<Args>(args)...);
   }
 
   uint8_t byte() {
@@ -137,9 +139,10 @@ class Machine {
     value->text = module + "." + name;
     stack_.push_back(value);
   }
-  Value object_of(const std::string& class_name) {
+  Value object_of(const std::string& class_name, const Value& args) {
     Value value = make(PickleValue::Kind::kObject);
     value->text = class_name;
+    value->args = args;
     return value;
   }
   void set_items(Value dict, const std::vector<Value>& values, size_t at) {
@@ -194,7 +197,7 @@ class Machine {
     check(args->kind == PickleValue::Kind::kTuple, at, "REDUCE with arguments ", args->describe());
     const std::string& name = callable->text;
     if (!is_allowed_global(name)) {
-      stack_.push_back(object_of(name));
+      stack_.push_back(object_of(name, args));
     } else if (name == "collections.OrderedDict") {
       check(args->items.empty(), at, "OrderedDict with arguments");
       stack_.push_back(make(PickleValue::Kind::kDict));
@@ -215,6 +218,7 @@ class Machine {
 
   // BINPERSID with ('storage', torch.<Type>Storage, key, location, numel).
   void persistent_load(size_t at) {
+    check(static_cast<bool>(load_storage_), at, "a persistent id (a torch.save storage) in a plain pickle");
     Value id = pop(at);
     check(id->kind == PickleValue::Kind::kTuple && id->items.size() == 5, at, "a persistent id that is ",
           id->describe());
@@ -352,7 +356,7 @@ class Machine {
         Value cls = pop(at);
         check(cls->kind == PickleValue::Kind::kGlobal && args->kind == PickleValue::Kind::kTuple, at, "NEWOBJ of ",
               cls->describe());
-        stack_.push_back(object_of(cls->text));
+        stack_.push_back(object_of(cls->text, args));
         return true;
       }
       case 'R': reduce(at); return true;
@@ -391,12 +395,12 @@ class Machine {
         list->items.insert(list->items.end(), values.begin(), values.end());
         return true;
       }
-      case 'b': {  // BUILD: an OrderedDict's attributes (state_dict()._metadata), an object's state
+      case 'b': {  // BUILD: an OrderedDict's attributes (state_dict()._metadata, dropped), an object's state
         Value state = pop(at);
-        const auto kind = top(at)->kind;
-        check(kind == PickleValue::Kind::kDict || kind == PickleValue::Kind::kObject, at, "BUILD on ",
-              top(at)->describe());
-        (void)state;
+        Value built = top(at);
+        check(built->kind == PickleValue::Kind::kDict || built->kind == PickleValue::Kind::kObject, at, "BUILD on ",
+              built->describe());
+        if (built->kind == PickleValue::Kind::kObject) built->state = state;
         return true;
       }
       case '0': pop(at); return true;  // POP
@@ -457,6 +461,10 @@ Unpickled unpickle_torch_save(const std::string& pickle, const StorageLoader& lo
   Unpickled result;
   result.root = Machine(pickle, load_storage, source, result.arena).run();
   return result;
+}
+
+Unpickled unpickle_plain(const std::string& pickle, const std::string& source) {
+  return unpickle_torch_save(pickle, StorageLoader(), source);
 }
 
 std::map<std::string, torch::Tensor> find_state_dict(const PickleValue& root, const std::string& source) {

@@ -2,9 +2,10 @@
 // to what state dicts and the checkpoints around them hold: dicts
 // (OrderedDict included), lists, tuples, strings, numbers, booleans, None and
 // tensors. Any other class -- a pickled nn.Module, numpy scalars in a
-// checkpoint's meta, a TorchScript object -- becomes an opaque object that
-// names its class and is never instantiated: unlike Python's pickle, reading a
-// file runs no code. Every read is bounds-checked (the fuzz target
+// checkpoint's meta, a TorchScript object, torch.distributed.checkpoint's
+// Metadata dataclasses -- becomes an object that names its class and keeps
+// its constructor arguments and BUILD state as plain values, but is never
+// instantiated: unlike Python's pickle, reading a file runs no code. Every read is bounds-checked (the fuzz target
 // lockstep/fuzz/pt_fuzzer.cpp feeds it arbitrary bytes).
 //
 //   lockstep::StorageLoader storages = [&](const std::string& key, c10::ScalarType type, int64_t numel) {
@@ -41,6 +42,11 @@ struct PickleValue {
   // Children point into the Unpickled arena (a hostile pickle can build
   // cycles, which shared ownership would leak).
   std::vector<PickleValue*> items;                                   // kTuple, kList
+  // kObject: the argument tuple NEWOBJ or REDUCE gave its class (shared, not
+  // copied: a hostile pickle reusing one big tuple costs nothing more), and
+  // what BUILD gave it (a dataclass's attribute dict, a __setstate__ tuple).
+  PickleValue* args = nullptr;
+  PickleValue* state = nullptr;
   std::vector<std::pair<PickleValue*, PickleValue*>> entries;        // kDict, in order
   torch::Tensor tensor;  // kTensor; kStorage: the whole storage, 1-D
 
@@ -60,6 +66,9 @@ struct Unpickled {
 
 // Runs the pickle machine over `pickle`. Errors name `source` and the byte offset.
 Unpickled unpickle_torch_save(const std::string& pickle, const StorageLoader& load_storage, const std::string& source);
+// The same for a pickle that is not a torch.save file's (no storages: a
+// persistent id is an error), such as a DCP checkpoint's .metadata.
+Unpickled unpickle_plain(const std::string& pickle, const std::string& source);
 
 // The state dict in a loaded file: the root itself when it maps names to
 // tensors, else its "state_dict", "model", "model_state_dict" or "module"

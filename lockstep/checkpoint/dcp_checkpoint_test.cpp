@@ -1,0 +1,151 @@
+// Round trips through lockstep's own DCP writer and reader, and the errors
+// of damaged checkpoints. The checks against PyTorch's dcp.save and dcp.load
+// (sharded at 3 ranks with FSDP2) are tests/differential/dcp_pytorch_test.cpp.
+#include "lockstep/checkpoint/dcp_checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "tests/support/test_support.h"
+
+namespace lockstep {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::error_of;
+
+std::map<std::string, torch::Tensor> assorted_tensors() {
+  torch::manual_seed(3);
+  return {{"conv.weight", torch::randn({4, 3, 3, 3})},
+          {"fc.bias", torch::randn({5}, torch::kDouble)},
+          {"half", torch::randn({7}).to(torch::kBFloat16)},
+          {"steps", torch::tensor(int64_t{12345678901})},  // 0-dim
+          {"mask", torch::rand({2, 3}) > 0.5},
+          {"empty", torch::zeros({0, 4}, torch::kInt)},
+          {"transposed", torch::arange(12, torch::kFloat).reshape({3, 4}).t()}};
+}
+
+void expect_same(const std::map<std::string, torch::Tensor>& got, const std::map<std::string, torch::Tensor>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, tensor] : want) {
+    ASSERT_TRUE(got.count(name)) << name;
+    EXPECT_EQ(got.at(name).scalar_type(), tensor.scalar_type()) << name;
+    EXPECT_TRUE(torch::equal(got.at(name), tensor)) << name;
+  }
+}
+
+// Replaces `from` by `to` (the same length) in `path`'s bytes, so the pickle stays well formed.
+void patch_file(const std::string& path, const std::string& from, const std::string& to) {
+  ASSERT_EQ(from.size(), to.size());
+  std::string bytes = testing::read_file(path);
+  const size_t at = bytes.find(from);
+  ASSERT_NE(at, std::string::npos) << from;
+  bytes.replace(at, from.size(), to);
+  testing::write_file(path, bytes);
+}
+
+TEST(DcpCheckpoint, RoundTripKeepsNamesDtypesShapesAndBits) {
+  testing::TempDir dir;
+  const auto tensors = assorted_tensors();
+  write_dcp_state_dict(tensors, dir.file("ckpt"));
+  EXPECT_TRUE(fs::exists(dir.file("ckpt/.metadata")));
+  EXPECT_TRUE(fs::exists(dir.file("ckpt/__0_0.distcp")));
+  expect_same(read_dcp_state_dict(dir.file("ckpt/")), tensors);
+}
+
+TEST(DcpCheckpoint, AnEmptyStateDictRoundTrips) {
+  testing::TempDir dir;
+  write_dcp_state_dict({}, dir.file("ckpt"));
+  EXPECT_TRUE(read_dcp_state_dict(dir.file("ckpt")).empty());
+}
+
+TEST(DcpCheckpoint, WritingOverACheckpointReplacesItWholeAndLeavesNothingBeside) {
+  testing::TempDir dir;
+  write_dcp_state_dict(assorted_tensors(), dir.file("ckpt"));
+  testing::write_file(dir.file("ckpt/stray"), "from before");
+  const std::map<std::string, torch::Tensor> second{{"w", torch::ones({2, 2})}};
+  write_dcp_state_dict(second, dir.file("ckpt"));
+  expect_same(read_dcp_state_dict(dir.file("ckpt")), second);
+  EXPECT_FALSE(fs::exists(dir.file("ckpt/stray")));
+  size_t entries = 0;
+  for (const auto& entry : fs::directory_iterator(dir.path())) entries += entry.path().filename() == "ckpt" ? 0 : 1;
+  EXPECT_EQ(entries, 0u) << "a staging directory was left beside the checkpoint";
+}
+
+TEST(DcpCheckpoint, AFailedWriteLeavesTheEarlierCheckpointWhole) {
+  testing::TempDir dir;
+  const auto tensors = assorted_tensors();
+  write_dcp_state_dict(tensors, dir.file("ckpt"));
+  const std::map<std::string, torch::Tensor> unwritable{{"ok", torch::ones({2})},
+                                                        {"odd", torch::empty({2}, torch::kComplexHalf)}};
+  const std::string error = error_of([&] { write_dcp_state_dict(unwritable, dir.file("ckpt")); });
+  EXPECT_NE(error.find("'odd'"), std::string::npos) << error;
+  EXPECT_NE(error.find("ComplexHalf"), std::string::npos) << error;
+  expect_same(read_dcp_state_dict(dir.file("ckpt")), tensors);
+}
+
+TEST(DcpCheckpoint, ADirectoryWithoutMetadataIsAnErrorNamingIt) {
+  testing::TempDir dir;
+  fs::create_directories(dir.file("half"));
+  const std::string error = error_of([&] { read_dcp_state_dict(dir.file("half")); });
+  EXPECT_NE(error.find(dir.file("half")), std::string::npos) << error;
+  EXPECT_NE(error.find("no .metadata"), std::string::npos) << error;
+  const std::string missing = error_of([&] { read_dcp_state_dict(dir.file("nowhere")); });
+  EXPECT_NE(missing.find("not a directory"), std::string::npos) << missing;
+}
+
+TEST(DcpCheckpoint, ATruncatedDataFileIsAnErrorNamingTheFileAndTheTensor) {
+  testing::TempDir dir;
+  write_dcp_state_dict(assorted_tensors(), dir.file("ckpt"));
+  const std::string data = dir.file("ckpt/__0_0.distcp");
+  fs::resize_file(data, fs::file_size(data) / 2);
+  const std::string error = error_of([&] { read_dcp_state_dict(dir.file("ckpt")); });
+  EXPECT_NE(error.find(data), std::string::npos) << error;
+  EXPECT_NE(error.find("past the file's end"), std::string::npos) << error;
+}
+
+TEST(DcpCheckpoint, AnUnknownDtypeIsAnErrorNamingTheTensorAndTheDtype) {
+  testing::TempDir dir;
+  write_dcp_state_dict({{"w", torch::ones({2})}}, dir.file("ckpt"));
+  patch_file(dir.file("ckpt/.metadata"), "torch\nfloat32\n", "torch\nfloat99\n");
+  const std::string error = error_of([&] { read_dcp_state_dict(dir.file("ckpt")); });
+  EXPECT_NE(error.find(".metadata"), std::string::npos) << error;
+  EXPECT_NE(error.find("'w' has dtype torch.float99"), std::string::npos) << error;
+}
+
+TEST(DcpCheckpoint, AChunkFileOutsideTheDirectoryIsRefused) {
+  testing::TempDir dir;
+  write_dcp_state_dict({{"w", torch::ones({2})}}, dir.file("ckpt"));
+  patch_file(dir.file("ckpt/.metadata"), "__0_0.distcp", "../_0.distcp");
+  const std::string error = error_of([&] { read_dcp_state_dict(dir.file("ckpt")); });
+  EXPECT_NE(error.find("'../_0.distcp' is not a name inside"), std::string::npos) << error;
+}
+
+TEST(DcpCheckpoint, AChunkWhoseRecordHoldsAnotherShapeIsAnError) {
+  testing::TempDir dir;
+  testing::TempDir other;
+  write_dcp_state_dict({{"a", torch::ones({2, 3})}, {"b", torch::ones({3, 2})}}, dir.file("ckpt"));
+  write_dcp_state_dict({{"a", torch::ones({3, 2})}, {"b", torch::ones({2, 3})}}, other.file("ckpt"));
+  // The other's data file: its records have the same lengths, and each the other shape.
+  testing::write_file(dir.file("ckpt/__0_0.distcp"), testing::read_file(other.file("ckpt/__0_0.distcp")));
+  const std::string error = error_of([&] { read_dcp_state_dict(dir.file("ckpt")); });
+  EXPECT_NE(error.find("the chunk of 'a' at offsets [0, 0]"), std::string::npos) << error;
+  EXPECT_NE(error.find("the metadata says Float [2, 3]"), std::string::npos) << error;
+}
+
+TEST(DcpCheckpoint, AMetadataFileThatIsNotDcpsIsAnError) {
+  testing::TempDir dir;
+  write_dcp_state_dict({{"w", torch::ones({2})}}, dir.file("ckpt"));
+  testing::write_file(dir.file("ckpt/.metadata"), std::string("\x80\x02}q\x00.", 6));  // pickle.dumps({})
+  std::string error = error_of([&] { read_dcp_state_dict(dir.file("ckpt")); });
+  EXPECT_NE(error.find(dir.file("ckpt/.metadata")), std::string::npos) << error;
+  EXPECT_NE(error.find("not the metadata of a torch.distributed.checkpoint"), std::string::npos) << error;
+  testing::write_file(dir.file("ckpt/.metadata"), "garbage");
+  error = error_of([&] { read_dcp_state_dict(dir.file("ckpt")); });
+  EXPECT_NE(error.find(dir.file("ckpt/.metadata")), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace lockstep
