@@ -521,6 +521,11 @@ void write_state_dict(const std::map<std::string, torch::Tensor>& tensors, const
 }  // namespace
 }  // namespace dcp_file
 
+bool is_dcp_checkpoint(const std::string& path) {
+  std::error_code error;
+  return std::filesystem::is_regular_file(std::filesystem::path(path) / ".metadata", error);
+}
+
 std::map<std::string, torch::Tensor> read_dcp_state_dict(const std::string& dir) {
   return dcp_file::read_state_dict(dir);
 }

@@ -32,6 +32,9 @@
 
 namespace lockstep {
 
+// Whether `path` is a DCP checkpoint: a directory with a `.metadata` file.
+bool is_dcp_checkpoint(const std::string& path);
+
 // Errors name the directory or file and what is wrong: no .metadata, a
 // chunk outside its tensor or its file, a dtype lockstep does not know.
 std::map<std::string, torch::Tensor> read_dcp_state_dict(const std::string& dir);

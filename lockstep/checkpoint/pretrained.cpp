@@ -7,6 +7,7 @@
 #include "lockstep/checkpoint/checkpoint_file.h"
 #include "lockstep/checkpoint/checkpoint_layout.h"
 #include "lockstep/checkpoint/pt_file.h"
+#include "lockstep/checkpoint/dcp_checkpoint.h"
 #include "lockstep/checkpoint/safetensors_tools.h"
 #include "lockstep/checkpoint/sharded_checkpoint.h"
 #include "lockstep/config/key_usage.h"
@@ -117,7 +118,13 @@ PretrainedWeights remap_weights(std::map<std::string, torch::Tensor> weights, co
   return result;
 }
 
+bool is_lockstep_checkpoint_file(const std::string& path) {
+  return !is_dcp_checkpoint(path) && !is_index_file(path) && !is_torch_save_file(path) &&
+         is_lockstep_checkpoint(read_safetensors_header(path));
+}
+
 std::map<std::string, torch::Tensor> read_model_weights(const std::string& path) {
+  if (is_dcp_checkpoint(path)) return read_dcp_state_dict(path);
   if (is_index_file(path)) return read_sharded(path);
   if (is_torch_save_file(path)) return read_pt_state_dict(path);
   if (is_lockstep_checkpoint(read_safetensors_header(path))) {
@@ -130,7 +137,7 @@ PretrainedSource read_pretrained(const PretrainedOptions& options) {
   const std::string& path = options.path();
   KeyRemap remap(options);
   PretrainedSource source;
-  if (!is_index_file(path) && !is_torch_save_file(path) && is_lockstep_checkpoint(read_safetensors_header(path))) {
+  if (is_lockstep_checkpoint_file(path)) {
     CheckpointContents contents = read_checkpoint(path);
     if (contents.sharded()) {
       LOCKSTEP_CHECK(remap.identity(), path, ": a sharded FSDP checkpoint loads only under its own key names; "

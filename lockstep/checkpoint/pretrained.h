@@ -74,9 +74,14 @@ class KeyRemap {
 };
 
 // Model weights as stored in `path` (no remapping): every tensor of a
-// safetensors file or of the shards an index names, or the model part of a
-// lockstep checkpoint (checksums verified). Errors name the file and the key.
+// safetensors file or of the shards an index names, of a torch.save file, of
+// a PyTorch DCP checkpoint directory (dcp_checkpoint.h, at any saved world
+// size), or the model part of a lockstep checkpoint (checksums verified).
+// Errors name the file and the key.
 std::map<std::string, torch::Tensor> read_model_weights(const std::string& path);
+
+// Whether `path` is a lockstep checkpoint (not one of the other formats above).
+bool is_lockstep_checkpoint_file(const std::string& path);
 
 struct PretrainedWeights {
   std::map<std::string, torch::Tensor> tensors;   // by model key

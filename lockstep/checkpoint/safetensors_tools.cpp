@@ -44,7 +44,7 @@ size_t export_weights(const std::string& checkpoint, const std::string& out, con
   std::map<std::string, std::string> metadata{
       {"format", "pt"}, {"lockstep.source", std::filesystem::path(checkpoint).filename().string()}};
   std::map<std::string, torch::Tensor> weights;
-  if (is_lockstep_checkpoint(read_safetensors_header(checkpoint))) {
+  if (is_lockstep_checkpoint_file(checkpoint)) {
     CheckpointContents contents = read_checkpoint(checkpoint);
     weights = options.ema() ? ema_weights(contents, checkpoint) : whole_model_weights(contents, checkpoint);
     if (contents.meta) {

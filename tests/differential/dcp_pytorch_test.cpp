@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/checkpoint/checkpoint_file.h"
 #include "lockstep/checkpoint/dcp_checkpoint.h"
 #include "lockstep/checkpoint/pt_file.h"
 #include "tests/support/test_support.h"
@@ -70,6 +71,13 @@ TEST_P(DcpPytorch, LockstepReadsWhatDcpSaveWrote) {
   reference("save", world, {dir.path()});
   if (world > 1) EXPECT_TRUE(std::filesystem::exists(dir.file("dcp/__" + std::to_string(world - 1) + "_0.distcp")));
   expect_bitwise_equal(read_dcp_state_dict(dir.file("dcp")), read_pt_state_dict(dir.file("full.pt")));
+  // The user's path: `lockstep ckpt export` (and load_from, which reads
+  // through the same read_model_weights) takes the DCP directory as it is.
+  const auto exported = testing::run_command(
+      {testing::lockstep_binary(), "ckpt", "export", dir.file("dcp"), "-o", dir.file("from_dcp.safetensors")});
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  expect_bitwise_equal(read_safetensors_file(dir.file("from_dcp.safetensors")).tensors,
+                       read_pt_state_dict(dir.file("full.pt")));
 }
 
 TEST_P(DcpPytorch, DcpLoadReadsWhatLockstepWrote) {
