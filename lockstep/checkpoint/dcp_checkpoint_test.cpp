@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <string>
 
+#include "tests/support/same_tensors.h"
 #include "tests/support/test_support.h"
 
 namespace lockstep {
@@ -27,13 +28,9 @@ std::map<std::string, torch::Tensor> assorted_tensors() {
           {"transposed", torch::arange(12, torch::kFloat).reshape({3, 4}).t()}};
 }
 
-void expect_same(const std::map<std::string, torch::Tensor>& got, const std::map<std::string, torch::Tensor>& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, tensor] : want) {
-    ASSERT_TRUE(got.count(name)) << name;
-    EXPECT_EQ(got.at(name).scalar_type(), tensor.scalar_type()) << name;
-    EXPECT_TRUE(torch::equal(got.at(name), tensor)) << name;
-  }
+// What reading the checkpoint `dir`/ckpt says.
+std::string reading_error(const testing::TempDir& dir) {
+  return error_of([&] { read_dcp_state_dict(dir.file("ckpt")); });
 }
 
 // Replaces `from` by `to` (the same length) in `path`'s bytes, so the pickle stays well formed.
@@ -52,7 +49,7 @@ TEST(DcpCheckpoint, RoundTripKeepsNamesDtypesShapesAndBits) {
   write_dcp_state_dict(tensors, dir.file("ckpt"));
   EXPECT_TRUE(fs::exists(dir.file("ckpt/.metadata")));
   EXPECT_TRUE(fs::exists(dir.file("ckpt/__0_0.distcp")));
-  expect_same(read_dcp_state_dict(dir.file("ckpt/")), tensors);
+  EXPECT_TRUE(testing::same_tensors(read_dcp_state_dict(dir.file("ckpt/")), tensors));
 }
 
 TEST(DcpCheckpoint, AnEmptyStateDictRoundTrips) {
@@ -67,7 +64,7 @@ TEST(DcpCheckpoint, WritingOverACheckpointReplacesItWholeAndLeavesNothingBeside)
   testing::write_file(dir.file("ckpt/stray"), "from before");
   const std::map<std::string, torch::Tensor> second{{"w", torch::ones({2, 2})}};
   write_dcp_state_dict(second, dir.file("ckpt"));
-  expect_same(read_dcp_state_dict(dir.file("ckpt")), second);
+  EXPECT_TRUE(testing::same_tensors(read_dcp_state_dict(dir.file("ckpt")), second));
   EXPECT_FALSE(fs::exists(dir.file("ckpt/stray")));
   size_t entries = 0;
   for (const auto& entry : fs::directory_iterator(dir.path())) entries += entry.path().filename() == "ckpt" ? 0 : 1;
@@ -83,7 +80,7 @@ TEST(DcpCheckpoint, AFailedWriteLeavesTheEarlierCheckpointWhole) {
   const std::string error = error_of([&] { write_dcp_state_dict(unwritable, dir.file("ckpt")); });
   EXPECT_NE(error.find("'odd'"), std::string::npos) << error;
   EXPECT_NE(error.find("ComplexHalf"), std::string::npos) << error;
-  expect_same(read_dcp_state_dict(dir.file("ckpt")), tensors);
+  EXPECT_TRUE(testing::same_tensors(read_dcp_state_dict(dir.file("ckpt")), tensors));
 }
 
 TEST(DcpCheckpoint, ADirectoryWithoutMetadataIsAnErrorNamingIt) {
@@ -101,7 +98,7 @@ TEST(DcpCheckpoint, ATruncatedDataFileIsAnErrorNamingTheFileAndTheTensor) {
   write_dcp_state_dict(assorted_tensors(), dir.file("ckpt"));
   const std::string data = dir.file("ckpt/__0_0.distcp");
   fs::resize_file(data, fs::file_size(data) / 2);
-  const std::string error = error_of([&] { read_dcp_state_dict(dir.file("ckpt")); });
+  const std::string error = reading_error(dir);
   EXPECT_NE(error.find(data), std::string::npos) << error;
   EXPECT_NE(error.find("past the file's end"), std::string::npos) << error;
 }
@@ -110,7 +107,7 @@ TEST(DcpCheckpoint, AnUnknownDtypeIsAnErrorNamingTheTensorAndTheDtype) {
   testing::TempDir dir;
   write_dcp_state_dict({{"w", torch::ones({2})}}, dir.file("ckpt"));
   patch_file(dir.file("ckpt/.metadata"), "torch\nfloat32\n", "torch\nfloat99\n");
-  const std::string error = error_of([&] { read_dcp_state_dict(dir.file("ckpt")); });
+  const std::string error = reading_error(dir);
   EXPECT_NE(error.find(".metadata"), std::string::npos) << error;
   EXPECT_NE(error.find("'w' has dtype torch.float99"), std::string::npos) << error;
 }
@@ -119,7 +116,7 @@ TEST(DcpCheckpoint, AChunkFileOutsideTheDirectoryIsRefused) {
   testing::TempDir dir;
   write_dcp_state_dict({{"w", torch::ones({2})}}, dir.file("ckpt"));
   patch_file(dir.file("ckpt/.metadata"), "__0_0.distcp", "../_0.distcp");
-  const std::string error = error_of([&] { read_dcp_state_dict(dir.file("ckpt")); });
+  const std::string error = reading_error(dir);
   EXPECT_NE(error.find("'../_0.distcp' is not a name inside"), std::string::npos) << error;
 }
 
@@ -130,7 +127,7 @@ TEST(DcpCheckpoint, AChunkWhoseRecordHoldsAnotherShapeIsAnError) {
   write_dcp_state_dict({{"a", torch::ones({3, 2})}, {"b", torch::ones({2, 3})}}, other.file("ckpt"));
   // The other's data file: its records have the same lengths, and each the other shape.
   testing::write_file(dir.file("ckpt/__0_0.distcp"), testing::read_file(other.file("ckpt/__0_0.distcp")));
-  const std::string error = error_of([&] { read_dcp_state_dict(dir.file("ckpt")); });
+  const std::string error = reading_error(dir);
   EXPECT_NE(error.find("the chunk of 'a' at offsets [0, 0]"), std::string::npos) << error;
   EXPECT_NE(error.find("the metadata says Float [2, 3]"), std::string::npos) << error;
 }
@@ -139,11 +136,11 @@ TEST(DcpCheckpoint, AMetadataFileThatIsNotDcpsIsAnError) {
   testing::TempDir dir;
   write_dcp_state_dict({{"w", torch::ones({2})}}, dir.file("ckpt"));
   testing::write_file(dir.file("ckpt/.metadata"), std::string("\x80\x02}q\x00.", 6));  // pickle.dumps({})
-  std::string error = error_of([&] { read_dcp_state_dict(dir.file("ckpt")); });
+  std::string error = reading_error(dir);
   EXPECT_NE(error.find(dir.file("ckpt/.metadata")), std::string::npos) << error;
   EXPECT_NE(error.find("not the metadata of a torch.distributed.checkpoint"), std::string::npos) << error;
   testing::write_file(dir.file("ckpt/.metadata"), "garbage");
-  error = error_of([&] { read_dcp_state_dict(dir.file("ckpt")); });
+  error = reading_error(dir);
   EXPECT_NE(error.find(dir.file("ckpt/.metadata")), std::string::npos) << error;
 }
 

@@ -10,6 +10,7 @@
 #include "lockstep/checkpoint/checkpoint_file.h"
 #include "lockstep/checkpoint/pretrained.h"
 #include "lockstep/checkpoint/safetensors_tools.h"
+#include "tests/support/same_tensors.h"
 #include "tests/support/test_support.h"
 
 namespace lockstep {
@@ -77,15 +78,7 @@ std::map<std::string, torch::Tensor> expected() {
 }
 
 void expect_equal(const std::map<std::string, torch::Tensor>& actual) {
-  const auto reference = expected();
-  ASSERT_EQ(actual.size(), reference.size());
-  for (const auto& [name, tensor] : reference) {
-    ASSERT_TRUE(actual.count(name)) << name;
-    const torch::Tensor& got = actual.at(name);
-    EXPECT_EQ(got.scalar_type(), tensor.scalar_type()) << name;
-    EXPECT_EQ(got.sizes(), tensor.sizes()) << name;
-    EXPECT_TRUE(torch::equal(got, tensor)) << name;
-  }
+  EXPECT_TRUE(testing::same_tensors(actual, expected()));
 }
 
 TEST(PtFile, ReadsTheStateDictTorchSaveWrote) {

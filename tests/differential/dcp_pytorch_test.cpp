@@ -18,6 +18,7 @@
 #include "lockstep/checkpoint/checkpoint_file.h"
 #include "lockstep/checkpoint/dcp_checkpoint.h"
 #include "lockstep/checkpoint/pt_file.h"
+#include "tests/support/same_tensors.h"
 #include "tests/support/test_support.h"
 
 namespace lockstep {
@@ -50,18 +51,6 @@ void reference(const std::string& action, int world, const std::vector<std::stri
   ASSERT_EQ(run.exit_code, 0) << run.output;
 }
 
-void expect_bitwise_equal(const std::map<std::string, torch::Tensor>& got,
-                          const std::map<std::string, torch::Tensor>& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, tensor] : want) {
-    ASSERT_TRUE(got.count(name)) << name;
-    const torch::Tensor& mine = got.at(name);
-    EXPECT_EQ(mine.scalar_type(), tensor.scalar_type()) << name;
-    EXPECT_EQ(mine.sizes(), tensor.sizes()) << name;
-    EXPECT_TRUE(torch::equal(mine, tensor)) << name;
-  }
-}
-
 class DcpPytorch : public ::testing::TestWithParam<int> {};
 
 TEST_P(DcpPytorch, LockstepReadsWhatDcpSaveWrote) {
@@ -70,14 +59,14 @@ TEST_P(DcpPytorch, LockstepReadsWhatDcpSaveWrote) {
   testing::TempDir dir;
   reference("save", world, {dir.path()});
   if (world > 1) EXPECT_TRUE(std::filesystem::exists(dir.file("dcp/__" + std::to_string(world - 1) + "_0.distcp")));
-  expect_bitwise_equal(read_dcp_state_dict(dir.file("dcp")), read_pt_state_dict(dir.file("full.pt")));
+  EXPECT_TRUE(testing::same_tensors(read_dcp_state_dict(dir.file("dcp")), read_pt_state_dict(dir.file("full.pt"))));
   // The user's path: `lockstep ckpt export` (and load_from, which reads
   // through the same read_model_weights) takes the DCP directory as it is.
   const auto exported = testing::run_command(
       {testing::lockstep_binary(), "ckpt", "export", dir.file("dcp"), "-o", dir.file("from_dcp.safetensors")});
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
-  expect_bitwise_equal(read_safetensors_file(dir.file("from_dcp.safetensors")).tensors,
-                       read_pt_state_dict(dir.file("full.pt")));
+  EXPECT_TRUE(testing::same_tensors(read_safetensors_file(dir.file("from_dcp.safetensors")).tensors,
+                       read_pt_state_dict(dir.file("full.pt"))));
 }
 
 TEST_P(DcpPytorch, DcpLoadReadsWhatLockstepWrote) {
