@@ -3,6 +3,7 @@
 // (sharded at 3 ranks with FSDP2) are tests/differential/dcp_pytorch_test.cpp.
 #include "lockstep/checkpoint/dcp_checkpoint.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -16,6 +17,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::error_of;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 std::map<std::string, torch::Tensor> assorted_tensors() {
   torch::manual_seed(3);
@@ -77,20 +80,17 @@ TEST(DcpCheckpoint, AFailedWriteLeavesTheEarlierCheckpointWhole) {
   write_dcp_state_dict(tensors, dir.file("ckpt"));
   const std::map<std::string, torch::Tensor> unwritable{{"ok", torch::ones({2})},
                                                         {"odd", torch::empty({2}, torch::kComplexHalf)}};
-  const std::string error = error_of([&] { write_dcp_state_dict(unwritable, dir.file("ckpt")); });
-  EXPECT_NE(error.find("'odd'"), std::string::npos) << error;
-  EXPECT_NE(error.find("ComplexHalf"), std::string::npos) << error;
+  EXPECT_THAT(error_of([&] { write_dcp_state_dict(unwritable, dir.file("ckpt")); }),
+              AllOf(HasSubstr("'odd'"), HasSubstr("ComplexHalf")));
   EXPECT_TRUE(testing::same_tensors(read_dcp_state_dict(dir.file("ckpt")), tensors));
 }
 
 TEST(DcpCheckpoint, ADirectoryWithoutMetadataIsAnErrorNamingIt) {
   testing::TempDir dir;
   fs::create_directories(dir.file("half"));
-  const std::string error = error_of([&] { read_dcp_state_dict(dir.file("half")); });
-  EXPECT_NE(error.find(dir.file("half")), std::string::npos) << error;
-  EXPECT_NE(error.find("no .metadata"), std::string::npos) << error;
-  const std::string missing = error_of([&] { read_dcp_state_dict(dir.file("nowhere")); });
-  EXPECT_NE(missing.find("not a directory"), std::string::npos) << missing;
+  EXPECT_THAT(error_of([&] { read_dcp_state_dict(dir.file("half")); }),
+              AllOf(HasSubstr(dir.file("half")), HasSubstr("no .metadata")));
+  EXPECT_THAT(error_of([&] { read_dcp_state_dict(dir.file("nowhere")); }), HasSubstr("not a directory"));
 }
 
 TEST(DcpCheckpoint, ATruncatedDataFileIsAnErrorNamingTheFileAndTheTensor) {
@@ -98,26 +98,21 @@ TEST(DcpCheckpoint, ATruncatedDataFileIsAnErrorNamingTheFileAndTheTensor) {
   write_dcp_state_dict(assorted_tensors(), dir.file("ckpt"));
   const std::string data = dir.file("ckpt/__0_0.distcp");
   fs::resize_file(data, fs::file_size(data) / 2);
-  const std::string error = reading_error(dir);
-  EXPECT_NE(error.find(data), std::string::npos) << error;
-  EXPECT_NE(error.find("past the file's end"), std::string::npos) << error;
+  EXPECT_THAT(reading_error(dir), AllOf(HasSubstr(data), HasSubstr("past the file's end")));
 }
 
 TEST(DcpCheckpoint, AnUnknownDtypeIsAnErrorNamingTheTensorAndTheDtype) {
   testing::TempDir dir;
   write_dcp_state_dict({{"w", torch::ones({2})}}, dir.file("ckpt"));
   patch_file(dir.file("ckpt/.metadata"), "torch\nfloat32\n", "torch\nfloat99\n");
-  const std::string error = reading_error(dir);
-  EXPECT_NE(error.find(".metadata"), std::string::npos) << error;
-  EXPECT_NE(error.find("'w' has dtype torch.float99"), std::string::npos) << error;
+  EXPECT_THAT(reading_error(dir), AllOf(HasSubstr(".metadata"), HasSubstr("'w' has dtype torch.float99")));
 }
 
 TEST(DcpCheckpoint, AChunkFileOutsideTheDirectoryIsRefused) {
   testing::TempDir dir;
   write_dcp_state_dict({{"w", torch::ones({2})}}, dir.file("ckpt"));
   patch_file(dir.file("ckpt/.metadata"), "__0_0.distcp", "../_0.distcp");
-  const std::string error = reading_error(dir);
-  EXPECT_NE(error.find("'../_0.distcp' is not a name inside"), std::string::npos) << error;
+  EXPECT_THAT(reading_error(dir), HasSubstr("'../_0.distcp' is not a name inside"));
 }
 
 TEST(DcpCheckpoint, AChunkWhoseRecordHoldsAnotherShapeIsAnError) {
@@ -127,21 +122,18 @@ TEST(DcpCheckpoint, AChunkWhoseRecordHoldsAnotherShapeIsAnError) {
   write_dcp_state_dict({{"a", torch::ones({3, 2})}, {"b", torch::ones({2, 3})}}, other.file("ckpt"));
   // The other's data file: its records have the same lengths, and each the other shape.
   testing::write_file(dir.file("ckpt/__0_0.distcp"), testing::read_file(other.file("ckpt/__0_0.distcp")));
-  const std::string error = reading_error(dir);
-  EXPECT_NE(error.find("the chunk of 'a' at offsets [0, 0]"), std::string::npos) << error;
-  EXPECT_NE(error.find("the metadata says Float [2, 3]"), std::string::npos) << error;
+  EXPECT_THAT(reading_error(dir),
+              AllOf(HasSubstr("the chunk of 'a' at offsets [0, 0]"), HasSubstr("the metadata says Float [2, 3]")));
 }
 
 TEST(DcpCheckpoint, AMetadataFileThatIsNotDcpsIsAnError) {
   testing::TempDir dir;
   write_dcp_state_dict({{"w", torch::ones({2})}}, dir.file("ckpt"));
   testing::write_file(dir.file("ckpt/.metadata"), std::string("\x80\x02}q\x00.", 6));  // pickle.dumps({})
-  std::string error = reading_error(dir);
-  EXPECT_NE(error.find(dir.file("ckpt/.metadata")), std::string::npos) << error;
-  EXPECT_NE(error.find("not the metadata of a torch.distributed.checkpoint"), std::string::npos) << error;
+  EXPECT_THAT(reading_error(dir), AllOf(HasSubstr(dir.file("ckpt/.metadata")),
+                                        HasSubstr("not the metadata of a torch.distributed.checkpoint")));
   testing::write_file(dir.file("ckpt/.metadata"), "garbage");
-  error = reading_error(dir);
-  EXPECT_NE(error.find(dir.file("ckpt/.metadata")), std::string::npos) << error;
+  EXPECT_THAT(reading_error(dir), HasSubstr(dir.file("ckpt/.metadata")));
 }
 
 }  // namespace
