@@ -423,13 +423,6 @@ std::string metadata_pickle(const std::vector<Written>& written) {
 
 // ---- the directory ---------------------------------------------------------
 
-void sync_directory(const fs::path& directory) {
-  const int fd = ::open(directory.empty() ? "." : directory.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
 // Puts the complete directory `staged` at `dir`: an atomic exchange where
 // one is there already (renameat2), then the old one, now at `staged`, goes.
 void replace_directory(const fs::path& staged, const fs::path& dir) {
@@ -449,7 +442,7 @@ void replace_directory(const fs::path& staged, const fs::path& dir) {
                    dir.string(), ": cannot put the new checkpoint in its place: ", std::strerror(errno));
     fs::rename(aside, staged, error);
   }
-  sync_directory(dir.parent_path());
+  sync_directory(dir.parent_path().string());
   fs::remove_all(staged, error);
 }
 

@@ -5,8 +5,9 @@
 // checkpoint's meta, a TorchScript object, torch.distributed.checkpoint's
 // Metadata dataclasses -- becomes an object that names its class and keeps
 // its constructor arguments and BUILD state as plain values, but is never
-// instantiated: unlike Python's pickle, reading a file runs no code. Every read is bounds-checked (the fuzz target
-// lockstep/fuzz/pt_fuzzer.cpp feeds it arbitrary bytes).
+// instantiated: unlike Python's pickle, reading a file runs no code. Every
+// read is bounds-checked (the fuzz target lockstep/fuzz/pt_fuzzer.cpp feeds it
+// arbitrary bytes).
 //
 //   lockstep::StorageLoader storages = [&](const std::string& key, c10::ScalarType type, int64_t numel) {
 //     return tensor_from_record("data/" + key, type, numel);   // see pt_file.cpp

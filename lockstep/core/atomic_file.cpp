@@ -73,13 +73,14 @@ void AtomicFileWriter::commit() {
   fd_ = -1;
   if (::rename(temp_path_.c_str(), path_.c_str()) != 0) fail("rename", errno);
   committed_ = true;
-  // Make the rename itself durable.
-  std::filesystem::path directory = std::filesystem::path(path_).parent_path();
-  int dir_fd = ::open(directory.empty() ? "." : directory.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dir_fd >= 0) {
-    ::fsync(dir_fd);
-    ::close(dir_fd);
-  }
+  sync_directory(std::filesystem::path(path_).parent_path().string());  // the rename itself
+}
+
+void sync_directory(const std::string& directory) {
+  const int fd = ::open(directory.empty() ? "." : directory.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
 }
 
 void write_file_atomically(const std::string& path, const std::string& content) {

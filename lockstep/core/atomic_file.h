@@ -39,6 +39,11 @@ class AtomicFileWriter {
   bool committed_ = false;
 };
 
+// Makes the renames inside `directory` durable (an fsync of the directory;
+// "" is the working directory). Best effort: a directory that cannot be
+// opened is left as it is.
+void sync_directory(const std::string& directory);
+
 // Writes `content` to `path` atomically.
 void write_file_atomically(const std::string& path, const std::string& content);
 
