@@ -9,6 +9,7 @@
 #include "lockstep/model/model.h"
 #include "lockstep/optim/optim_wrapper_builder.h"
 #include "lockstep/optim/optimizer_builder.h"
+#include "lockstep/parallel/fsdp/fully_shard_options.h"
 
 namespace lockstep {
 
@@ -29,10 +30,17 @@ FSDPStrategyOptions parse_fsdp_strategy_options(const Config& config) {
   Config wrapper = config.child("model_wrapper");
   if (!wrapper.is_null()) {
     const std::string type = wrapper.get<std::string>("type", "MMFullyShardedDataParallel");
-    LOCKSTEP_CHECK(type == "MMFullyShardedDataParallel" || type == "FullyShardedDataParallel", wrapper.where("type"),
-                   ": FSDPStrategy wraps with MMFullyShardedDataParallel (or FullyShardedDataParallel), got '", type,
-                   "'");
-    options.fsdp = parse_fsdp_options(wrapper);
+    if (type == "FullyShard") {
+      options.fsdp = parse_fully_shard_options(wrapper);
+      LOCKSTEP_CHECK(options.state_dict_type == StateDictType::kFull, config.where("state_dict_type"),
+                     ": model_wrapper.type FullyShard saves state_dict_type: full (sharded checkpoints hold FSDP1's "
+                     "flat layout)");
+    } else {
+      LOCKSTEP_CHECK(type == "MMFullyShardedDataParallel" || type == "FullyShardedDataParallel", wrapper.where("type"),
+                     ": FSDPStrategy wraps with MMFullyShardedDataParallel (or FullyShardedDataParallel), or with "
+                     "FullyShard (FSDP2, PyTorch's fully_shard), got '", type, "'");
+      options.fsdp = parse_fsdp_options(wrapper);
+    }
     check_all_used(wrapper, "model_wrapper");
   }
   return options;

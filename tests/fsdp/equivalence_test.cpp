@@ -77,6 +77,16 @@ std::vector<Case> cases_for(int world_size) {
                    1, 0, 1e-2, 1e-2});
   cases.push_back({"NO_SHARD, param_dtype bf16", with(S::kNoShard).mixed_precision(MixedPrecision().param_dtype(bf16)),
                    1, 0, 1e-2, 1e-2});
+  // FullyShard: FSDP2's per-parameter layout on the same runtime.
+  auto fully_shard = [](S strategy) { return with(strategy).per_parameter_sharding(true); };
+  cases.push_back({"FullyShard", fully_shard(S::kFullShard)});
+  cases.push_back({"FullyShard, reshard_after_forward false + forward_prefetch",
+                   fully_shard(S::kShardGradOp).forward_prefetch(true)});
+  cases.push_back({"FullyShard, clip_grad max_norm 0.05", fully_shard(S::kFullShard), 1, 0.05});
+  cases.push_back({"FullyShard, accumulation 3", fully_shard(S::kFullShard), 3});
+  cases.push_back({"FullyShard, param_dtype bf16, reduce_dtype fp32",
+                   fully_shard(S::kFullShard).mixed_precision(MixedPrecision().param_dtype(bf16).reduce_dtype(torch::kFloat)),
+                   1, 0, 1e-2, 1e-2});
   return cases;
 }
 
@@ -117,7 +127,7 @@ void run_case(const std::string& kind, const Case& setup) {
   auto fsdp = std::make_shared<FullyShardedDataParallel>(model, world(), options);
   // What FSDPStrategy does for mixed precision (cast_root_forward_inputs).
   model->data_preprocessor().set_input_dtype(options.mixed_precision().param_dtype());
-  auto optim = testing::adam(fsdp->shard_parameters(), setup.accumulation, setup.max_norm);
+  auto optim = testing::adam(testing::fsdp_optimizer_parameters(*fsdp), setup.accumulation, setup.max_norm);
   optim->set_gradient_sync(fsdp);
   optim->initialize_count_status(0, kSteps * setup.accumulation);
 

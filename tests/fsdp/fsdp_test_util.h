@@ -98,6 +98,15 @@ inline std::shared_ptr<OptimWrapper> adam(std::vector<torch::Tensor> params, int
       options);
 }
 
+// What an optimizer over `fsdp` steps: the original parameters' parts of
+// the shards with use_orig_params (FullyShard sets it), else the flat shards.
+inline std::vector<torch::Tensor> fsdp_optimizer_parameters(const FullyShardedDataParallel& fsdp) {
+  if (!fsdp.options().use_orig_params()) return fsdp.shard_parameters();
+  std::vector<torch::Tensor> params;
+  for (const auto& [name, param] : fsdp.named_orig_parameters()) params.push_back(param);
+  return params;
+}
+
 // The optim_wrapper config that builds the same optimizer.
 inline std::string adam_config() {
   return "optimizer: {type: Adam, lr: " + std::to_string(kAdamLr) + ", eps: " + std::to_string(kAdamEps) + "}";

@@ -40,6 +40,34 @@ struct ShardOverlap {
 };
 ShardOverlap shard_overlap(int64_t offset, int64_t numel, int shard_rank, int64_t shard_numel);
 
+// Note [Per-parameter layout]
+// FSDP2 (PyTorch's fully_shard) shards each parameter on its own: rank r holds
+// rows [r * c, (r + 1) * c) of dim 0, c = ceil(rows / N), the last ranks fewer
+// or none (torch.chunk). Its collectives still move one flat buffer per unit:
+// rank r's shard is the concatenation of its padded chunk of every parameter
+// (c * (numel / rows) elements each, zeros past the parameter's end), and an
+// all-gather of those shards is rank-major: rank 0's chunks, then rank 1's.
+// The reduce-scatter input is built the same way (PyTorch's _chunk_cat).
+// Here that is a layout of blocks, one per parameter: in the full layout
+// (what `full`, the gathered parameters, and full-precision gathers hold)
+// block b is contiguous, N * chunk_b elements at full_offset, its parameter
+// first and its padding after it, so every parameter is a view of `full`; in
+// a shard, block b is chunk_b elements at shard_offset. Gathering copies the
+// rank-major result into the full layout (gathered_to_full), as FSDP2 copies
+// out into its unsharded parameters. FSDP1's flat layout is the same thing
+// with one block (the whole unit, padded at its end), which is what a
+// layout without blocks means: every function below reads it that way, so
+// FSDP1's arithmetic is unchanged.
+struct LayoutBlock {
+  int64_t full_offset = 0;   // in the full layout (N * shard_offset)
+  int64_t shard_offset = 0;  // in each rank's shard
+  int64_t numel = 0;         // the parameter's elements
+  int64_t chunk = 0;         // elements per rank, padded: ceil(rows / N) * (numel / rows)
+};
+// The blocks of per-parameter sharding for parameters of these shapes over
+// `shards` ranks, in order (a 0-dim parameter is one row).
+std::vector<LayoutBlock> per_parameter_blocks(const std::vector<std::vector<int64_t>>& shapes, int shards);
+
 // One rank's view of a layout of `numel` elements over `shard_world` shards.
 struct ShardLayout {
   ShardLayout() = default;
@@ -49,16 +77,25 @@ struct ShardLayout {
         padded_numel(fsdp::shard_numel(numel, shard_world) * shard_world),
         shard_rank(shard_rank),
         shard_world(shard_world) {}
-  // This rank's part of the layout's [offset, offset + count).
-  ShardOverlap part(int64_t offset, int64_t count) const {
-    return shard_overlap(offset, count, shard_rank, shard_numel);
-  }
+  // Per-parameter sharding (Note [Per-parameter layout]): `blocks` over
+  // `shard_world` ranks; numel counts the parameters' elements.
+  ShardLayout(std::vector<LayoutBlock> blocks, int shard_rank, int shard_world);
+  // This rank's part of the layout's [offset, offset + count) (with blocks:
+  // a range within one block).
+  ShardOverlap part(int64_t offset, int64_t count) const;
+  // This rank's shard of a tensor in the full layout (a view without blocks).
+  torch::Tensor shard_of(const torch::Tensor& full) const;
+  // Copies an all-gather's rank-major result into `full`, the full layout
+  // (without blocks they are the same: gather into `full` directly).
+  void gathered_to_full(const torch::Tensor& gathered, torch::Tensor& full) const;
+  bool per_parameter() const { return !blocks.empty(); }
 
   int64_t numel = 0;         // the parameters' elements
   int64_t shard_numel = 0;   // elements per shard
   int64_t padded_numel = 0;  // shard_numel * shard_world: the layout with its padding
   int shard_rank = 0;
   int shard_world = 1;
+  std::vector<LayoutBlock> blocks;  // empty: FSDP1's flat layout, one block
 };
 
 // A piece of a flat layout, elements [begin, begin + numel) of it; in a saved

@@ -73,5 +73,50 @@ TEST(ShardPieces, ANewShardIsCutFromTheOverlappingSavedPieces) {
   EXPECT_TRUE(torch::equal(straddling, layout.narrow(0, 3, 6)));
 }
 
+// Per-parameter sharding (FSDP2) against torch.chunk on dim 0: parameters of
+// 7x3, 2 and 5x2 over 3 ranks hold rows {3,3,1}, {1,1,0} and {2,2,1}; each
+// rank's shard is its chunks padded to 3, 1 and 2 rows, back to back; the
+// all-gather of the shards, copied out, gives back every parameter.
+TEST(PerParameterLayout, ShardsAreTorchChunksOfDimZero) {
+  const std::vector<std::vector<int64_t>> shapes{{7, 3}, {2}, {5, 2}};
+  const auto blocks = fsdp::per_parameter_blocks(shapes, 3);
+  ASSERT_EQ(blocks.size(), 3u);
+  EXPECT_EQ(blocks[0].chunk, 9);
+  EXPECT_EQ(blocks[1].chunk, 1);
+  EXPECT_EQ(blocks[2].chunk, 4);
+  EXPECT_EQ(blocks[1].shard_offset, 9);
+  EXPECT_EQ(blocks[1].full_offset, 27);
+  EXPECT_EQ(blocks[2].full_offset, 30);
+  std::vector<torch::Tensor> params;
+  for (const auto& shape : shapes) params.push_back(torch::randn(shape));
+  // The full layout: each parameter, then its padding.
+  torch::Tensor full = torch::zeros({fsdp::ShardLayout(blocks, 0, 3).padded_numel});
+  for (size_t p = 0; p < params.size(); ++p) full.narrow(0, blocks[p].full_offset, params[p].numel()).copy_(params[p].reshape(-1));
+  std::vector<torch::Tensor> shards;
+  for (int rank = 0; rank < 3; ++rank) {
+    const fsdp::ShardLayout layout(blocks, rank, 3);
+    EXPECT_EQ(layout.shard_numel, 14);
+    EXPECT_EQ(layout.numel, 21 + 2 + 10);
+    const torch::Tensor shard = layout.shard_of(full);
+    for (size_t p = 0; p < params.size(); ++p) {
+      const auto chunks = params[p].chunk(3, 0);
+      const torch::Tensor mine = rank < static_cast<int>(chunks.size()) ? chunks[rank].reshape(-1) : torch::empty({0});
+      const fsdp::ShardOverlap part = layout.part(blocks[p].full_offset, params[p].numel());
+      EXPECT_EQ(part.length, mine.numel()) << "parameter " << p << " rank " << rank;
+      if (part.length > 0) {
+        EXPECT_TRUE(torch::equal(shard.narrow(0, part.in_shard, part.length), mine)) << p << " " << rank;
+        EXPECT_EQ(part.in_range, rank * blocks[p].chunk);
+      }
+    }
+    shards.push_back(shard);
+  }
+  torch::Tensor regathered = torch::full_like(full, -1);
+  fsdp::ShardLayout(blocks, 1, 3).gathered_to_full(torch::cat(shards), regathered);
+  EXPECT_TRUE(torch::equal(regathered, full));
+  // One rank: the layout is the parameters back to back, unpadded.
+  const fsdp::ShardLayout alone(fsdp::per_parameter_blocks(shapes, 1), 0, 1);
+  EXPECT_EQ(alone.padded_numel, 33);
+}
+
 }  // namespace
 }  // namespace lockstep

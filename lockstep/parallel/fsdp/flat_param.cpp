@@ -34,6 +34,13 @@ std::pair<double, double> gradient_divide_factors(int world_size) {
   return {static_cast<double>(factor), static_cast<double>(world_size) / factor};
 }
 
+std::pair<double, double> fully_shard_divide_factors(int world_size, torch::Dtype reduce_dtype) {
+  if (reduce_dtype == torch::kFloat32 || reduce_dtype == torch::kBFloat16) {
+    return {1.0, static_cast<double>(world_size)};
+  }
+  return gradient_divide_factors(world_size);
+}
+
 namespace {
 
 // The edges of a unit's states (FlatParamUnit::State).
@@ -66,6 +73,7 @@ FlatParamUnit::FlatParamUnit(int index, std::string path, torch::nn::Module* mod
   LOCKSTEP_CHECK(!slots_.empty(), "FSDP unit '", path_, "' has no parameters");
   const torch::Tensor& first = slots_.front().param;
   int64_t numel = 0;
+  std::vector<std::vector<int64_t>> shapes;
   for (auto& slot : slots_) {
     LOCKSTEP_CHECK(slot.param.scalar_type() == first.scalar_type() && slot.param.device() == first.device(),
                    "FSDP unit '", path_.empty() ? "(root)" : path_,
@@ -76,9 +84,16 @@ FlatParamUnit::FlatParamUnit(int index, std::string path, torch::nn::Module* mod
     slot.numel = slot.param.numel();
     slot.offset = numel;
     numel += slot.numel;
+    shapes.push_back(slot.shape);
   }
-  layout_ = setup_.shard_group ? ShardLayout(numel, setup_.shard_group->rank(), setup_.shard_group->size())
-                               : ShardLayout(numel, 0, 1);
+  const int shard_rank = setup_.shard_group ? setup_.shard_group->rank() : 0;
+  const int shard_world = setup_.shard_group ? setup_.shard_group->size() : 1;
+  if (setup_.per_parameter) {
+    layout_ = ShardLayout(per_parameter_blocks(shapes, shard_world), shard_rank, shard_world);
+    for (size_t s = 0; s < slots_.size(); ++s) slots_[s].offset = layout_.blocks[s].full_offset;
+  } else {
+    layout_ = ShardLayout(numel, shard_rank, shard_world);
+  }
   aliases_shard_ = layout_.shard_world == 1 && setup_.param_dtype == first.scalar_type() &&
                    setup_.shard_device == setup_.compute_device;
   pinned_offload_ = !aliases_shard_ && setup_.shard_device.is_cpu() && setup_.compute_device.is_cuda() &&
@@ -106,8 +121,7 @@ FlatParamUnit::FlatParamUnit(int index, std::string path, torch::nn::Module* mod
       shard_ = flat;
       full_ = flat.detach();
     } else {
-      shard_ = flat.narrow(0, layout_.shard_rank * layout_.shard_numel, layout_.shard_numel)
-                   .to(shard_options, /*non_blocking=*/false, /*copy=*/true);
+      shard_ = layout_.shard_of(flat).to(shard_options, /*non_blocking=*/false, /*copy=*/true);
       full_ = flat.to(full_options);
     }
   }
@@ -169,12 +183,18 @@ void FlatParamUnit::restore_param_views() {
 }
 
 torch::Tensor FlatParamUnit::gather_full_precision() {
+  if (layout_.shard_world > 1 && setup_.step_check) setup_.step_check->record(index_, StepCheck::Kind::kGather);
+  return gather_in_full_layout(shard_);
+}
+
+torch::Tensor FlatParamUnit::gather_in_full_layout(const torch::Tensor& shard_shaped) const {
   torch::NoGradGuard no_grad;
-  if (layout_.shard_world == 1) return shard_.detach();
-  torch::Tensor flat = torch::empty({layout_.padded_numel}, shard_.options().requires_grad(false));
-  torch::Tensor source = shard_.detach();
-  if (setup_.step_check) setup_.step_check->record(index_, StepCheck::Kind::kGather);
-  setup_.shard_group->all_gather_into_tensor(flat, source);
+  if (layout_.shard_world == 1) return shard_shaped.detach();
+  torch::Tensor gathered = torch::empty({layout_.padded_numel}, shard_shaped.options().requires_grad(false));
+  setup_.shard_group->all_gather_into_tensor(gathered, shard_shaped.detach().contiguous());
+  if (!layout_.per_parameter()) return gathered;
+  torch::Tensor flat = torch::zeros_like(gathered);
+  layout_.gathered_to_full(gathered, flat);
   return flat;
 }
 
@@ -203,8 +223,10 @@ void FlatParamUnit::start_gather() {
     return;
   }
   gather_source_ = source;
+  // Per-parameter: into a rank-major buffer, copied out when it arrives.
+  gathered_ = layout_.per_parameter() ? torch::empty_like(full_) : full_;
   if (setup_.step_check) setup_.step_check->record(index_, StepCheck::Kind::kGather);
-  gather_work_ = setup_.shard_group->all_gather_into_tensor(full_, gather_source_, /*async=*/true);
+  gather_work_ = setup_.shard_group->all_gather_into_tensor(gathered_, gather_source_, /*async=*/true);
   move_unit_state(state_, State::kGathering);
 }
 
@@ -215,6 +237,8 @@ void FlatParamUnit::finish_gather() {
   gather_work_.reset();
   wait_for_unit(*work, path_, "gathering its parameters");
   gather_source_ = torch::Tensor();
+  layout_.gathered_to_full(gathered_, full_);
+  gathered_ = torch::Tensor();
   move_unit_state(state_, State::kGathered);
   restore_param_views();
 }

@@ -70,6 +70,11 @@ struct UnitSetup {
   // (Note [FSDP's pre- and post-divide] in shard_gradients.cpp).
   double predivide = 1;
   double postdivide = 1;
+  // FSDP2's layout and reduction (PyTorch's fully_shard): each parameter is
+  // sharded on dim 0 on its own (Note [Per-parameter layout]), and only the
+  // parameters that received a gradient are reduced; the others keep none
+  // (Note [FSDP2's gradients] in shard_gradients.cpp).
+  bool per_parameter = false;
   StepCheck* step_check = nullptr;                // told about every collective the unit issues
   // Set: the flat parameter is broadcast from this group's rank 0 when the
   // unit is built, on the compute device (sync_module_states, a unit at a time).
@@ -81,6 +86,10 @@ struct UnitSetup {
 // while it divides N and N / pre > pre (N=2: 2, 1; N=4: 2, 2; N=8: 4, 2;
 // N=16: 4, 4); post = N / pre. See Note [FSDP's pre- and post-divide].
 std::pair<double, double> gradient_divide_factors(int world_size);
+// fully_shard's (FSDP2's _get_gradient_divide_factors): with reduce_dtype
+// fp32 or bf16, no division before the sum and N after it (its ReduceOp.AVG,
+// which Gloo computes as the sum divided by N); otherwise FSDP1's split.
+std::pair<double, double> fully_shard_divide_factors(int world_size, torch::Dtype reduce_dtype);
 
 class FlatParamUnit {
  public:
@@ -125,6 +134,10 @@ class FlatParamUnit {
   // precision under mixed precision -- gathered from every rank's shard
   // (collective over the shard group); the shard itself with one rank.
   torch::Tensor gather_full_precision();
+  // The same for any tensor laid out as the shard (optimizer state): the
+  // whole layout on every rank of the shard group (collective; not recorded
+  // by the step check).
+  torch::Tensor gather_in_full_layout(const torch::Tensor& shard_shaped) const;
   // Points the parameters at views of `flat` (this unit's padded layout), or
   // back at what the unit's state says: the gathered buffer, or placeholders
   // while sharded.
@@ -187,6 +200,7 @@ class FlatParamUnit {
   bool shard_updated_ = false;  // since the last gather
   std::shared_ptr<Work> gather_work_;
   torch::Tensor gather_source_;
+  torch::Tensor gathered_;  // per-parameter layout: the all-gather's rank-major result, until copied out
   std::vector<std::unique_ptr<compat::PostAccumulateHook>> hooks_;
   ShardGradients gradients_{*this};  // last: destroyed first, it waits for its reduction
 };

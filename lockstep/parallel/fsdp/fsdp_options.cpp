@@ -15,12 +15,12 @@ std::string lower(std::string text) {
   return text;
 }
 
-c10::optional<torch::Dtype> read_dtype(const Config& config, const std::string& key) {
+}  // namespace
+
+c10::optional<torch::Dtype> read_optional_dtype(const Config& config, const std::string& key) {
   if (config.child(key).is_null()) return c10::nullopt;
   return parse_dtype(config.get<std::string>(key), config.where(key));
 }
-
-}  // namespace
 
 const char* to_string(ShardingStrategy strategy) {
   switch (strategy) {
@@ -102,9 +102,9 @@ FSDPOptions parse_fsdp_options(const Config& config, const FSDPOptions& defaults
   Config precision = config.child("mixed_precision");
   if (precision.is_map()) {
     options.mixed_precision(MixedPrecision()
-                                .param_dtype(read_dtype(precision, "param_dtype"))
-                                .reduce_dtype(read_dtype(precision, "reduce_dtype"))
-                                .buffer_dtype(read_dtype(precision, "buffer_dtype"))
+                                .param_dtype(read_optional_dtype(precision, "param_dtype"))
+                                .reduce_dtype(read_optional_dtype(precision, "reduce_dtype"))
+                                .buffer_dtype(read_optional_dtype(precision, "buffer_dtype"))
                                 .cast_root_forward_inputs(precision.get<bool>("cast_root_forward_inputs", true))
                                 .cast_forward_inputs(precision.get<bool>("cast_forward_inputs", false)));
     check_all_used(precision, "mixed_precision");

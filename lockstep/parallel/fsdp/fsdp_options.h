@@ -110,6 +110,12 @@ struct FSDPOptions {
   // PyTorch's use_orig_params=True. The same memory and communication;
   // elementwise optimizers (SGD, Adam, AdamW, RMSprop) step the same values.
   TORCH_ARG(bool, use_orig_params) = false;
+  // FSDP2 (PyTorch's fully_shard; fully_shard_options.h sets it with
+  // use_orig_params): every parameter sharded on dim 0 on its own
+  // (Note [Per-parameter layout] in flat_layout.h), gradients averaged as
+  // fully_shard averages them, and a parameter without a gradient keeps none
+  // (Note [FSDP2's gradients] in shard_gradients.cpp).
+  TORCH_ARG(bool, per_parameter_sharding) = false;
   // The device the units compute on (PyTorch's device_id). Set, the model may
   // stay on the host: each unit is flattened there, moved to this device,
   // sharded and freed before the next, so the device never holds more than
@@ -122,5 +128,7 @@ struct FSDPOptions {
 FSDPOptions parse_fsdp_options(const Config& config, const FSDPOptions& defaults = FSDPOptions());
 // "fp32"/"float32"/"float", "bf16"/"bfloat16", "fp16"/"float16"/"half", "fp64"/"float64"/"double".
 torch::Dtype parse_dtype(const std::string& text, const std::string& where);
+// parse_dtype of `key` of a map; unset when the key is absent or null.
+c10::optional<torch::Dtype> read_optional_dtype(const Config& config, const std::string& key);
 
 }  // namespace lockstep

@@ -26,6 +26,14 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
   LOCKSTEP_CHECK(group != nullptr, "FullyShardedDataParallel needs an initialised process group "
                  "(call lockstep::init_from_env() or init_process_group() first)");
   model_->module = std::move(module);
+  if (options.per_parameter_sharding()) {
+    // FSDP2 steps each parameter's rows, over the whole group.
+    LOCKSTEP_CHECK(options.sharding_strategy() == ShardingStrategy::kFullShard ||
+                       options.sharding_strategy() == ShardingStrategy::kShardGradOp,
+                   "FullyShard (per-parameter sharding) shards over the whole group: reshard_after_forward true or "
+                   "false (FULL_SHARD or SHARD_GRAD_OP), not ", to_string(options.sharding_strategy()));
+    options.use_orig_params(true);
+  }
   model_->options = std::move(options);
   const std::string name = group->name() + "." + next_group_name("fsdp");
   fsdp::UnitBuilder::make_groups(*model_, group, name);
@@ -47,8 +55,9 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
     for (const auto& unit : model_->units) largest = std::max(largest, unit->layout().numel);
     const auto& policy = model_->options.auto_wrap_policy();
     logger().info(
-        "FSDP {}: {} unit(s) over {} rank(s) (shard group of {}), largest {} parameters, policy {}{}",
-        to_string(model_->options.sharding_strategy()), model_->units.size(), own->size(),
+        "FSDP {}{}: {} unit(s) over {} rank(s) (shard group of {}), largest {} parameters, policy {}{}",
+        to_string(model_->options.sharding_strategy()),
+        model_->options.per_parameter_sharding() ? " (FullyShard, per-parameter)" : "", model_->units.size(), own->size(),
         model_->shard_group ? model_->shard_group->size() : 1, largest, policy ? policy->describe() : "none",
         model_->prebuilt_units > 0 ? str_cat("; ", model_->prebuilt_units, " sharded while the model was built") : "");
   }

@@ -151,6 +151,7 @@ State Resharding::optimizer_state(const torch::optim::Optimizer& optimizer,
                                                           const json& saved_layout,
                                                           const std::vector<StateReader>& saved) const {
   check_saved_count(saved_layout, saved);
+  codec_.check_units_fit(saved_layout, saved[0].source(), /*same_shard_world=*/false);
   const std::map<std::string, OptimizerPlace> places = optimizer_places(model_, codec_, optimizer, saved_layout);
   const SavedOptimizerState index = index_saved_optimizer_state(saved);
   State local;

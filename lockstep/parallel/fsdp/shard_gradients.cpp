@@ -2,6 +2,8 @@
 // (shard_gradients.h).
 #include "lockstep/parallel/fsdp/shard_gradients.h"
 
+#include <algorithm>
+
 #include "lockstep/compat/cuda.h"
 #include "lockstep/core/internal/internal_error.h"
 #include "lockstep/comm/process_group.h"
@@ -21,6 +23,8 @@ ShardGradients::~ShardGradients() {
 bool ShardGradients::reduce_pending() const { return reduce_work_ != nullptr || reduce_out_.defined(); }
 
 void ShardGradients::absorb(size_t index) {
+  // FSDP2 keeps them until the reduction: which arrived decides its layout.
+  if (unit_.layout().per_parameter()) return;
   FlatSlot& slot = unit_.slots_.at(index);
   torch::Tensor& grad = slot.param.mutable_grad();
   if (!grad.defined()) return;
@@ -53,14 +57,21 @@ void ShardGradients::absorb(size_t index) {
 void ShardGradients::start_reduce() {
   LOCKSTEP_ASSERT(!reduce_work_ && !reduce_out_.defined(), "FSDP unit '", unit_.path(),
                  "' reduces twice in one backward");
-  for (size_t s = 0; s < unit_.slots().size(); ++s) absorb(s);
   torch::NoGradGuard no_grad;
-  if (!reduce_in_.defined()) {
-    reduce_in_ = torch::zeros({unit_.layout().padded_numel}, unit_.full().options().dtype(unit_.setup().reduce_dtype));
+  int64_t out_numel = unit_.layout().shard_numel;
+  if (unit_.layout().per_parameter()) {
+    out_numel = gather_present_grads();
+    if (out_numel < 0) return;  // no parameter of the unit got a gradient: nothing to reduce
+  } else {
+    for (size_t s = 0; s < unit_.slots().size(); ++s) absorb(s);
+    if (!reduce_in_.defined()) {
+      reduce_in_ =
+          torch::zeros({unit_.layout().padded_numel}, unit_.full().options().dtype(unit_.setup().reduce_dtype));
+    }
   }
   if (unit_.setup().predivide != 1) reduce_in_.div_(unit_.setup().predivide);
   if (unit_.layout().shard_world > 1) {
-    reduce_out_ = torch::empty({unit_.layout().shard_numel}, reduce_in_.options());
+    reduce_out_ = torch::empty({out_numel}, reduce_in_.options());
     if (unit_.setup().step_check) unit_.setup().step_check->record(unit_.index(), StepCheck::Kind::kReduce);
     reduce_work_ =
         unit_.setup().shard_group->reduce_scatter_tensor(reduce_out_, reduce_in_, ReduceOp::kSum, /*async=*/true);
@@ -71,6 +82,69 @@ void ShardGradients::start_reduce() {
       reduce_work_ = unit_.setup().replicate_group->all_reduce(reduce_out_, ReduceOp::kSum, /*async=*/true);
     }
   }
+}
+
+// Note [FSDP2's gradients]
+// PyTorch's fully_shard reduces, after a unit's backward, only the gradients
+// autograd produced: a parameter the loss did not reach takes no part in the
+// reduce-scatter and keeps no gradient, on every rank, so an optimizer skips
+// it (no weight decay, no momentum) exactly as under DDP. FSDP1's flat
+// parameter instead reduces zeros for it and decays it. So under the
+// per-parameter layout the reduce-scatter input holds the blocks of the
+// parameters that have a gradient, in slot order, each in the layout of
+// Note [Per-parameter layout] (PyTorch's _chunk_cat): the same buffer, and so
+// the same sums, as PyTorch's. Every rank must reduce the same parameters or
+// the buffers differ in size; the set goes into the step check (Note [FSDP's
+// step check]), which names the difference. The result is added into the
+// shard's gradient block by block, and present_ remembers which parameters
+// have one, for the views the optimizer steps (point_orig_grads).
+int64_t ShardGradients::gather_present_grads() {
+  const ShardLayout& layout = unit_.layout();
+  reduced_.clear();
+  uint64_t set_hash = 1469598103934665603ULL;
+  for (size_t s = 0; s < unit_.slots().size(); ++s) {
+    if (!unit_.slots()[s].param.grad().defined()) continue;
+    reduced_.push_back(s);
+    set_hash = (set_hash ^ (s + 1)) * 1099511628211ULL;
+  }
+  if (reduced_.empty()) return -1;
+  int64_t out_numel = 0;
+  for (size_t s : reduced_) out_numel += layout.blocks[s].chunk;
+  reduce_in_ = torch::zeros({out_numel * layout.shard_world}, unit_.full().options().dtype(unit_.setup().reduce_dtype));
+  if (unit_.setup().step_check) unit_.setup().step_check->record(unit_.index(), StepCheck::Kind::kReduceSet, set_hash);
+  int64_t in_row = 0;
+  for (size_t s : reduced_) {
+    const LayoutBlock& block = layout.blocks[s];
+    torch::Tensor& grad = unit_.slots_[s].param.mutable_grad();
+    const torch::Tensor flat = grad.reshape(-1);
+    for (int r = 0; r < layout.shard_world; ++r) {
+      const int64_t length = std::clamp<int64_t>(block.numel - r * block.chunk, 0, block.chunk);
+      if (length > 0) reduce_in_.narrow(0, r * out_numel + in_row, length).copy_(flat.narrow(0, r * block.chunk, length));
+    }
+    in_row += block.chunk;
+    grad.reset();
+  }
+  return out_numel;
+}
+
+void ShardGradients::accumulate_present_grads(const torch::Tensor& result) {
+  torch::Tensor& grad = unit_.shard().mutable_grad();
+  if (!grad.defined()) grad = torch::zeros(unit_.shard().sizes(), unit_.shard().options().requires_grad(false));
+  if (present_.size() != unit_.slots().size()) present_.assign(unit_.slots().size(), false);
+  int64_t in_result = 0;
+  for (size_t s : reduced_) {
+    const LayoutBlock& block = unit_.layout().blocks[s];
+    torch::Tensor target = grad.narrow(0, block.shard_offset, block.chunk);
+    const torch::Tensor value = result.narrow(0, in_result, block.chunk).to(grad.scalar_type());
+    if (present_[s]) {
+      target.add_(value);
+    } else {
+      target.copy_(value);
+      present_[s] = true;
+    }
+    in_result += block.chunk;
+  }
+  reduced_.clear();
 }
 
 void ShardGradients::finish_reduce() {
@@ -90,7 +164,11 @@ void ShardGradients::finish_reduce() {
   reduce_in_ = torch::Tensor();
   reduce_out_ = torch::Tensor();
   collect_orig_grads();
-  accumulate_shard_grad(std::move(result));
+  if (unit_.layout().per_parameter()) {
+    accumulate_present_grads(result);
+  } else {
+    accumulate_shard_grad(std::move(result));
+  }
   point_orig_grads();
 }
 
@@ -134,6 +212,10 @@ void ShardGradients::collect_orig_grads() {
     any_kept = any_kept || (unit_.shard_part(s).length > 0 && orig_params_[s].grad().defined());
   }
   torch::Tensor& grad = unit_.shard().mutable_grad();
+  if (unit_.layout().per_parameter()) {
+    present_.assign(orig_params_.size(), false);
+    for (size_t s = 0; s < orig_params_.size(); ++s) present_[s] = orig_params_[s].grad().defined();
+  }
   if (!any_kept) {
     grad.reset();  // zero_grad dropped them all (or there were none)
     return;
@@ -159,7 +241,8 @@ void ShardGradients::point_orig_grads() {
   const torch::Tensor& grad = unit_.shard().grad();
   for (size_t s = 0; s < orig_params_.size(); ++s) {
     const ShardOverlap part = unit_.shard_part(s);
-    orig_params_[s].mutable_grad() = grad.narrow(0, part.in_shard, part.length);
+    const bool has_grad = grad.defined() && (!unit_.layout().per_parameter() || present_.at(s));
+    orig_params_[s].mutable_grad() = has_grad ? grad.narrow(0, part.in_shard, part.length) : torch::Tensor();
   }
 }
 

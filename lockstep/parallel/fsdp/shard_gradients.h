@@ -72,6 +72,11 @@ class ShardGradients {
 
  private:
   void accumulate_shard_grad(torch::Tensor result);
+  // Per-parameter layout (Note [FSDP2's gradients]): the reduce-scatter input
+  // of the parameters that have a gradient, into reduce_in_; its per-rank
+  // size, or -1 when none has one. And the result into the shard's gradient.
+  int64_t gather_present_grads();
+  void accumulate_present_grads(const torch::Tensor& result);
   void point_orig_grads();
 
   FlatParamUnit& unit_;
@@ -80,6 +85,8 @@ class ShardGradients {
   torch::Tensor reduce_out_;
   bool host_copy_pending_ = false;
   std::vector<torch::Tensor> orig_params_;  // use_orig_params: views of the shard, one per slot
+  std::vector<size_t> reduced_;             // per-parameter: the slots in the reduction in flight
+  std::vector<bool> present_;               // per-parameter: the slots whose shard part holds a gradient
 };
 
 }  // namespace lockstep::fsdp

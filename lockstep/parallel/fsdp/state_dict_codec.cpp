@@ -20,15 +20,6 @@ namespace {
 
 using nlohmann::json;
 
-// The unit's whole flat parameter in its shards' dtype, on every rank of the shard group.
-torch::Tensor gather_flat(const FlatParamUnit& unit, const torch::Tensor& shard) {
-  torch::NoGradGuard no_grad;
-  if (unit.layout().shard_world == 1) return shard.detach();
-  torch::Tensor flat = torch::empty({unit.layout().padded_numel}, shard.options().requires_grad(false));
-  unit.setup().shard_group->all_gather_into_tensor(flat, shard.detach().contiguous());
-  return flat;
-}
-
 // Note [FSDP optimizer state of any optimizer]
 // The optimizer state a conversion below sees holds, per parameter position,
 // values (Adam's or Adagrad's step: merged as they are, a unit's from its
@@ -63,7 +54,7 @@ std::map<std::string, torch::Tensor> StateDictCodec::full_state_dict(bool rank0_
   const bool keep = !rank0_only || model_.group->rank() == 0;
   std::map<std::string, torch::Tensor> weights;
   for (const auto& unit : model_.units) {
-    torch::Tensor flat = gather_flat(*unit, unit->shard());
+    torch::Tensor flat = unit->gather_in_full_layout(unit->shard());
     if (!keep) continue;
     for (const auto& slot : unit->slots()) {
       torch::Tensor value = flat.narrow(0, slot.offset, slot.numel).view(slot.shape).to(torch::kCPU).clone();
@@ -173,6 +164,7 @@ json StateDictCodec::layout() const {
           {"shard_world_size", model_.shard_group ? model_.shard_group->size() : 1},
           {"sharding_strategy", to_string(model_.options.sharding_strategy())},
           {"use_orig_params", model_.options.use_orig_params()},
+          {"per_parameter", model_.options.per_parameter_sharding()},
           {"units", units},
           {"buffer_dtypes", buffer_dtypes}};
 }
@@ -204,6 +196,13 @@ void StateDictCodec::check_units_fit(const json& saved, const std::string& sourc
                                    mine.at("shard_world_size").dump(), " (", mine.at("world_size").dump(), " in all, ",
                                    mine.at("sharding_strategy").get<std::string>(), ")")));
   }
+  const bool saved_per_parameter = saved.value("per_parameter", false);
+  LOCKSTEP_CHECK(saved_per_parameter == model_.options.per_parameter_sharding(),
+                 differs(str_cat("it holds ", saved_per_parameter ? "FullyShard's per-parameter" : "FSDP1's flat",
+                                 " shards and this run wraps with ",
+                                 model_.options.per_parameter_sharding() ? "FullyShard" : "FSDP1")));
+  LOCKSTEP_CHECK(same_shard_world || !saved_per_parameter,
+                 differs("FullyShard's per-parameter shards load at the number of ranks that saved them only"));
   const json& saved_units = saved.at("units");
   const json& my_units = mine.at("units");
   for (size_t u = 0; u < std::min(saved_units.size(), my_units.size()); ++u) {
@@ -297,7 +296,7 @@ State StateDictCodec::full_flat_optimizer_state(const State& sharded, bool rank0
                      "' of unit '", unit->path(), "' has shape ", shape_text(local.sizes()),
                      ", neither the flat shard's [", shard_numel, "] nor a scalar's []: FSDP can gather only buffers "
                      "laid out as the parameters, and 0-dim ones");
-      torch::Tensor flat = gather_flat(*unit, local);
+      torch::Tensor flat = unit->gather_in_full_layout(local);
       if (!keep) continue;
       for (const auto& slot : unit->slots()) {
         full.tensors["0." + std::to_string(slot.model_index) + "." + buffer] =
@@ -362,8 +361,7 @@ State StateDictCodec::shard_flat_optimizer_state(const State& full) const {
       }
     }
     for (auto& [buffer, flat] : flats) {
-      sharded.tensors[position + "." + buffer] =
-          flat.narrow(0, unit->layout().shard_rank * unit->layout().shard_numel, unit->layout().shard_numel).clone();
+      sharded.tensors[position + "." + buffer] = unit->layout().shard_of(flat).clone();
     }
   }
   sharded.values["params"] = params;
@@ -463,7 +461,7 @@ State StateDictCodec::full_orig_optimizer_state(const torch::optim::Optimizer& o
       }
     }
     for (const auto& [buffer, piece] : pieces) {
-      torch::Tensor flat = gather_flat(*unit, piece);
+      torch::Tensor flat = unit->gather_in_full_layout(piece);
       if (!keep) continue;
       for (const auto& [position, ref] : positions) {
         if (ref.unit != unit.get() || buffers[position].count(buffer) == 0) continue;

@@ -18,8 +18,9 @@ StepCheck::~StepCheck() {
   }
 }
 
-void StepCheck::record(int unit, Kind kind) {
-  hash_ = splitmix64(hash_ ^ (static_cast<uint64_t>(unit) << 2 | static_cast<uint64_t>(kind)));
+void StepCheck::record(int unit, Kind kind, uint64_t detail) {
+  hash_ = splitmix64(hash_ ^ (static_cast<uint64_t>(unit) << 3 | static_cast<uint64_t>(kind)));
+  if (detail != 0) hash_ = splitmix64(hash_ ^ detail);
   count_ += 1;
 }
 

@@ -45,14 +45,16 @@ namespace lockstep::fsdp {
 
 class StepCheck {
  public:
-  enum class Kind : uint64_t { kGather = 1, kReduce = 2, kReplicaReduce = 3 };
+  // kReduceSet: which parameters a per-parameter unit reduces (`detail`
+  // hashes the set; Note [FSDP2's gradients] in shard_gradients.cpp).
+  enum class Kind : uint64_t { kGather = 1, kReduce = 2, kReplicaReduce = 3, kReduceSet = 4 };
 
   // `group`: every rank of the FSDP job, used for nothing else. Null: one process, nothing to check.
   explicit StepCheck(std::shared_ptr<ProcessGroup> group);
   ~StepCheck();
 
   // A unit issued a collective (local).
-  void record(int unit, Kind kind);
+  void record(int unit, Kind kind, uint64_t detail = 0);
   // Starts the exchange for what was recorded since the last launch
   // (collective over the check group; every rank calls it at the same point).
   void launch(int64_t iteration);

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -291,9 +292,16 @@ void UnitBuilder::build_units(const std::vector<std::string>& unit_paths) {
       continue;
     }
     UnitSetup setup = unit_setup(/*root=*/u == 0, slots[u].front().param, predivide, postdivide);
+    if (setup.per_parameter) {
+      std::tie(setup.predivide, setup.postdivide) =
+          fully_shard_divide_factors(model_.group->size(), setup.reduce_dtype);
+    }
     const int index = static_cast<int>(model_.units.size());
     torch::Tensor prebuilt;
     if (auto cut = take_prebuilt_shard(modules.at(paths[u]))) {
+      LOCKSTEP_CHECK(!setup.per_parameter, "FSDP unit ", display(paths[u]),
+                     " was sharded while building (shard_when_built), in FSDP1's flat layout; FullyShard shards each "
+                     "parameter on its own: build the model whole (without shard_when_built) to wrap it with FullyShard");
       prebuilt = checked_prebuilt_shard(paths[u], slots[u], *cut);
       model_.prebuilt_units += 1;
     }
@@ -376,6 +384,7 @@ UnitSetup UnitBuilder::unit_setup(bool root, const torch::Tensor& first, double 
   setup.persistent = root || model_.options.sharding_strategy() == ShardingStrategy::kNoShard;
   setup.predivide = predivide;
   setup.postdivide = postdivide;
+  setup.per_parameter = model_.options.per_parameter_sharding();
   setup.step_check = step_check_;
   if (model_.options.sync_module_states() && model_.group->size() > 1) setup.sync_group = model_.group;
   return setup;

@@ -1,0 +1,34 @@
+// FullyShard: FSDP2, PyTorch's `fully_shard`, configured with its own
+// argument names. Each parameter is sharded on dim 0 on its own (Note
+// [Per-parameter layout] in flat_layout.h); the optimizer steps each
+// parameter's local rows, so paramwise_cfg works as under DDP; a parameter
+// that got no gradient keeps none and is not decayed (Note [FSDP2's
+// gradients] in shard_gradients.cpp). It runs on FSDP's runtime
+// (fully_sharded_data_parallel.h: units, prefetching, the step check), with
+// these options.
+//
+//   strategy:
+//     type: FSDPStrategy
+//     model_wrapper:
+//       type: FullyShard
+//       auto_wrap_policy: {type: module_type, module_types: [Block]}   # the modules fully_shard is applied to
+//       reshard_after_forward: true          # false: keep each unit gathered from forward to its backward
+//       mp_policy: {param_dtype: bf16, reduce_dtype: fp32, cast_forward_inputs: true}
+//       offload_policy: {type: CPUOffloadPolicy}                     # or null
+//
+// As in PyTorch, fully_shard is applied to the modules the policy picks and
+// then to the root, which takes every parameter no unit holds.
+//
+//   lockstep::FSDPOptions options = lockstep::parse_fully_shard_options(config.at("model_wrapper"));
+#pragma once
+
+#include "lockstep/config/config.h"
+#include "lockstep/parallel/fsdp/fsdp_options.h"
+
+namespace lockstep {
+
+// Reads the keys above (none is required) into FSDP's options, with
+// per_parameter_sharding and use_orig_params set; `type` is the caller's.
+FSDPOptions parse_fully_shard_options(const Config& config);
+
+}  // namespace lockstep
