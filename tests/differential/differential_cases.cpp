@@ -54,6 +54,32 @@ json with(json c, const std::string& key, json value) {
 // terms (4 ranks, accumulated micro-steps, a norm over shards): 1e-5.
 constexpr double kFsdpTolerance = 1e-5;
 
+// FSDP2: PyTorch 2.14's fully_shard on every conv and linear layer and then
+// the root, against lockstep's FullyShard on the same modules (`sharding`:
+// the case's "fully_shard" spec, read by both sides).
+json fully_shard_case(json c, json sharding) {
+  sharding["modules"] = {"Conv2d", "Linear"};
+  c["fully_shard"] = std::move(sharding);
+  return c;
+}
+std::string fully_shard_strategy(const json& sharding) {
+  std::string yaml = "strategy:\n  type: FSDPStrategy\n  launcher: pytorch\n  backend: gloo\n  model_wrapper:\n"
+                     "    type: FullyShard\n"
+                     "    auto_wrap_policy: {type: module_type, module_types: [Conv2d, Linear]}\n"
+                     "    reshard_after_forward: " +
+                     std::string(sharding.value("reshard_after_forward", true) ? "true" : "false") + "\n";
+  if (sharding.contains("mp_policy")) {
+    const json& mp = sharding["mp_policy"];
+    yaml += "    mp_policy: {param_dtype: " + mp["param_dtype"].get<std::string>() +
+            ", reduce_dtype: " + mp["reduce_dtype"].get<std::string>() + "}\n";
+  }
+  return yaml;
+}
+// Both sides build the same reduce-scatter buffer (Note [Per-parameter
+// layout]) and average it with the same sum and division (Note [FSDP2's
+// gradients]): bitwise.
+const std::string kSameFsdp2 = "the same per-parameter reduce-scatter and average as fully_shard's";
+
 }  // namespace
 
 const std::vector<DiffCase>& all_cases() {
@@ -174,6 +200,20 @@ const std::vector<DiffCase>& all_cases() {
         // model from step 2 on, because the root unit's gathered parameters were
         // never refreshed after an SGD step.
         {"FSDP_FullShard", base_case(2), kFullShard, kFsdpTolerance, "sharded reduction"},
+        // FSDP2 against PyTorch 2.14's fully_shard (skipped, saying so, with older PyTorch).
+        {"FullyShard_2ranks", fully_shard_case(base_case(2), json::object()),
+         fully_shard_strategy(json::object()), 0, kSameFsdp2},
+        {"FullyShard_3ranks", fully_shard_case(base_case(3), json::object()),
+         fully_shard_strategy(json::object()), 0, kSameFsdp2 + " (rows split 3 ways, the last chunks short)"},
+        {"FullyShard_NoReshard_3ranks", fully_shard_case(base_case(3), {{"reshard_after_forward", false}}),
+         fully_shard_strategy({{"reshard_after_forward", false}}), 0, kSameFsdp2},
+        {"FullyShard_AdamW_Accumulation_3ranks",
+         fully_shard_case(with(with(with(base_case(3), "optimizer", adamw["optimizer"]), "accumulate", 2), "iters", 20),
+                          json::object()),
+         fully_shard_strategy(json::object()), 0, kSameFsdp2 + " (each micro-step reduced and added, as fully_shard)"},
+        {"FullyShard_Bf16Params_Fp32Reduce_3ranks",
+         fully_shard_case(base_case(3), {{"mp_policy", {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}}}}),
+         fully_shard_strategy({{"mp_policy", {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}}}}), 0, kSameFsdp2},
         {"FSDP_FullShard_NoPrefetch", base_case(2),
          fsdp("    sharding_strategy: FULL_SHARD\n    backward_prefetch: none\n"), kFsdpTolerance,
          "sharded reduction"},

@@ -39,7 +39,10 @@ CASE is JSON:
    "gradient_as_bucket_view": false | true (optional, DDP's argument),
    "data_root": "/usr/share/datasets/fashion-mnist",
    "device": "cpu" | "cuda" (optional; cuda: GPU 0 for every rank, deterministic algorithms on, NCCL),
-   "loss_scale": {"init_scale": ..., "growth_interval": ...} (optional; fp16's GradScaler)}
+   "loss_scale": {"init_scale": ..., "growth_interval": ...} (optional; fp16's GradScaler),
+   "fully_shard": {"modules": ["Conv2d", "Linear"], "reshard_after_forward": true,
+                   "mp_policy": {"param_dtype": "bf16", "reduce_dtype": "fp32"}} (optional: PyTorch's
+                   FSDP2 instead of DDP, on the modules of those classes and then the root; 2.14 only)}
 
 The data order is lockstep's DefaultSampler with shuffle false: rank r's
 samples are r, r + world, r + 2 world, ...; iteration i takes the next `batch`
@@ -513,8 +516,12 @@ def train_rank(rank, case, init, out, init_method):
     if memory_format:
         memory_format = getattr(torch, memory_format)
         model.to(memory_format=memory_format)
-    ddp = DDP(model, gradient_as_bucket_view=case.get("gradient_as_bucket_view", False))
-    register_comm_hook(ddp, case.get("comm_hook"))
+    sharded = case.get("fully_shard")
+    if sharded is not None:
+        ddp = apply_fully_shard(model, sharded)
+    else:
+        ddp = DDP(model, gradient_as_bucket_view=case.get("gradient_as_bucket_view", False))
+        register_comm_hook(ddp, case.get("comm_hook"))
     optimizer = build_optimizer(case["optimizer"], param_groups(model, case))
     schedulers = build_schedulers(case.get("schedulers"), optimizer)
     accumulate = case.get("accumulate", 1)
@@ -528,7 +535,8 @@ def train_rank(rank, case, init, out, init_method):
         x, y = x.to(device), y.to(device)
         last_micro_step = (i + 1) % accumulate == 0 or i + 1 == case["iters"]
         loss_factor = accumulate if i < case["iters"] - remainder else remainder
-        context = ddp.no_sync() if not last_micro_step else contextlib.nullcontext()
+        # fully_shard reduces every micro-step by default (lockstep's FSDP too).
+        context = ddp.no_sync() if not last_micro_step and sharded is None else contextlib.nullcontext()
         with context:
             x = preprocess(x) if not memory_format else preprocess(x).to(memory_format=memory_format)
             if amp:
@@ -560,10 +568,34 @@ def train_rank(rank, case, init, out, init_method):
             optimizer.zero_grad(set_to_none=True)
         for scheduler in schedulers:
             scheduler.step()
+    state = model.state_dict() if sharded is None else full_model_state_dict(model)
     if rank == 0:
-        write_safetensors(out, model.state_dict())
+        write_safetensors(out, state)
     dist.barrier()
     leave_worker()
+
+
+def apply_fully_shard(model, spec):
+    """PyTorch's FSDP2: fully_shard on every module whose class is named in
+    spec["modules"], then on the root, with spec's reshard_after_forward and
+    mp_policy ({"param_dtype": "bf16", "reduce_dtype": "fp32"})."""
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, None: None}
+    policy = spec.get("mp_policy") or {}
+    args = {"reshard_after_forward": spec.get("reshard_after_forward", True),
+            "mp_policy": MixedPrecisionPolicy(param_dtype=dtypes[policy.get("param_dtype")],
+                                              reduce_dtype=dtypes[policy.get("reduce_dtype")])}
+    for module in list(model.modules())[1:]:
+        if type(module).__name__ in spec["modules"]:
+            fully_shard(module, **args)
+    return fully_shard(model, **args)
+
+
+def full_model_state_dict(model):
+    """The whole weights of a fully_shard model, on every rank."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
 def train_gan_rank(rank, case, init, out, init_method):
@@ -632,18 +664,36 @@ def compare(a, b):
     sys.stdout.write("\n")
 
 
-def gloo_reduces_16_bit():
-    """Whether this PyTorch's Gloo all-reduces float16, asked in a process of its own
-    (a Gloo group started here would leave threads behind in the forking parent)."""
+def gloo_runs(call):
+    """Whether this PyTorch's Gloo runs `call` on a one-rank `group`, asked in a process of
+    its own (a Gloo group started here would leave threads behind in the forking parent)."""
     import subprocess
     probe = ("import datetime, torch, torch.distributed as dist\n"
              "group = dist.ProcessGroupGloo(dist.HashStore(), 0, 1, datetime.timedelta(seconds=30))\n"
-             "group.allreduce([torch.ones(1, dtype=torch.float16)]).wait()\n")
+             + call + ".wait()\n")
     return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
+
+
+def gloo_reduces_16_bit():
+    return gloo_runs("group.allreduce([torch.ones(1, dtype=torch.float16)])")
+
+
+def gloo_gathers_bf16():
+    return gloo_runs("group._allgather_base(torch.empty(1, dtype=torch.bfloat16), torch.ones(1, dtype=torch.bfloat16))")
 
 
 def unsupported_reason(case):
     """Why this PyTorch cannot train `case`, or None."""
+    if case.get("fully_shard") is not None:
+        import torch
+        version = tuple(int(part) for part in torch.__version__.split(".")[:2])
+        if version < (2, 14):
+            return ("fully_shard cases are held to PyTorch 2.14 (Debian forky), FSDP2's reference; this is "
+                    "PyTorch %s" % torch.__version__)
+        low = (case["fully_shard"].get("mp_policy") or {}).get("param_dtype") in ("bf16", "fp16")
+        if low and not gloo_gathers_bf16():
+            return ("this PyTorch's Gloo all-gathers no 16-bit floats (Invalid scalar type), so its fully_shard "
+                    "cannot gather bf16 parameters over it")
     if case.get("comm_hook") in ("fp16_compress", "bf16_compress") and not gloo_reduces_16_bit():
         return ("this PyTorch's Gloo reduces no 16-bit floats (Invalid scalar type), so its %s hook cannot run"
                 % case["comm_hook"])
