@@ -13,7 +13,8 @@
 //     the full checkpoint of the 2 ranks' own state (parameters, tied names,
 //     buffers, Adam's moments and steps), and then trains on exactly as a run
 //     that loaded that full checkpoint. Each rank reads only what overlaps its
-//     shards: at 4 ranks, half of the saved model bytes or less.
+//     shards: at 4 ranks, half of the saved model bytes or less;
+//   - FullyShard (FSDP2): a full checkpoint resumes a fresh model bitwise.
 // Each part starts a world of its own (a strategy owns groups named per world).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -259,6 +260,37 @@ void read_resharded(bool use_orig_params) {
                           what + ", trained on");
 }
 
+// FullyShard (FSDP2) saves a full checkpoint (its only kind); a fresh
+// FullyShard model resumes from it bitwise: each parameter's rows and Adam's
+// moments go through the whole-tensor layout and back.
+void fully_shard_full_checkpoint_resumes_bitwise() {
+  SCOPED_TRACE("FullyShard, full checkpoint");
+  const std::string path = directory_for(launched_world_size()) + "/fully_shard_full.ckpt";
+  auto strategy_of = [] {
+    return std::make_shared<FSDPStrategy>(parse_fsdp_strategy_options(parse_config(
+        "launcher: pytorch\nstate_dict_type: full\nmodel_wrapper:\n  type: FullyShard\n"
+        "  auto_wrap_policy: {type: module_type, module_types: [Block]}\n",
+        "fully_shard strategy")));
+  };
+  std::map<std::string, torch::Tensor> uninterrupted;
+  {
+    testing::WorkerWorld world_guard;
+    auto strategy = strategy_of();
+    prepare(*strategy, 7);
+    train(*strategy, 0, kStepsBefore);
+    strategy->save_checkpoint(path, CheckpointContents(), CheckpointOptions());
+    train(*strategy, kStepsBefore, kStepsAfter);
+    uninterrupted = strategy->fsdp()->full_state_dict(/*rank0_only=*/false);
+  }
+  testing::WorkerWorld world_guard;
+  auto strategy = strategy_of();
+  prepare(*strategy, 8);  // other initial values: everything must come from the file
+  strategy->load_checkpoint(path, /*load_optimizer=*/true, /*load_schedulers=*/true);
+  train(*strategy, kStepsBefore, kStepsAfter);
+  testing::expect_matches(strategy->fsdp()->full_state_dict(/*rank0_only=*/false), uninterrupted, 0, 0,
+                          "resumed on rank " + std::to_string(get_rank()));
+}
+
 LOCKSTEP_WORKER_TEST(FsdpReshardWorker, TwoRanksShardsOnOtherWorldSizes) {
   if (launched_world_size() == 2) {
     for (bool orig : {false, true}) write_for_resharding(orig);
@@ -271,6 +303,7 @@ LOCKSTEP_WORKER_TEST(FsdpWorker, Checkpoints) {
   const bool four = launched_world_size() == 4;
   sharded_checkpoint_resumes_bitwise(four ? "HYBRID_SHARD" : "FULL_SHARD");
   full_checkpoint_loads_into_one_process();
+  fully_shard_full_checkpoint_resumes_bitwise();
   if (four) checkpoints_from_two_ranks();
 }
 

@@ -84,6 +84,10 @@ std::vector<Case> cases_for(int world_size) {
                    fully_shard(S::kShardGradOp).forward_prefetch(true)});
   cases.push_back({"FullyShard, clip_grad max_norm 0.05", fully_shard(S::kFullShard), 1, 0.05});
   cases.push_back({"FullyShard, accumulation 3", fully_shard(S::kFullShard), 3});
+  if (world_size == 4) {
+    cases.push_back({"FullyShard, reshard_after_forward 2", fully_shard(S::kFullShard).reshard_after_forward_to(2)});
+    cases.push_back({"FullyShard, HSDP 2x2", fully_shard(S::kHybridShard)});
+  }
   cases.push_back({"FullyShard, param_dtype bf16, reduce_dtype fp32",
                    fully_shard(S::kFullShard).mixed_precision(MixedPrecision().param_dtype(bf16).reduce_dtype(torch::kFloat)),
                    1, 0, 1e-2, 1e-2});

@@ -1,11 +1,15 @@
 // FullyShard (FSDP2) across real processes: a parameter the loss never
 // reaches keeps no gradient on any rank, so AdamW neither decays nor moves
 // it, as PyTorch's fully_shard and DDP leave it; FSDP1's flat parameter
-// reduces zeros for it and AdamW decays it (Note [FSDP2's gradients]).
+// reduces zeros for it and AdamW decays it (Note [FSDP2's gradients]);
+// reshard_after_forward: 2 holds half the parameters between forward and
+// backward; frozen parameters are sharded with their unit and never stepped.
 //
 // The parent test that launches these workers is in fsdp_test.cpp.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <string>
 
 #include "lockstep/comm/comm.h"
 #include "lockstep/comm/init.h"
@@ -64,6 +68,84 @@ LOCKSTEP_WORKER_TEST(FsdpWorker, FullyShardLeavesAnUnusedParameterAlone) {
   // The control: FSDP1's flat parameter reduces zeros for it, and AdamW decays it.
   const AfterTraining fsdp1 = train_with_weight_decay(/*per_parameter=*/false);
   EXPECT_LT(fsdp1.unused.max().item<double>(), 1.0) << "FSDP1 was expected to decay the unused parameter";
+}
+
+// reshard_after_forward: 2 on 4 ranks: between a unit's forward and its
+// backward, each rank holds the unit's parameters sharded two ways (half of
+// them, padded per parameter), not four ways and not whole.
+LOCKSTEP_WORKER_TEST(FsdpWorker, FullyShardReshardsToPairsAfterForward) {
+  testing::WorkerWorld world_guard;
+  if (get_world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  torch::manual_seed(7);
+  auto model = std::make_shared<testing::FsdpMlp>();
+  const auto options = FSDPOptions()
+                           .auto_wrap_policy(testing::policy_for("mlp"))
+                           .per_parameter_sharding(true)
+                           .reshard_after_forward_to(2);
+  auto fsdp = std::make_shared<FullyShardedDataParallel>(model, world(), options);
+  Batch batch = testing::global_batch("mlp", testing::kPerRank * 4, 3000).slice(get_rank() * testing::kPerRank,
+                                                                               testing::kPerRank);
+  fsdp->begin_forward(/*sync=*/true);
+  torch::Tensor loss = torch::nn::functional::cross_entropy(model->logits(batch.at("x")), batch.at("y"));
+  for (const auto& unit : fsdp->units()) {
+    if (unit->setup().persistent) continue;
+    int64_t half = 0;  // this rank's rows of each parameter, split 2 ways, padded
+    for (const auto& slot : unit->slots()) half += (slot.shape[0] + 1) / 2 * (slot.numel / slot.shape[0]);
+    EXPECT_EQ(unit->state(), fsdp::FlatParamUnit::State::kSharded) << unit->path();
+    EXPECT_EQ(unit->gathered_bytes(), half * 4) << unit->path() << ": the 2-way part, float32";
+  }
+  fsdp->begin_backward(loss, /*sync=*/true, /*iteration=*/0);
+  loss.backward();
+  fsdp->end_backward(/*sync=*/true);
+  for (const auto& unit : fsdp->units()) {
+    if (!unit->setup().persistent) EXPECT_EQ(unit->gathered_bytes(), 0) << unit->path() << " after backward";
+  }
+}
+
+// LoRA-style fine-tuning: the first Linear frozen. FullyShard shards it with
+// its unit (each rank holds its rows, as fully_shard does), no optimizer sees
+// it, it never changes, and the rest trains as one process does on the whole
+// batch.
+LOCKSTEP_WORKER_TEST(FsdpWorker, FullyShardShardsFrozenParametersAndTrainsTheRest) {
+  testing::WorkerWorld world_guard;
+  auto make = [] {
+    auto model = testing::make_model("mlp");
+    for (auto& item : model->named_parameters()) {
+      if (item.key().rfind("layers.0.", 0) == 0) item.value().requires_grad_(false);
+    }
+    return model;
+  };
+  constexpr int64_t kSteps = 5;
+  const int64_t global = testing::kPerRank * get_world_size();
+  auto reference = make();
+  const torch::Tensor frozen_before = reference->named_parameters()["layers.0.weight"].detach().clone();
+  auto reference_optim = testing::adam(testing::unique_parameters(*reference));
+  reference_optim->initialize_count_status(0, kSteps);
+  for (int64_t step = 0; step < kSteps; ++step) {
+    reference->train_step(testing::global_batch("mlp", global, static_cast<uint64_t>(4000 + step)), *reference_optim);
+  }
+
+  auto model = make();
+  auto fsdp = std::make_shared<FullyShardedDataParallel>(
+      model, world(), FSDPOptions().auto_wrap_policy(testing::policy_for("mlp")).per_parameter_sharding(true));
+  for (const auto& [name, param] : fsdp->named_orig_parameters()) {
+    EXPECT_EQ(name.rfind("layers.0.", 0), std::string::npos) << name << " is frozen: no optimizer may step it";
+  }
+  for (const auto& unit : fsdp->units()) {
+    if (unit->path() != "layers.0") continue;
+    EXPECT_EQ(unit->layout().shard_numel, (24 + get_world_size() - 1) / get_world_size() * 17)
+        << "the frozen Linear(16, 24): this rank's rows of its weight and bias";
+  }
+  auto optim = testing::adam(testing::fsdp_optimizer_parameters(*fsdp));
+  optim->set_gradient_sync(fsdp);
+  optim->initialize_count_status(0, kSteps);
+  for (int64_t step = 0; step < kSteps; ++step) {
+    Batch batch = testing::global_batch("mlp", global, static_cast<uint64_t>(4000 + step));
+    model->train_step(batch.slice(get_rank() * testing::kPerRank, testing::kPerRank), *optim);
+  }
+  const auto weights = fsdp->full_state_dict(/*rank0_only=*/false);
+  EXPECT_TRUE(torch::equal(weights.at("layers.0.weight"), frozen_before)) << "the frozen weight changed";
+  testing::expect_matches(weights, testing::parameters_of(*reference), 1e-5, 1e-6, "FullyShard with a frozen layer");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <tuple>
 
 #include "lockstep/compat/cuda.h"
 #include "lockstep/compat/internal/storage.h"
@@ -34,11 +35,15 @@ std::pair<double, double> gradient_divide_factors(int world_size) {
   return {static_cast<double>(factor), static_cast<double>(world_size) / factor};
 }
 
-std::pair<double, double> fully_shard_divide_factors(int world_size, torch::Dtype reduce_dtype) {
+DivideFactors fully_shard_divide_factors(int shards, int replicas, torch::Dtype reduce_dtype) {
+  DivideFactors factors;
   if (reduce_dtype == torch::kFloat32 || reduce_dtype == torch::kBFloat16) {
-    return {1.0, static_cast<double>(world_size)};
+    factors.shard_postdivide = shards;
+    factors.postdivide = replicas;
+  } else {
+    std::tie(factors.predivide, factors.postdivide) = gradient_divide_factors(shards * replicas);
   }
-  return gradient_divide_factors(world_size);
+  return factors;
 }
 
 namespace {
@@ -91,6 +96,9 @@ FlatParamUnit::FlatParamUnit(int index, std::string path, torch::nn::Module* mod
   if (setup_.per_parameter) {
     layout_ = ShardLayout(per_parameter_blocks(shapes, shard_world), shard_rank, shard_world);
     for (size_t s = 0; s < slots_.size(); ++s) slots_[s].offset = layout_.blocks[s].full_offset;
+    if (const auto& group = setup_.post_forward_group) {
+      post_forward_layout_ = ShardLayout(per_parameter_blocks(shapes, group->size()), group->rank(), group->size());
+    }
   } else {
     layout_ = ShardLayout(numel, shard_rank, shard_world);
   }
@@ -167,7 +175,8 @@ void FlatParamUnit::mark_shard_updated() { shard_updated_ = true; }
 
 int64_t FlatParamUnit::gathered_bytes() const {
   if (aliases_shard_) return 0;
-  return static_cast<int64_t>(compat::storage_bytes(full_));
+  const int64_t post = post_forward_shard_.defined() ? post_forward_shard_.numel() * post_forward_shard_.element_size() : 0;
+  return static_cast<int64_t>(compat::storage_bytes(full_)) + post;
 }
 
 void FlatParamUnit::point_params_at(const torch::Tensor& flat) {
@@ -222,6 +231,17 @@ void FlatParamUnit::start_gather() {
     restore_param_views();
     return;
   }
+  if (post_forward_shard_.defined()) {
+    // Backward after reshard_after_forward: k: from the k-way part, over the small group.
+    gathering_post_forward_ = true;
+    gather_source_ = std::move(post_forward_shard_);
+    post_forward_shard_ = torch::Tensor();
+    gathered_ = torch::empty({post_forward_layout_.padded_numel}, full_.options());
+    if (setup_.step_check) setup_.step_check->record(index_, StepCheck::Kind::kGather, /*detail=*/2);
+    gather_work_ = setup_.post_forward_group->all_gather_into_tensor(gathered_, gather_source_, /*async=*/true);
+    move_unit_state(state_, State::kGathering);
+    return;
+  }
   gather_source_ = source;
   // Per-parameter: into a rank-major buffer, copied out when it arrives.
   gathered_ = layout_.per_parameter() ? torch::empty_like(full_) : full_;
@@ -237,7 +257,15 @@ void FlatParamUnit::finish_gather() {
   gather_work_.reset();
   wait_for_unit(*work, path_, "gathering its parameters");
   gather_source_ = torch::Tensor();
-  layout_.gathered_to_full(gathered_, full_);
+  if (gathering_post_forward_) {
+    torch::NoGradGuard no_grad;
+    torch::Tensor part_full = torch::empty({post_forward_layout_.padded_numel}, full_.options());
+    post_forward_layout_.gathered_to_full(gathered_, part_full);
+    copy_between_layouts(post_forward_layout_, part_full, full_, layout_);
+    gathering_post_forward_ = false;
+  } else {
+    layout_.gathered_to_full(gathered_, full_);
+  }
   gathered_ = torch::Tensor();
   move_unit_state(state_, State::kGathered);
   restore_param_views();
@@ -253,11 +281,45 @@ void FlatParamUnit::refresh() {
 }
 
 void FlatParamUnit::reshard() {
+  post_forward_shard_ = torch::Tensor();
   if (setup_.persistent || aliases_shard_ || state_ == State::kSharded) return;
   if (state_ == State::kGathering) finish_gather();
   move_unit_state(state_, State::kSharded);
   restore_param_views();
   compat::free_storage(full_);
+}
+
+// Note [Resharding to a smaller group]
+// PyTorch's fully_shard(reshard_after_forward=k) trades memory for
+// communication between forward and backward: after its forward a unit
+// keeps its parameters sharded over its group of k consecutive ranks (a node,
+// typically) instead of over all N, so the all-gather its backward needs runs
+// inside that group. Here the k-way part is cut from the gathered parameters
+// in the k-way per-parameter layout (Note [Per-parameter layout]) when the
+// forward ends, and the next gather collects it over the post-forward group
+// and copies it into the N-way full layout. The values are the parameters'
+// own bits either way (all-gathers copy), so training is bitwise the same as
+// with reshard_after_forward: true; only memory and traffic differ.
+void FlatParamUnit::reshard_after_forward() {
+  if (!setup_.post_forward_group || setup_.persistent || aliases_shard_ || state_ == State::kSharded) {
+    reshard();
+    return;
+  }
+  if (state_ == State::kGathering) finish_gather();
+  torch::NoGradGuard no_grad;
+  torch::Tensor part_full = torch::zeros({post_forward_layout_.padded_numel}, full_.options());
+  copy_between_layouts(layout_, full_, part_full, post_forward_layout_);
+  torch::Tensor part = post_forward_layout_.shard_of(part_full).clone();
+  reshard();
+  post_forward_shard_ = std::move(part);
+}
+
+void FlatParamUnit::copy_between_layouts(const ShardLayout& from_layout, const torch::Tensor& from, torch::Tensor& to,
+                                         const ShardLayout& to_layout) const {
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    to.narrow(0, to_layout.blocks[s].full_offset, slots_[s].numel)
+        .copy_(from.narrow(0, from_layout.blocks[s].full_offset, slots_[s].numel));
+  }
 }
 
 ShardOverlap FlatParamUnit::shard_part(size_t slot) const {

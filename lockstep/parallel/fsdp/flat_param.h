@@ -52,7 +52,10 @@ struct FlatSlot {
   std::vector<int64_t> shape;
   int64_t offset = 0;
   int64_t numel = 0;
-  int64_t model_index = -1;          // among the model's unique trainable parameters
+  int64_t model_index = -1;          // among the model's unique trainable parameters; -1: frozen
+  // false: a frozen parameter (requires_grad false), sharded with the unit
+  // but never reduced nor stepped (FullyShard only; FSDP1 keeps them whole).
+  bool trainable = true;
 };
 
 struct UnitSetup {
@@ -70,11 +73,21 @@ struct UnitSetup {
   // (Note [FSDP's pre- and post-divide] in shard_gradients.cpp).
   double predivide = 1;
   double postdivide = 1;
+  // FullyShard's HSDP averages twice, as PyTorch's fully_shard does: by the
+  // shard group's size after the reduce-scatter (before the replicas'
+  // all-reduce) and by the replicas' count after it (`postdivide`).
+  double shard_postdivide = 1;
   // FSDP2's layout and reduction (PyTorch's fully_shard): each parameter is
   // sharded on dim 0 on its own (Note [Per-parameter layout]), and only the
   // parameters that received a gradient are reduced; the others keep none
   // (Note [FSDP2's gradients] in shard_gradients.cpp).
   bool per_parameter = false;
+  // FullyShard's reshard_after_forward: k (per-parameter only): after its
+  // forward the unit keeps this rank's part of a k-way sharding over this
+  // group of k consecutive ranks, and its backward gathers from that over the
+  // group (Note [Resharding to a smaller group]). Null: after forward it
+  // reshards over the whole shard group.
+  std::shared_ptr<ProcessGroup> post_forward_group;
   StepCheck* step_check = nullptr;                // told about every collective the unit issues
   // Set: the flat parameter is broadcast from this group's rank 0 when the
   // unit is built, on the compute device (sync_module_states, a unit at a time).
@@ -86,10 +99,17 @@ struct UnitSetup {
 // while it divides N and N / pre > pre (N=2: 2, 1; N=4: 2, 2; N=8: 4, 2;
 // N=16: 4, 4); post = N / pre. See Note [FSDP's pre- and post-divide].
 std::pair<double, double> gradient_divide_factors(int world_size);
-// fully_shard's (FSDP2's _get_gradient_divide_factors): with reduce_dtype
-// fp32 or bf16, no division before the sum and N after it (its ReduceOp.AVG,
-// which Gloo computes as the sum divided by N); otherwise FSDP1's split.
-std::pair<double, double> fully_shard_divide_factors(int world_size, torch::Dtype reduce_dtype);
+// fully_shard's divisions (FSDP2's _get_gradient_divide_factors) for a shard
+// group of `shards` ranks and `replicas` of it (HSDP; 1 without): with
+// reduce_dtype fp32 or bf16 none before the sums, and after each sum its own
+// group's size (its ReduceOp.AVG, which Gloo computes as the sum divided by
+// the group's size); otherwise FSDP1's split of shards * replicas, after all.
+struct DivideFactors {
+  double predivide = 1;
+  double shard_postdivide = 1;
+  double postdivide = 1;
+};
+DivideFactors fully_shard_divide_factors(int shards, int replicas, torch::Dtype reduce_dtype);
 
 class FlatParamUnit {
  public:
@@ -153,6 +173,10 @@ class FlatParamUnit {
   void refresh();
   // Frees the gathered buffer (not for persistent units).
   void reshard();
+  // FULL_SHARD's free after forward: reshard(), or with a post-forward group
+  // keeps this rank's part of the smaller sharding first, which the next
+  // start_gather gathers from (over that group).
+  void reshard_after_forward();
   // The unit's forward is known to be intercepted: from now on its sharded
   // parameters are [0]-shaped (see the top of this file).
   void mark_intercepted();
@@ -171,12 +195,17 @@ class FlatParamUnit {
   // The part of slot `slot` this rank's shard holds.
   ShardOverlap shard_part(size_t slot) const;
 
-  // Autograd hooks, one per slot, kept here so they live as long as the unit.
+  // Autograd hooks, one per slot (null for a frozen one), kept here so they live as long as the unit.
   std::vector<std::unique_ptr<compat::PostAccumulateHook>>& hooks() { return hooks_; }
 
  private:
   // Reads the slots' storage and layout, and offload (slots_, pinned_offload_).
   friend class ShardGradients;
+
+  // Copies every parameter from `from` (in from_layout's full layout) into
+  // `to` (in to_layout's); both per-parameter layouts of these slots.
+  void copy_between_layouts(const ShardLayout& from_layout, const torch::Tensor& from, torch::Tensor& to,
+                            const ShardLayout& to_layout) const;
 
   int index_;
   std::string path_;
@@ -201,6 +230,9 @@ class FlatParamUnit {
   std::shared_ptr<Work> gather_work_;
   torch::Tensor gather_source_;
   torch::Tensor gathered_;  // per-parameter layout: the all-gather's rank-major result, until copied out
+  ShardLayout post_forward_layout_;  // with a post-forward group: the k-way layout
+  torch::Tensor post_forward_shard_;  // after forward: this rank's part of it
+  bool gathering_post_forward_ = false;
   std::vector<std::unique_ptr<compat::PostAccumulateHook>> hooks_;
   ShardGradients gradients_{*this};  // last: destroyed first, it waits for its reduction
 };

@@ -83,6 +83,9 @@ struct FSDPOptions {
   TORCH_ARG(std::shared_ptr<WrapPolicy>, auto_wrap_policy);
   // HYBRID_SHARD: consecutive ranks per shard group; 0 uses the ranks of this node.
   TORCH_ARG(int, hybrid_shard_size) = 0;
+  // HYBRID_SHARD: how many shard groups the world must make (FullyShard's
+  // 2-D mesh, [replicas, shard size]); 0: as many as the world size gives.
+  TORCH_ARG(int, hybrid_replicas) = 0;
   // How the replica reduction (NO_SHARD, HYBRID_SHARD) all-reduces across a
   // multi-node replica group: "auto" hierarchically when a node holds several
   // of its ranks (within the node, then across nodes), "on", "off"; see
@@ -116,6 +119,11 @@ struct FSDPOptions {
   // fully_shard averages them, and a parameter without a gradient keeps none
   // (Note [FSDP2's gradients] in shard_gradients.cpp).
   TORCH_ARG(bool, per_parameter_sharding) = false;
+  // FullyShard's reshard_after_forward: k (FULL_SHARD, per-parameter): after
+  // forward each unit stays sharded over groups of k consecutive ranks, so
+  // its backward gathers within one (Note [Resharding to a smaller group] in
+  // flat_param.cpp). 0: over the whole shard group.
+  TORCH_ARG(int, reshard_after_forward_to) = 0;
   // The device the units compute on (PyTorch's device_id). Set, the model may
   // stay on the host: each unit is flattened there, moved to this device,
   // sharded and freed before the next, so the device never holds more than

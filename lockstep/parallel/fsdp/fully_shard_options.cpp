@@ -1,5 +1,8 @@
 #include "lockstep/parallel/fsdp/fully_shard_options.h"
 
+#include <algorithm>
+#include <cctype>
+
 #include "lockstep/config/key_usage.h"
 #include "lockstep/core/error.h"
 
@@ -7,18 +10,24 @@ namespace lockstep {
 namespace {
 
 // fully_shard's reshard_after_forward: true frees each unit after its
-// forward (FULL_SHARD), false keeps it to its backward (SHARD_GRAD_OP).
-ShardingStrategy read_reshard_after_forward(const Config& config) {
-  if (!config.has("reshard_after_forward")) return ShardingStrategy::kFullShard;
+// forward (FULL_SHARD), false keeps it to its backward (SHARD_GRAD_OP), an
+// integer k reshards it over groups of k ranks (FULL_SHARD, reshard_after_forward_to).
+void read_reshard_after_forward(const Config& config, FSDPOptions& options) {
+  if (!config.has("reshard_after_forward")) return;
   const Config value = config.at("reshard_after_forward");
+  const std::string& text = value.text();
+  if (!text.empty() && std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); })) {
+    options.reshard_after_forward_to(value.as<int>());
+    return;
+  }
   bool reshard = true;
   try {
     reshard = value.as<bool>();
   } catch (const Error&) {
-    LOCKSTEP_FAIL(config.where("reshard_after_forward"), ": reshard_after_forward must be true or false, got '",
-                  value.text(), "' (an integer, resharding to a smaller group after forward, is not supported yet)");
+    LOCKSTEP_FAIL(config.where("reshard_after_forward"), ": reshard_after_forward must be true, false or a number "
+                  "of ranks, got '", text, "'");
   }
-  return reshard ? ShardingStrategy::kFullShard : ShardingStrategy::kShardGradOp;
+  options.sharding_strategy(reshard ? ShardingStrategy::kFullShard : ShardingStrategy::kShardGradOp);
 }
 
 MixedPrecision read_mp_policy(const Config& config) {
@@ -56,9 +65,18 @@ FSDPOptions parse_fully_shard_options(const Config& config) {
   FSDPOptions options;
   options.per_parameter_sharding(true).use_orig_params(true);
   if (config.is_null()) return options;
-  options.sharding_strategy(read_reshard_after_forward(config));
+  read_reshard_after_forward(config, options);
   options.mixed_precision(read_mp_policy(config));
   options.offload_params(read_offload_policy(config));
+  if (config.has("mesh")) {
+    // HSDP: fully_shard over a 2-D mesh (replicate, shard), as init_device_mesh((replicas, shards)) makes it.
+    const auto mesh = config.get<std::vector<int>>("mesh");
+    LOCKSTEP_CHECK(mesh.size() == 2 && mesh[0] >= 1 && mesh[1] >= 1, config.where("mesh"),
+                   ": mesh must be [replicas, shard size], two positive integers (HSDP)");
+    LOCKSTEP_CHECK(options.sharding_strategy() == ShardingStrategy::kFullShard, config.where("mesh"),
+                   ": a 2-D mesh (HSDP) reshards after forward; reshard_after_forward: false is not supported with it");
+    options.sharding_strategy(ShardingStrategy::kHybridShard).hybrid_shard_size(mesh[1]).hybrid_replicas(mesh[0]);
+  }
   if (config.has("auto_wrap_policy")) options.auto_wrap_policy(build_wrap_policy(config.at("auto_wrap_policy")));
   return options;
 }

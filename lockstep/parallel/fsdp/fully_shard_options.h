@@ -12,9 +12,11 @@
 //     model_wrapper:
 //       type: FullyShard
 //       auto_wrap_policy: {type: module_type, module_types: [Block]}   # the modules fully_shard is applied to
-//       reshard_after_forward: true          # false: keep each unit gathered from forward to its backward
+//       reshard_after_forward: true          # false: keep each unit gathered from forward to its backward;
+//                                            # k (a number): reshard over groups of k ranks (a node) after forward
 //       mp_policy: {param_dtype: bf16, reduce_dtype: fp32, cast_forward_inputs: true}
 //       offload_policy: {type: CPUOffloadPolicy}                     # or null
+//       mesh: [2, 4]                         # optional: HSDP, 2 replicas of shard groups of 4 consecutive ranks
 //
 // As in PyTorch, fully_shard is applied to the modules the policy picks and
 // then to the root, which takes every parameter no unit holds.

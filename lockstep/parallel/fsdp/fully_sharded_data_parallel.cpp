@@ -28,10 +28,8 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
   model_->module = std::move(module);
   if (options.per_parameter_sharding()) {
     // FSDP2 steps each parameter's rows, over the whole group.
-    LOCKSTEP_CHECK(options.sharding_strategy() == ShardingStrategy::kFullShard ||
-                       options.sharding_strategy() == ShardingStrategy::kShardGradOp,
-                   "FullyShard (per-parameter sharding) shards over the whole group: reshard_after_forward true or "
-                   "false (FULL_SHARD or SHARD_GRAD_OP), not ", to_string(options.sharding_strategy()));
+    LOCKSTEP_CHECK(options.sharding_strategy() != ShardingStrategy::kNoShard,
+                   "FullyShard (per-parameter sharding) shards: FULL_SHARD, SHARD_GRAD_OP or HYBRID_SHARD, not NO_SHARD");
     options.use_orig_params(true);
   }
   model_->options = std::move(options);
@@ -126,6 +124,7 @@ std::vector<std::pair<std::string, torch::Tensor>> FullyShardedDataParallel::nam
   for (const auto& unit : model_->units) {
     for (size_t s = 0; s < unit->slots().size(); ++s) {
       const auto& slot = unit->slots()[s];
+      if (!slot.trainable) continue;  // frozen: no optimizer steps it
       by_model_index.push_back({slot.model_index, {slot.name, unit->gradients().orig_params()[s]}});
     }
   }

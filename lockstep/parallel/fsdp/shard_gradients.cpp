@@ -135,7 +135,8 @@ void ShardGradients::accumulate_present_grads(const torch::Tensor& result) {
   for (size_t s : reduced_) {
     const LayoutBlock& block = unit_.layout().blocks[s];
     torch::Tensor target = grad.narrow(0, block.shard_offset, block.chunk);
-    const torch::Tensor value = result.narrow(0, in_result, block.chunk).to(grad.scalar_type());
+    // Offloaded, the shard's gradient is on the host: a blocking copy (no pinned fast path here yet).
+    const torch::Tensor value = result.narrow(0, in_result, block.chunk).to(grad.device(), grad.scalar_type());
     if (present_[s]) {
       target.add_(value);
     } else {
@@ -155,6 +156,7 @@ void ShardGradients::finish_reduce() {
     reduce_work_.reset();
     wait_for_unit(*work, unit_.path(), "reducing its gradients");
   }
+  if (unit_.setup().shard_postdivide != 1) reduce_out_.div_(unit_.setup().shard_postdivide);
   if (unit_.layout().shard_world > 1 && unit_.setup().replicate_group && unit_.setup().replicate_group->size() > 1) {
     if (unit_.setup().step_check) unit_.setup().step_check->record(unit_.index(), StepCheck::Kind::kReplicaReduce);
     unit_.setup().replicate_group->all_reduce(reduce_out_, ReduceOp::kSum);
@@ -200,7 +202,7 @@ void ShardGradients::expose_orig_params() {
   for (size_t s = 0; s < unit_.slots().size(); ++s) {
     const ShardOverlap part = unit_.shard_part(s);
     torch::Tensor view = memory.narrow(0, part.in_shard, part.length);
-    view.requires_grad_(true);
+    view.requires_grad_(unit_.slots()[s].trainable);
     orig_params_.push_back(std::move(view));
   }
 }

@@ -394,7 +394,9 @@ std::map<std::string, SlotRef> StateDictCodec::orig_positions(
 json StateDictCodec::flat_position_names() const {
   json names = json::object();
   for (const auto& unit : model_.units) {
-    for (const auto& slot : unit->slots()) names["0." + std::to_string(slot.model_index)] = slot.name;
+    for (const auto& slot : unit->slots()) {
+      if (slot.trainable) names["0." + std::to_string(slot.model_index)] = slot.name;
+    }
   }
   return names;
 }

@@ -31,6 +31,7 @@ void StepRuntime::units_built() {
     UnitRun run;
     run.slot_ready.assign(unit->slots().size(), 0);
     run.slot_in_graph.assign(unit->slots().size(), 1);
+    for (const auto& slot : unit->slots()) run.trainable_slots += slot.trainable ? 1 : 0;
     runs_.push_back(std::move(run));
     if (!unit->path().empty()) detail::register_unit(unit->module(), this, unit->index());
   }
@@ -75,7 +76,11 @@ void StepRuntime::leave_unit(int unit) noexcept {
     }
     const bool free_after_forward = model_.options.sharding_strategy() == ShardingStrategy::kFullShard ||
                                     model_.options.sharding_strategy() == ShardingStrategy::kHybridShard;
-    if (!grad || free_after_forward || unwinding) flat.reshard();
+    if (!grad || unwinding) {
+      flat.reshard();
+    } else if (free_after_forward) {
+      flat.reshard_after_forward();
+    }
     meter_.sample();
   } catch (const std::exception& error) {
     if (pending_error_.empty()) {
@@ -182,7 +187,8 @@ void StepRuntime::begin_backward(const torch::Tensor& loss, bool sync, int64_t i
     UnitRun& run = runs_[static_cast<size_t>(unit->index())];
     run.expected_grads = 0;
     for (size_t s = 0; s < unit->slots().size(); ++s) {
-      const bool in_graph = hidden || graph.count(unit->hooks()[s]->accumulator()) > 0;
+      const auto& hook = unit->hooks()[s];  // null: frozen, never waited for
+      const bool in_graph = hook && (hidden || graph.count(hook->accumulator()) > 0);
       run.slot_in_graph[s] = in_graph ? 1 : 0;
       run.expected_grads += in_graph ? 1 : 0;
     }
@@ -263,7 +269,7 @@ void StepRuntime::on_grad_ready(int unit, size_t slot) {
   run.slot_ready[slot] = 1;
   run.ready_grads += 1;
   if (!model_.options.accumulate_unsharded() || sync_) model_.unit(unit).gradients().absorb(slot);
-  const int expected = phase_ == Phase::kBackward ? run.expected_grads : static_cast<int>(run.slot_ready.size());
+  const int expected = phase_ == Phase::kBackward ? run.expected_grads : run.trainable_slots;
   if (run.ready_grads >= expected && !run.post_backward_done) post_backward(unit);
 }
 

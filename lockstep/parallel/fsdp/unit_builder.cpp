@@ -7,7 +7,6 @@
 #include <map>
 #include <set>
 #include <sstream>
-#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -83,6 +82,9 @@ int UnitBuilder::hybrid_shard_group_size(const FSDPOptions& options, const Proce
   }
   LOCKSTEP_CHECK(size >= 1 && group.size() % size == 0, "HYBRID_SHARD: hybrid_shard_size ", size,
                  " does not divide the world size ", group.size());
+  LOCKSTEP_CHECK(options.hybrid_replicas() == 0 || options.hybrid_replicas() * size == group.size(),
+                 "FullyShard: the mesh [", options.hybrid_replicas(), ", ", size, "] holds ",
+                 options.hybrid_replicas() * size, " ranks, but the job has ", group.size());
   return size;
 }
 
@@ -164,6 +166,18 @@ void UnitBuilder::make_groups(ShardedModel& model, const std::shared_ptr<Process
                     format_ranks(model.replicate_group->global_ranks()));
       break;
     }
+  }
+  if (const int k = model.options.reshard_after_forward_to(); k > 0) {
+    LOCKSTEP_CHECK(model.options.per_parameter_sharding() &&
+                       model.options.sharding_strategy() == ShardingStrategy::kFullShard,
+                   "reshard_after_forward: ", k, " needs FullyShard with a 1-D mesh (resharding after forward)");
+    LOCKSTEP_CHECK(k > 1 && k < world_size && world_size % k == 0, "FullyShard: reshard_after_forward: ", k,
+                   " must divide the world size ", world_size, " and lie strictly between 1 and it (true: all ",
+                   world_size, " ranks; false: keep the parameters)");
+    const int block = model.group->rank() / k;
+    std::vector<int> ranks;
+    for (int i = 0; i < k; ++i) ranks.push_back(block * k + i);
+    model.post_forward_group = model.group->new_group(ranks, name + ".post_forward" + std::to_string(block));
   }
   if (model.replicate_group && model.replicate_group->size() > 1) {
     configure_hierarchical_all_reduce(*model.replicate_group, model.options.hierarchical_all_reduce(), 0, "FSDP");
@@ -293,8 +307,11 @@ void UnitBuilder::build_units(const std::vector<std::string>& unit_paths) {
     }
     UnitSetup setup = unit_setup(/*root=*/u == 0, slots[u].front().param, predivide, postdivide);
     if (setup.per_parameter) {
-      std::tie(setup.predivide, setup.postdivide) =
-          fully_shard_divide_factors(model_.group->size(), setup.reduce_dtype);
+      const int shards = model_.shard_group ? model_.shard_group->size() : 1;
+      const DivideFactors factors = fully_shard_divide_factors(shards, model_.group->size() / shards, setup.reduce_dtype);
+      setup.predivide = factors.predivide;
+      setup.shard_postdivide = factors.shard_postdivide;
+      setup.postdivide = factors.postdivide;
     }
     const int index = static_cast<int>(model_.units.size());
     torch::Tensor prebuilt;
@@ -344,7 +361,10 @@ std::vector<std::vector<FlatSlot>> UnitBuilder::assign_parameters(const std::vec
   }
   for (const auto& param : order) {
     const auto& names = names_of[param.unsafeGetTensorImpl()];
-    if (!param.requires_grad()) {
+    // FullyShard shards frozen parameters with their unit, as fully_shard
+    // does (LoRA: the frozen base weights are most of the model).
+    const bool trainable = param.requires_grad();
+    if (!trainable && !model_.options.per_parameter_sharding()) {
       for (const auto& name : names) model_.frozen.emplace_back(name, param);
       continue;
     }
@@ -363,7 +383,8 @@ std::vector<std::vector<FlatSlot>> UnitBuilder::assign_parameters(const std::vec
     slot.name = names.front();
     slot.aliases.assign(names.begin() + 1, names.end());
     slot.param = param;
-    slot.model_index = model_.trainable_count++;
+    slot.trainable = trainable;
+    slot.model_index = trainable ? model_.trainable_count++ : -1;
     slots[owner].push_back(std::move(slot));
   }
   return slots;
@@ -385,6 +406,7 @@ UnitSetup UnitBuilder::unit_setup(bool root, const torch::Tensor& first, double 
   setup.predivide = predivide;
   setup.postdivide = postdivide;
   setup.per_parameter = model_.options.per_parameter_sharding();
+  setup.post_forward_group = model_.post_forward_group;
   setup.step_check = step_check_;
   if (model_.options.sync_module_states() && model_.group->size() > 1) setup.sync_group = model_.group;
   return setup;
@@ -413,6 +435,10 @@ torch::Tensor UnitBuilder::checked_prebuilt_shard(const std::string& path,
 void UnitBuilder::install_gradient_hooks(FlatParamUnit& unit) {
   const int index = unit.index();
   for (size_t s = 0; s < unit.slots().size(); ++s) {
+    if (!unit.slots()[s].trainable) {
+      unit.hooks().push_back(nullptr);  // autograd never produces its gradient
+      continue;
+    }
     unit.hooks().push_back(std::make_unique<compat::PostAccumulateHook>(
         unit.slots()[s].param, [this, index, s] { grad_ready_(index, s); }));
   }

@@ -30,6 +30,7 @@ struct ShardedModel {
   std::shared_ptr<ProcessGroup> group;            // this FSDP's own view of the given group
   std::shared_ptr<ProcessGroup> shard_group;      // null: no sharding (NO_SHARD)
   std::shared_ptr<ProcessGroup> replicate_group;  // null: no replication
+  std::shared_ptr<ProcessGroup> post_forward_group;  // reshard_after_forward_to: this rank's k consecutive ranks
   // In unit order; unit 0 is the root when it holds parameters (Note [The
   // root unit], unit_builder.cpp).
   std::vector<std::unique_ptr<FlatParamUnit>> units;

@@ -91,6 +91,7 @@ class StepRuntime : public detail::UnitRuntime {
     bool post_backward_done = false;
     int expected_grads = 0;
     int ready_grads = 0;
+    int trainable_slots = 0;        // the gradients an unplanned backward waits for
     std::vector<char> slot_ready;
     std::vector<char> slot_in_graph;
   };
