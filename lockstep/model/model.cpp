@@ -98,6 +98,24 @@ Registry<Model>& model_registry() {
   return registry;
 }
 
+void freeze_parameters(torch::nn::Module& model, const std::vector<std::string>& names, const std::string& where) {
+  const auto params = model.named_parameters(/*recurse=*/true);
+  for (const auto& name : names) {
+    int matched = 0;
+    for (const auto& item : params) {
+      const std::string& key = item.key();
+      if (key != name && key.rfind(name + ".", 0) != 0) continue;
+      item.value().requires_grad_(false);
+      ++matched;
+    }
+    if (matched > 0) continue;
+    std::string known;
+    for (const auto& item : params) known += (known.empty() ? "" : ", ") + item.key();
+    LOCKSTEP_FAIL(where, ": frozen_parameters names '", name, "', which is no parameter of the model nor a module "
+                  "holding one (its parameters: ", known, ")");
+  }
+}
+
 std::shared_ptr<Model> build_model(const Config& config) {
   LOCKSTEP_CHECK(config.is_map(), config.where(), ": model must be a map with a 'type' key");
   // The preprocessor is configured inside the model section but built here,
@@ -112,7 +130,10 @@ std::shared_ptr<Model> build_model(const Config& config) {
   if (config.has("memory_format")) {
     memory_format = parse_memory_format(config.get<std::string>("memory_format"), config.where("memory_format"));
   }
+  std::vector<std::string> frozen;
+  if (config.has("frozen_parameters")) frozen = config.get<std::vector<std::string>>("frozen_parameters");
   auto model = model_registry().build(config);
+  freeze_parameters(*model, frozen, config.where("frozen_parameters"));
   if (preprocessor) model->set_data_preprocessor(preprocessor);
   if (memory_format) {
     to_memory_format(*model, *memory_format);

@@ -28,6 +28,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -110,8 +111,17 @@ class Model : public torch::nn::Module {
 
 Registry<Model>& model_registry();
 
-// Builds `model:` from config, including its `data_preprocessor` entry and
-// its `memory_format` (model/memory_format.h: the parameters and the inputs).
+// Builds `model:` from config, including its `data_preprocessor` entry, its
+// `memory_format` (model/memory_format.h: the parameters and the inputs) and
+// its `frozen_parameters` (freeze_parameters below).
 std::shared_ptr<Model> build_model(const Config& config);
+
+// `frozen_parameters: [backbone, head.0.weight]`: every parameter with one of
+// these names, or inside a module of one, stops requiring a gradient (Python's
+// requires_grad_(False)): no optimizer steps it, DDP does not reduce it, and
+// under FullyShard it is sharded with its unit (LoRA-style fine-tuning: the
+// base frozen, adapters trained). A name that matches no parameter is an
+// error naming `where` and the model's parameters.
+void freeze_parameters(torch::nn::Module& model, const std::vector<std::string>& names, const std::string& where);
 
 }  // namespace lockstep

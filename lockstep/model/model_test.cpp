@@ -1,6 +1,10 @@
 #include "lockstep/model/model.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <map>
+#include <string>
 
 #include "lockstep/core/error.h"
 #include "lockstep/model/data_preprocessor.h"
@@ -117,6 +121,28 @@ TEST(BatchTest, NamedAccessSliceAndConcat) {
     FAIL();
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("x, y"), std::string::npos);
+  }
+}
+
+// model.frozen_parameters: a module's name freezes every parameter inside it,
+// a parameter's name that one; the rest still train. A name that matches
+// nothing is an error naming the key's line and the model's parameters.
+TEST(FrozenParameters, NamesFreezeParametersAndModules) {
+  auto model = build_model(parse_config(
+      "type: ConvNet\nchannels: [4]\nhidden: 8\nbatch_norm: false\nfrozen_parameters: [features.0, head.1.bias]\n", "model.yaml"));
+  std::map<std::string, bool> trains;
+  for (const auto& item : model->named_parameters()) trains[item.key()] = item.value().requires_grad();
+  EXPECT_FALSE(trains.at("features.0.weight"));
+  EXPECT_FALSE(trains.at("features.0.bias"));
+  EXPECT_FALSE(trains.at("head.1.bias"));
+  EXPECT_TRUE(trains.at("head.1.weight"));
+  EXPECT_TRUE(trains.at("head.3.weight"));
+  try {
+    build_model(parse_config("type: ConvNet\nchannels: [4]\nhidden: 8\nbatch_norm: false\nfrozen_parameters: [features.9]\n", "model.yaml"));
+    FAIL() << "an unknown name was accepted";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), ::testing::AllOf(::testing::HasSubstr("model.yaml:5"), ::testing::HasSubstr("features.9"),
+                                               ::testing::HasSubstr("head.1.weight")));
   }
 }
 
