@@ -124,6 +124,11 @@ struct FSDPOptions {
   // its backward gathers within one (Note [Resharding to a smaller group] in
   // flat_param.cpp). 0: over the whole shard group.
   TORCH_ARG(int, reshard_after_forward_to) = 0;
+  // Reduce-scatter with the backend's own op (c10d's _reduce_scatter_base,
+  // what PyTorch's FSDP calls) instead of lockstep's ring over Gloo: the same
+  // sums in the same order as PyTorch at every world size, slower on Gloo
+  // (Note [Whose reduce-scatter] in unit_builder.cpp). NCCL's is native either way.
+  TORCH_ARG(bool, native_reduce_scatter) = false;
   // The device the units compute on (PyTorch's device_id). Set, the model may
   // stay on the host: each unit is flattened there, moved to this device,
   // sharded and freed before the next, so the device never holds more than

@@ -17,6 +17,8 @@
 //       mp_policy: {param_dtype: bf16, reduce_dtype: fp32, cast_forward_inputs: true}
 //       offload_policy: {type: CPUOffloadPolicy}                     # or null
 //       mesh: [2, 4]                         # optional: HSDP, 2 replicas of shard groups of 4 consecutive ranks
+//       reduce_scatter: ring                 # or native: the backend's own op, bitwise as PyTorch's at any
+//                                            # world size (Note [Whose reduce-scatter] in unit_builder.cpp)
 //
 // As in PyTorch, fully_shard is applied to the modules the policy picks and
 // then to the root, which takes every parameter no unit holds.

@@ -138,6 +138,19 @@ struct UnitBuilder::SequentialEntry {
   torch::nn::AnyModule original;
 };
 
+// Note [Whose reduce-scatter]
+// Over Gloo, lockstep's ProcessGroup reduce-scatters with its own ring over
+// send/recv (comm/process_group.cpp: Gloo's native _reduce_scatter_base is an
+// all-reduce and a slice, 2.2x the ring's time on 2 ranks). A sum of the same
+// terms in another order may round differently: the ring adds in Gloo's order
+// at 2 and 3 ranks, and FullyShard then trains bitwise as PyTorch's
+// fully_shard; at 4 ranks Gloo's all-reduce adds in another order, and after
+// 20 SGD steps the weights differ by up to 9.3e-7 relative (the differential
+// case FullyShard_4ranks). native_reduce_scatter (FullyShard's
+// `reduce_scatter: native`) runs the backend's own op, PyTorch's call:
+// bitwise at every world size (FullyShard_ReshardAfterForward2_4ranks), at
+// the native op's speed. It is set on the shard group, the one group that
+// reduce-scatters (HSDP's replicas all-reduce).
 void UnitBuilder::make_groups(ShardedModel& model, const std::shared_ptr<ProcessGroup>& group,
                               const std::string& name) {
   // The units' collectives go over the group's own connections, in its order
@@ -178,6 +191,9 @@ void UnitBuilder::make_groups(ShardedModel& model, const std::shared_ptr<Process
     std::vector<int> ranks;
     for (int i = 0; i < k; ++i) ranks.push_back(block * k + i);
     model.post_forward_group = model.group->new_group(ranks, name + ".post_forward" + std::to_string(block));
+  }
+  if (model.options.native_reduce_scatter() && model.shard_group) {  // Note [Whose reduce-scatter]
+    model.shard_group->set_algorithms({CollectiveAlgorithm::kNative, CollectiveAlgorithm::kAuto});
   }
   if (model.replicate_group && model.replicate_group->size() > 1) {
     configure_hierarchical_all_reduce(*model.replicate_group, model.options.hierarchical_all_reduce(), 0, "FSDP");
