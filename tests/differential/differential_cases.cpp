@@ -66,8 +66,8 @@ std::string fully_shard_strategy(const json& sharding) {
   std::string yaml = "strategy:\n  type: FSDPStrategy\n  launcher: pytorch\n  backend: gloo\n  model_wrapper:\n"
                      "    type: FullyShard\n"
                      "    auto_wrap_policy: {type: module_type, module_types: [Conv2d, Linear]}\n"
-                     "    reshard_after_forward: " +
-                     std::string(sharding.value("reshard_after_forward", true) ? "true" : "false") + "\n";
+                     "    reshard_after_forward: " + sharding.value("reshard_after_forward", json(true)).dump() + "\n";
+  if (sharding.contains("mesh")) yaml += "    mesh: " + sharding["mesh"].dump() + "\n";
   if (sharding.contains("mp_policy")) {
     const json& mp = sharding["mp_policy"];
     yaml += "    mp_policy: {param_dtype: " + mp["param_dtype"].get<std::string>() +
@@ -207,6 +207,18 @@ const std::vector<DiffCase>& all_cases() {
          fully_shard_strategy(json::object()), 0, kSameFsdp2 + " (rows split 3 ways, the last chunks short)"},
         {"FullyShard_NoReshard_3ranks", fully_shard_case(base_case(3), {{"reshard_after_forward", false}}),
          fully_shard_strategy({{"reshard_after_forward", false}}), 0, kSameFsdp2},
+        {"FullyShard_4ranks", fully_shard_case(base_case(4), json::object()), fully_shard_strategy(json::object()),
+         1e-6, "lockstep's ring reduce-scatter adds 4 terms in another order than Gloo's native op, which fully_shard "
+               "calls (Note [Whose reduce-scatter])"},
+        {"FullyShard_ReshardAfterForward2_4ranks", fully_shard_case(base_case(4), {{"reshard_after_forward", 2}}),
+         fully_shard_strategy({{"reshard_after_forward", 2}}) + "    reduce_scatter: native\n", 0,
+         kSameFsdp2 + " (reduce_scatter: native, Gloo's own op; backward gathers within pairs of ranks)"},
+        {"FullyShard_Frozen_3ranks", fully_shard_case(with(base_case(3), "frozen", {"features.0", "head.1.bias"}), json::object()),
+         fully_shard_strategy(json::object()), 0,
+         kSameFsdp2 + " (frozen parameters sharded with their units, gathered, never reduced)"},
+        {"FullyShard_HSDP_2x2", fully_shard_case(base_case(4), {{"mesh", {2, 2}}}),
+         fully_shard_strategy({{"mesh", {2, 2}}}), 0,
+         kSameFsdp2 + ": a reduce-scatter in each shard group, then an all-reduce across the two, each averaged"},
         {"FullyShard_AdamW_Accumulation_3ranks",
          fully_shard_case(with(with(with(base_case(3), "optimizer", adamw["optimizer"]), "accumulate", 2), "iters", 20),
                           json::object()),
@@ -229,6 +241,8 @@ const std::vector<DiffCase>& all_cases() {
          fsdp("    sharding_strategy: HYBRID_SHARD\n    hybrid_shard_size: 2\n"), kFsdpTolerance,
          "reduce-scatter in a node, all-reduce across nodes: another order than DDP's 4-way sum"},
         {"DDP_Accumulation", accumulation, kDDP, 0, same_ops + " (accumulative_counts 4 against no_sync)"},
+        {"DDP_Frozen", with(base_case(2), "frozen", {"features.0", "head.1.bias"}), kDDP, 0,
+         same_ops + " (model.frozen_parameters against requires_grad_(False))"},
         {"FSDP_Accumulation", accumulation, kFullShard, kFsdpTolerance,
          "FSDP reduces each micro-step and sums the results (memory stays 1/N); DDP sums first"},
         {"DDP_ClipGradNorm", clipping, kDDP, 0, same_ops + " (clip_grad_norm_ operation for operation)"},

@@ -36,6 +36,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "lockstep/core/error.h"
 #include "tests/differential/differential_cases.h"
 #include "tests/support/capi_support.h"
 #include "tests/support/test_support.h"
@@ -112,6 +113,7 @@ std::string lockstep_config(const json& c, const std::string& strategy, const st
          << "\n  batch_norm: " << model["batch_norm"] << "\n";
   }
   if (model.contains("memory_format")) yaml << "  memory_format: " << model["memory_format"].get<std::string>() << "\n";
+  if (c.contains("frozen")) yaml << "  frozen_parameters: " << yaml_list(c["frozen"]) << "\n";
   yaml << "  data_preprocessor: {type: ImgDataPreprocessor, mean: [72.94], std: [90.02]}\n"
        << "train_dataloader:\n  batch_size: " << c["batch"]
        << "\n  num_workers: 0\n  sampler: {type: DefaultSampler, shuffle: false}\n"
@@ -316,7 +318,8 @@ TEST_P(Differential, FinalWeightsMatchPyTorch) {
   if (testing::file_exists(unsupported)) {
     GTEST_SKIP() << testing::read_file(unsupported);
   }
-  SCOPED_TRACE(c.name + ": " + (c.tolerance == 0 ? std::string("bitwise, ") : "within 1e-5 relative, ") + c.why);
+  SCOPED_TRACE(c.name + ": " + (c.tolerance == 0 ? std::string("bitwise") : str_cat("within ", c.tolerance, " relative")) +
+               ", " + c.why);
   const double worst = train_and_compare(c.reference, c.strategy);
   if (c.tolerance == 0) {
     EXPECT_EQ(worst, 0.0);

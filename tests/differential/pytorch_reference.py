@@ -40,7 +40,9 @@ CASE is JSON:
    "data_root": "/usr/share/datasets/fashion-mnist",
    "device": "cpu" | "cuda" (optional; cuda: GPU 0 for every rank, deterministic algorithms on, NCCL),
    "loss_scale": {"init_scale": ..., "growth_interval": ...} (optional; fp16's GradScaler),
-   "fully_shard": {"modules": ["Conv2d", "Linear"], "reshard_after_forward": true,
+   "frozen": ["features.0"] (optional: those parameters, or those modules' parameters, requires_grad_(False)
+              before wrapping; lockstep's model.frozen_parameters),
+   "fully_shard": {"modules": ["Conv2d", "Linear"], "reshard_after_forward": true, "mesh": [2, 2] (optional, HSDP),
                    "mp_policy": {"param_dtype": "bf16", "reduce_dtype": "fp32"}} (optional: PyTorch's
                    FSDP2 instead of DDP, on the modules of those classes and then the root; 2.14 only)}
 
@@ -511,6 +513,7 @@ def train_rank(rank, case, init, out, init_method):
     else:
         model = build_model(case["model"])
     model.load_state_dict(read_safetensors(init))
+    freeze(model, case.get("frozen", []))
     model.to(device)
     memory_format = case["model"].get("memory_format")
     if memory_format:
@@ -575,6 +578,14 @@ def train_rank(rank, case, init, out, init_method):
     leave_worker()
 
 
+def freeze(model, names):
+    """requires_grad_(False) on the parameters named, or inside modules named, in `names`
+    (lockstep's model.frozen_parameters)."""
+    for name, param in model.named_parameters():
+        if any(name == frozen or name.startswith(frozen + ".") for frozen in names):
+            param.requires_grad_(False)
+
+
 def apply_fully_shard(model, spec):
     """PyTorch's FSDP2: fully_shard on every module whose class is named in
     spec["modules"], then on the root, with spec's reshard_after_forward and
@@ -586,6 +597,9 @@ def apply_fully_shard(model, spec):
     args = {"reshard_after_forward": spec.get("reshard_after_forward", True),
             "mp_policy": MixedPrecisionPolicy(param_dtype=dtypes[policy.get("param_dtype")],
                                               reduce_dtype=dtypes[policy.get("reduce_dtype")])}
+    if spec.get("mesh"):  # HSDP: replicate across the first dimension, shard along the second
+        from torch.distributed.device_mesh import init_device_mesh
+        args["mesh"] = init_device_mesh("cpu", tuple(spec["mesh"]), mesh_dim_names=("replicate", "shard"))
     for module in list(model.modules())[1:]:
         if type(module).__name__ in spec["modules"]:
             fully_shard(module, **args)
