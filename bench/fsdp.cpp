@@ -7,6 +7,8 @@
 //   DDP            - lockstep DDP (gradients as bucket views)
 //   FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, and HYBRID_SHARD (2 "nodes" x 2, world 4)
 //                  - FullyShardedDataParallel, one unit per block, prefetch pre
+//   FULLY_SHARD    - FSDP2: FullyShard's per-parameter sharding, FULL_SHARD, one unit per block
+//   FULLY_SHARD_LEAN - the same, lean as FULL_SHARD_LEAN below
 //   FULL_SHARD_LEAN - FULL_SHARD with backward_prefetch none and
 //                     overlap_reductions false: the least memory
 // and prints, per mode, the largest value over the ranks of:
@@ -26,7 +28,10 @@
 // Where /usr/bin/python3 has torch 2.x (Debian trixie's root,
 // scripts/trixie-root.sh), PyTorch's own FSDP runs the same model too
 // (bench/fsdp_peer.py, started by lockstep's launcher), and the ratios of
-// lockstep's FULL_SHARD to it (step time, VmHWM, optimizer state) are printed.
+// lockstep's FULL_SHARD to it (step time, VmHWM, optimizer state) are printed;
+// where it has fully_shard (2.6 on), PyTorch's FSDP2 runs too, against
+// FULLY_SHARD, whose total is held to issue 60's bound: DDP's total / N plus
+// the largest unit, plus 5%.
 // Then, at world 2, activation checkpointing (examples/gpt's blocks, DDP):
 //   DDP_ACT, DDP_ACT_CKPT   - DDP without and with `activation_checkpointing:
 //                             {module_types: [Block]}`, on BENCH_ACTIVATION_TOKENS
@@ -43,6 +48,7 @@
 // ratio of the latter's peak to model/N + one unit + the root.
 //
 //   build/bench/bench_fsdp                       # BENCH_STEPS=3 BENCH_TOKENS=64 BENCH_WORLDS=2,4 (or none)
+//   BENCH_MODES=FULLY_SHARD build/bench/bench_fsdp   # only these modes besides DDP (comma-separated)
 //   BENCH_PARTS=build build/bench/bench_fsdp     # only some parts: steps, build, activation
 //   bin/lockstep run --standalone --nproc-per-node 2 -- build/bench/bench_fsdp worker FULL_SHARD 3
 #include <torch/torch.h>
@@ -147,9 +153,12 @@ int worker(const std::string& mode, int steps, int64_t tokens) {
     };
   } else {
     // FULL_SHARD_LEAN: FULL_SHARD with no prefetch and no reduction overlap.
-    const bool lean = mode == "FULL_SHARD_LEAN";
+    // FULLY_SHARD: FSDP2's per-parameter sharding (FullyShard), FULL_SHARD.
+    const bool lean = mode == "FULL_SHARD_LEAN" || mode == "FULLY_SHARD_LEAN";
+    const bool per_parameter = mode == "FULLY_SHARD" || mode == "FULLY_SHARD_LEAN";
     FSDPOptions options = FSDPOptions()
-                              .sharding_strategy(parse_sharding_strategy(lean ? "FULL_SHARD" : mode, "mode"))
+                              .sharding_strategy(parse_sharding_strategy(lean || per_parameter ? "FULL_SHARD" : mode, "mode"))
+                              .per_parameter_sharding(per_parameter)
                               .backward_prefetch(lean ? BackwardPrefetch::kNone : BackwardPrefetch::kPre)
                               .overlap_reductions(!lean)
                               .hybrid_shard_size(2)
@@ -158,7 +167,12 @@ int worker(const std::string& mode, int steps, int64_t tokens) {
     for (const auto& unit : fsdp->units()) {
       if (!unit->setup().persistent) unit_bytes.push_back(unit->layout().padded_numel * unit->full().element_size());
     }
-    auto adam = std::make_shared<lockstep::Adam>(fsdp->shard_parameters(), 1e-4);
+    std::vector<torch::Tensor> stepped = fsdp->shard_parameters();
+    if (per_parameter) {  // each parameter's rows, as PyTorch's optimizer over fully_shard's DTensors
+      stepped.clear();
+      for (const auto& [name, param] : fsdp->named_orig_parameters()) stepped.push_back(param);
+    }
+    auto adam = std::make_shared<lockstep::Adam>(stepped, 1e-4);
     optim = std::make_shared<OptimWrapper>(adam);
     optim->set_gradient_sync(fsdp);
     fsdp->track_optimizer(adam);
@@ -356,10 +370,28 @@ int driver() {
                        .exit_code == 0;
   std::printf("PyTorch's FSDP: %s\n", pytorch_fsdp ? "compared (bench/fsdp_peer.py)"
                                                     : "not compared (no torch 2.x for /usr/bin/python3, or CUDA)");
+  // And its FSDP2 where it has a public fully_shard (2.6 on).
+  const bool pytorch_fully_shard =
+      pytorch_fsdp && testing::run_command({"/usr/bin/python3", "-c", "from torch.distributed.fsdp import fully_shard"},
+                                           {}, 120)
+                              .exit_code == 0;
+  std::printf("PyTorch's fully_shard: %s\n", pytorch_fully_shard ? "compared (bench/fsdp_peer.py fully_shard)"
+                                                                  : "not compared");
+  // BENCH_MODES: only these of lockstep's modes (DDP is always run: the tables divide by it).
+  const char* modes_env = std::getenv("BENCH_MODES");
+  const std::string wanted_modes = modes_env != nullptr && *modes_env != '\0' ? modes_env : "";
+  auto wanted = [&wanted_modes](const std::string& mode) {
+    return wanted_modes.empty() || mode == "DDP" || ("," + wanted_modes + ",").find("," + mode + ",") != std::string::npos;
+  };
   while (part("steps") && worlds_text != "none" && std::getline(worlds, world_text, ',')) {
     const int world_size = std::stoi(world_text);
-    std::vector<std::string> modes{"DDP", "FULL_SHARD", "FULL_SHARD_LEAN", "SHARD_GRAD_OP", "NO_SHARD"};
-    if (world_size % 2 == 0 && world_size > 2) modes.push_back("HYBRID_SHARD");
+    std::vector<std::string> all_modes{"DDP",      "FULL_SHARD",  "FULL_SHARD_LEAN",  "SHARD_GRAD_OP",
+                                       "NO_SHARD", "FULLY_SHARD", "FULLY_SHARD_LEAN"};
+    if (world_size % 2 == 0 && world_size > 2) all_modes.push_back("HYBRID_SHARD");
+    std::vector<std::string> modes;
+    for (const auto& mode : all_modes) {
+      if (wanted(mode)) modes.push_back(mode);
+    }
     std::map<std::string, Result> results;
     for (const auto& mode : modes) {
       auto output = testing::run_command({launcher, "run", "--standalone", "--nproc-per-node", std::to_string(world_size),
@@ -367,15 +399,17 @@ int driver() {
                                          {}, 1800);
       results[mode] = parse(output, mode + " on " + std::to_string(world_size) + " ranks");
     }
-    if (pytorch_fsdp) {
-      // PyTorch's own FSDP on the same model, started by the same launcher (bench/fsdp_peer.py).
-      auto output = testing::run_command({launcher, "run", "--standalone", "--nproc-per-node", std::to_string(world_size),
-                                          "--", "/usr/bin/python3", std::string(LOCKSTEP_SOURCE_DIR) + "/bench/fsdp_peer.py",
-                                          std::to_string(steps), std::to_string(tokens)},
-                                         {}, 1800);
-      results["PYTORCH_FSDP"] = parse(output, "PyTorch's FSDP on " + std::to_string(world_size) + " ranks");
-      modes.push_back("PYTORCH_FSDP");
-    }
+    // PyTorch's own FSDP (and FSDP2) on the same model, started by the same launcher (bench/fsdp_peer.py).
+    auto run_peer = [&](const std::string& name, const std::string& variant) {
+      std::vector<std::string> command{launcher, "run", "--standalone", "--nproc-per-node", std::to_string(world_size),
+                                       "--", "/usr/bin/python3", std::string(LOCKSTEP_SOURCE_DIR) + "/bench/fsdp_peer.py",
+                                       std::to_string(steps), std::to_string(tokens)};
+      if (!variant.empty()) command.push_back(variant);
+      results[name] = parse(testing::run_command(command, {}, 1800), name + " on " + std::to_string(world_size) + " ranks");
+      modes.push_back(name);
+    };
+    if (pytorch_fsdp && results.count("FULL_SHARD")) run_peer("PYTORCH_FSDP", "");
+    if (pytorch_fully_shard && results.count("FULLY_SHARD")) run_peer("PYTORCH_FULLY_SHARD", "fully_shard");
     const Result& ddp = results["DDP"];
     std::printf("\nworld %d, %lld parameters (MiB; largest over ranks)\n", world_size,
                 static_cast<long long>(ddp.numel));
@@ -384,8 +418,9 @@ int driver() {
                 cuda ? "CUDA peak" : "VmHWM");
     for (const auto& mode : modes) {
       const Result& r = results[mode];
-      if (mode == "PYTORCH_FSDP") {  // PyTorch tracks no parameter or gradient bytes
-        std::printf("| PyTorch FSDP FULL_SHARD | - | - | %.1f | - | - | %.1f | %.3f s | %.2f |\n", mib(r.optimizer),
+      if (mode.rfind("PYTORCH_", 0) == 0) {  // PyTorch tracks no parameter or gradient bytes
+        std::printf("| %s | - | - | %.1f | - | - | %.1f | %.3f s | %.2f |\n",
+                    mode == "PYTORCH_FSDP" ? "PyTorch FSDP FULL_SHARD" : "PyTorch fully_shard", mib(r.optimizer),
                     mib(r.hwm), r.step, r.step / ddp.step);
         continue;
       }
@@ -393,7 +428,27 @@ int driver() {
                   mib(r.grads), mib(r.optimizer), mib(r.total), static_cast<double>(r.total) / ddp.total, mib(r.hwm),
                   r.step, r.step / ddp.step);
     }
-    if (pytorch_fsdp) {
+    if (results.count("PYTORCH_FULLY_SHARD")) {
+      const Result& ours = results["FULLY_SHARD"];
+      const Result& theirs = results["PYTORCH_FULLY_SHARD"];
+      std::printf("ratio fully_shard_step_vs_pytorch_fully_shard_world%d %.3f\n"
+                  "ratio fully_shard_peak_rss_vs_pytorch_fully_shard_world%d %.3f\n"
+                  "ratio fully_shard_optimizer_vs_pytorch_fully_shard_world%d %.3f\n",
+                  world_size, ours.step / theirs.step, world_size, static_cast<double>(ours.hwm) / theirs.hwm,
+                  world_size, static_cast<double>(ours.optimizer) / theirs.optimizer);
+    }
+    for (const char* name : {"FULLY_SHARD", "FULLY_SHARD_LEAN"}) {
+      if (!results.count(name)) continue;
+      // Issue 60's bound: 1/N of the model (DDP's parameters, gradients and
+      // optimizer state) plus its largest unit, plus 5%.
+      const Result& fsdp2 = results[name];
+      const double bound = (static_cast<double>(ddp.total) / world_size + fsdp2.unit1) * 1.05;
+      std::printf("%s total peak %.1f MiB vs (DDP/%d + largest unit) x 1.05 = (%.1f + %.1f) x 1.05 = %.1f MiB: "
+                  "ratio %.3f (target <= 1)\n",
+                  name, mib(fsdp2.total), world_size, mib(ddp.total) / world_size, mib(fsdp2.unit1), bound / (1 << 20),
+                  fsdp2.total / bound);
+    }
+    if (results.count("PYTORCH_FSDP")) {
       const Result& ours = results["FULL_SHARD"];
       const Result& theirs = results["PYTORCH_FSDP"];
       std::printf("ratio fsdp_step_vs_pytorch_fsdp_world%d %.3f\nratio fsdp_peak_rss_vs_pytorch_fsdp_world%d %.3f\n"
@@ -402,6 +457,7 @@ int driver() {
                   world_size, static_cast<double>(ours.optimizer) / theirs.optimizer);
     }
     for (const char* name : {"FULL_SHARD", "FULL_SHARD_LEAN"}) {
+      if (!results.count(name)) continue;
       const Result& full = results[name];
       const double bound = static_cast<double>(ddp.total) / world_size + full.unit1 + full.unit2;
       std::printf("%s total peak %.1f MiB vs DDP/%d + two largest units (%.1f + %.1f + %.1f) = %.1f MiB: "

@@ -1,7 +1,11 @@
 """PyTorch's own FullyShardedDataParallel on bench/fsdp's GPT, for comparison with lockstep's FSDP.
 
-    python3 -m torch.distributed.run --standalone --nproc-per-node N bench/fsdp_peer.py STEPS TOKENS
-    lockstep run --standalone --nproc-per-node N -- python3 bench/fsdp_peer.py STEPS TOKENS
+    python3 -m torch.distributed.run --standalone --nproc-per-node N bench/fsdp_peer.py STEPS TOKENS [fully_shard]
+    lockstep run --standalone --nproc-per-node N -- python3 bench/fsdp_peer.py STEPS TOKENS [fully_shard]
+
+With `fully_shard`: FSDP2 instead, PyTorch's fully_shard on every Block and
+then on the root (reshard_after_forward true, its default prefetching), and
+the line says PYTORCH_FULLY_SHARD.
 
 The model is examples/gpt/gpt_model.h's GPT with bench/fsdp's options (vocab
 96, block_size 64, 14 blocks 768 wide, 12 heads, no dropout, the output layer
@@ -86,7 +90,9 @@ def timed_steps(model, adam, data, steps):
 
 def optimizer_bytes(adam):
     """The bytes of the optimizer's state tensors on this rank (Adam's moments of the local shards, its step counts)."""
-    return sum(t.numel() * t.element_size() for state in adam.state.values() for t in state.values()
+    def local(t):
+        return t.to_local() if hasattr(t, "to_local") else t  # fully_shard's state is DTensors
+    return sum(local(t).numel() * local(t).element_size() for state in adam.state.values() for t in state.values()
                if torch.is_tensor(t))
 
 
@@ -106,15 +112,23 @@ def main():
     model = build_model()
     numel = sum(p.numel() for p in model.parameters())
     unit1, unit2 = largest_two_blocks_bytes(model)
-    model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}), sharding_strategy=ShardingStrategy.FULL_SHARD,
-                 backward_prefetch=BackwardPrefetch.BACKWARD_PRE, device_id=torch.device("cpu"),
-                 sync_module_states=False, use_orig_params=False, limit_all_gathers=True)
+    per_parameter = len(sys.argv) > 3 and sys.argv[3] == "fully_shard"
+    if per_parameter:
+        from torch.distributed.fsdp import fully_shard
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
+    else:
+        model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}), sharding_strategy=ShardingStrategy.FULL_SHARD,
+                     backward_prefetch=BackwardPrefetch.BACKWARD_PRE, device_id=torch.device("cpu"),
+                     sync_module_states=False, use_orig_params=False, limit_all_gathers=True)
     adam = torch.optim.Adam(model.parameters(), lr=1e-4)
     step = statistics.median(timed_steps(model, adam, batches(tokens), steps))
     rank = dist.get_rank()
     for r in range(dist.get_world_size()):
         if r == rank:
-            print(f"RESULT PYTORCH_FSDP {rank} -1 -1 {optimizer_bytes(adam)} -1 {vm_hwm_bytes()} {step:.6f} "
+            name = "PYTORCH_FULLY_SHARD" if per_parameter else "PYTORCH_FSDP"
+            print(f"RESULT {name} {rank} -1 -1 {optimizer_bytes(adam)} -1 {vm_hwm_bytes()} {step:.6f} "
                   f"{unit1} {unit2} {numel} 0", flush=True)
         dist.barrier()
     dist.destroy_process_group()
