@@ -197,7 +197,9 @@ inline void register_components() {
                                        .n_layer(config.get<int64_t>("n_layer", 4))
                                        .n_head(config.get<int64_t>("n_head", 4))
                                        .n_embd(config.get<int64_t>("n_embd", 128))
-                                       .dropout(config.get<double>("dropout", 0.0)));
+                                       .dropout(config.get<double>("dropout", 0.0))
+                                       .lora_rank(config.get<int64_t>("lora_rank", 0))
+                                       .lora_alpha(config.get<double>("lora_alpha", 16.0)));
     });
     lockstep::dataset_registry().add("FortuneChars", [](const lockstep::Config& config) {
       return std::make_shared<FortuneChars>(config.get<std::string>("root", "/usr/share/games/fortunes"),

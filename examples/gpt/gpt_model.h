@@ -35,6 +35,31 @@ struct GPTOptions {
   TORCH_ARG(int64_t, n_embd) = 128;
   // nanoGPT's residual dropout, after attention and after the MLP.
   TORCH_ARG(double, dropout) = 0.0;
+  // LoRA (Hu et al. 2021; peft's LoraConfig): with lora_rank r > 0 the
+  // attention's qkv and proj layers each get a low-rank update
+  // (lora_alpha / r) * B A x, A [r, in] random and B [out, r] zero (so the
+  // model starts as its base), and only the adapters train: every other
+  // parameter is frozen, as peft's get_peft_model leaves them.
+  TORCH_ARG(int64_t, lora_rank) = 0;
+  TORCH_ARG(double, lora_alpha) = 16.0;
+};
+
+// A LoRA adapter's pair: `prefix`_lora_a [rank, in] and `prefix`_lora_b
+// [out, rank] registered on `owner`; (x A^T B^T) * scale is the update.
+struct LoraPair {
+  torch::Tensor a, b;
+  double scale = 0;
+  void add_to(torch::nn::Module& owner, const std::string& prefix, int64_t in, int64_t out, const GPTOptions& options) {
+    if (options.lora_rank() <= 0) return;
+    a = owner.register_parameter(prefix + "_lora_a", torch::randn({options.lora_rank(), in}) / std::sqrt(static_cast<double>(in)));
+    b = owner.register_parameter(prefix + "_lora_b", torch::zeros({out, options.lora_rank()}));
+    scale = options.lora_alpha() / static_cast<double>(options.lora_rank());
+  }
+  // base(x) plus the update, or base(x) alone without adapters.
+  torch::Tensor apply(const torch::Tensor& x, torch::Tensor base) const {
+    if (!a.defined()) return base;
+    return base + x.matmul(a.t()).matmul(b.t()) * scale;
+  }
 };
 
 class CausalSelfAttentionImpl : public torch::nn::Module {
@@ -43,6 +68,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
     TORCH_CHECK(options.n_embd() % options.n_head() == 0, "n_embd must be a multiple of n_head");
     const int64_t d = options.n_embd();
     qkv = register_module("qkv", torch::nn::Linear(torch::nn::LinearOptions(d, 3 * d).bias(false)));
+    qkv_lora.add_to(*this, "qkv", d, 3 * d, options);
     // No key bias (GPT-2 has one): it adds q.b to every score of a query, which
     // softmax cancels, so its gradient is zero up to rounding, and Adam turns
     // rounding into steps of size lr. Runs that split a batch differently
@@ -50,23 +76,25 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
     q_bias = register_parameter("q_bias", torch::zeros({d}));
     v_bias = register_parameter("v_bias", torch::zeros({d}));
     proj = register_module("proj", torch::nn::Linear(d, d));
+    proj_lora.add_to(*this, "proj", d, d, options);
   }
 
   torch::Tensor forward(const torch::Tensor& x) {
     const int64_t batch = x.size(0), steps = x.size(1), channels = x.size(2);
     const int64_t head_size = channels / n_head_;
-    auto parts = qkv(x).split(channels, /*dim=*/2);
+    auto parts = qkv_lora.apply(x, qkv(x)).split(channels, /*dim=*/2);
     auto heads = [&](const torch::Tensor& t) { return t.view({batch, steps, n_head_, head_size}).transpose(1, 2); };
     torch::Tensor q = heads(parts[0] + q_bias), k = heads(parts[1]), v = heads(parts[2] + v_bias);
     torch::Tensor scores = q.matmul(k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_size));
     torch::Tensor future = torch::ones({steps, steps}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
     torch::Tensor attention = torch::softmax(scores.masked_fill(future, -INFINITY), -1);
     torch::Tensor y = attention.matmul(v).transpose(1, 2).contiguous().view({batch, steps, channels});
-    return proj(y);
+    return proj_lora.apply(y, proj(y));
   }
 
   torch::nn::Linear qkv{nullptr}, proj{nullptr};
   torch::Tensor q_bias, v_bias;
+  LoraPair qkv_lora, proj_lora;  // empty without lora_rank
 
  private:
   int64_t n_head_;
@@ -80,7 +108,7 @@ inline void init_gpt2_weights(torch::nn::Module& module, int64_t n_layer) {
   for (auto& item : module.named_parameters()) {
     const std::string& name = item.key();
     torch::Tensor p = item.value();
-    if (name.find("ln") != std::string::npos) continue;
+    if (name.find("ln") != std::string::npos || name.find("_lora_") != std::string::npos) continue;  // as built
     if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
       p.zero_();
     } else {
@@ -88,6 +116,11 @@ inline void init_gpt2_weights(torch::nn::Module& module, int64_t n_layer) {
       p.normal_(0.0, residual ? 0.02 / std::sqrt(2.0 * static_cast<double>(n_layer)) : 0.02);
     }
   }
+}
+
+// With LoRA, every parameter of `module` but the adapters is frozen.
+inline void train_only_adapters(torch::nn::Module& module) {
+  for (auto& item : module.named_parameters()) item.value().requires_grad_(item.key().find("_lora_") != std::string::npos);
 }
 
 class BlockImpl : public torch::nn::Module {
@@ -102,10 +135,12 @@ class BlockImpl : public torch::nn::Module {
     dropout = register_module("dropout", torch::nn::Dropout(options.dropout()));
     // Complete here, so that FSDP can shard the block as soon as it is built.
     init_gpt2_weights(*this, options.n_layer());
+    if (options.lora_rank() > 0) train_only_adapters(*this);
   }
 
   torch::Tensor forward(torch::Tensor x) {
     auto scope = lockstep::fsdp::unit_scope(*this);  // FSDP gathers this block's parameters here
+    x = scope.input(x);  // its gradient ends the block's backward (frozen parameters under LoRA)
     // With `activation_checkpointing: {module_types: [Block]}` the block keeps
     // only its input, and runs again during backward.
     x = lockstep::checkpointed(*this, [this](const torch::Tensor& h) {
@@ -134,6 +169,7 @@ class GPT : public lockstep::Model {
     // numbers either way (parallel/fsdp/shard_while_building.h).
     for (int64_t i = 0; i < options.n_layer(); ++i) blocks->push_back(lockstep::fsdp::shard_when_built(Block(options)));
     ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.n_embd()})));
+    if (options.lora_rank() > 0) train_only_adapters(*this);
   }
 
   // [B, T] token ids -> [B, T, vocab] logits.

@@ -50,6 +50,9 @@ FSDPStrategy::FSDPStrategy(FSDPStrategyOptions options)
     : DistributedStrategy(options.distributed), options_(std::move(options)) {}
 
 std::shared_ptr<Model> FSDPStrategy::build_model(const Config& config) {
+  // FullyShard's per-parameter shards are cut when it wraps: a model's
+  // shard_when_built units stay whole while building (FSDP1's flat layout only).
+  if (options_.fsdp.per_parameter_sharding()) return Strategy::build_model(config);
   fsdp::ShardWhileBuilding scope(FullyShardedDataParallel::shard_plan(options_.fsdp, world_, device_));
   return Strategy::build_model(config);
 }

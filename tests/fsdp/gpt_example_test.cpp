@@ -77,6 +77,52 @@ TEST(FsdpGptExample, TrainsAFewIterationsOnTwoRanks) {
   EXPECT_EQ(weights.at("tok_emb.weight").sizes(), (std::vector<int64_t>{96, 32}));
 }
 
+// examples/gpt/gpt_lora_fsdp2.yaml end to end, shrunk: a base trained for 4
+// iterations under FSDP (gpt_fsdp.yaml), then LoRA-fine-tuned from its final
+// checkpoint for 4 under FullyShard on 2 ranks. The fine-tune's checkpoint
+// holds the base's weights bitwise (frozen, sharded with their blocks, never
+// stepped) and adapters that left their zero start.
+TEST(FsdpGptExample, LoraFineTunesAFrozenBaseUnderFullyShard) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  if (!std::filesystem::is_directory(kFortunes)) GTEST_SKIP() << kFortunes << " is missing (Debian package fortunes)";
+  const std::string program = testing::binary_dir() + "/examples/gpt_fortunes";
+  testing::TempDir dir;
+  auto train = [&](const std::string& yaml, const std::string& work, const std::vector<std::string>& extra) {
+    std::vector<std::string> argv{testing::launcher_binary(), "run", "--standalone", "--nproc-per-node", "2", "--",
+                                  program, testing::source_dir() + "/examples/gpt/" + yaml,
+                                  "--work-dir", dir.file(work), "--sample-chars", "10"};
+    std::vector<std::string> settings{
+        "train_cfg.max_iters=4", "train_cfg.val_interval=4", "model.n_layer=2", "model.n_embd=32", "model.n_head=2",
+        "model.block_size=16", "train_dataloader.batch_size=4", "train_dataloader.dataset.block_size=16",
+        "val_dataloader.dataset.block_size=16", "val_dataloader.dataset.val_every=400",
+        "train_dataloader.dataset.val_every=400", "default_hooks.checkpoint.interval=4", "param_scheduler=null"};
+    settings.insert(settings.end(), extra.begin(), extra.end());
+    for (const auto& setting : settings) argv.insert(argv.end(), {"--set", setting});
+    return testing::run_command(argv, {}, 300);
+  };
+  auto base = train("gpt_fsdp.yaml", "base", {});
+  ASSERT_EQ(base.exit_code, 0) << base.output;
+  auto tuned = train("gpt_lora_fsdp2.yaml", "lora", {"load_from.path=" + dir.file("base/model_final.ckpt")});
+  ASSERT_EQ(tuned.exit_code, 0) << tuned.output;
+  EXPECT_NE(tuned.output.find("(FullyShard, per-parameter)"), std::string::npos) << tuned.output;
+  EXPECT_TRUE(std::isfinite(number_after(tuned.output, "held-out loss:"))) << tuned.output;
+  const auto base_weights = testing::checkpoint_weights(dir.file("base/model_final.ckpt"));
+  const auto tuned_weights = testing::checkpoint_weights(dir.file("lora/model_final.ckpt"));
+  int adapters = 0;
+  bool moved = false;
+  for (const auto& [name, value] : tuned_weights) {
+    if (name.find("_lora_") != std::string::npos) {
+      ++adapters;
+      if (name.find("_lora_b") != std::string::npos) moved = moved || value.abs().max().item<double>() > 0;
+      continue;
+    }
+    ASSERT_TRUE(base_weights.count(name)) << name;
+    EXPECT_TRUE(torch::equal(value, base_weights.at(name))) << name << ": a frozen base weight changed";
+  }
+  EXPECT_EQ(adapters, 8) << "A and B for qkv and proj in each of 2 blocks";
+  EXPECT_TRUE(moved) << "no adapter left zero: LoRA did not train";
+}
+
 // Activation checkpointing of the GPT's blocks on 2 ranks, with residual
 // dropout: the weights after 6 steps equal those of the same run without it,
 // bitwise, under DDP (with and without static_graph) and under FSDP

@@ -32,6 +32,7 @@ void StepRuntime::units_built() {
     run.slot_ready.assign(unit->slots().size(), 0);
     run.slot_in_graph.assign(unit->slots().size(), 1);
     for (const auto& slot : unit->slots()) run.trainable_slots += slot.trainable ? 1 : 0;
+    run.holds_frozen = run.trainable_slots < static_cast<int>(unit->slots().size());
     runs_.push_back(std::move(run));
     if (!unit->path().empty()) detail::register_unit(unit->module(), this, unit->index());
   }
@@ -87,6 +88,34 @@ void StepRuntime::leave_unit(int unit) noexcept {
       pending_error_ = std::string("FSDP: freeing unit '") + flat.path() + "' failed: " + error.what();
     }
   }
+}
+
+// Note [A unit with frozen parameters]
+// A unit's backward is done, for FSDP1, when every parameter it holds has its
+// gradient: the node that computes a weight's gradient also computes its
+// input's, so no later node reads the weights. A frozen parameter
+// (FullyShard) has no gradient to wait for, and its node may run after every
+// trainable gradient is in: LoRA's adapter beside a frozen linear finishes
+// first, and freeing the unit then would pull the frozen weight from under
+// the node that still multiplies by it. So a unit that holds a frozen
+// parameter ends its backward when the gradients of its marked inputs
+// (UnitScope::input, every Sequential entry's input) have all arrived -- the
+// whole unit's backward lies between its outputs and its inputs, as PyTorch's
+// fully_shard reasons with RegisterPostBackwardFunction -- or, with none
+// marked or none needing a gradient, when the whole backward ends.
+void StepRuntime::register_input(int unit, const torch::Tensor& input) {
+  if (!input.defined() || !input.requires_grad() || !torch::GradMode::is_enabled()) return;
+  runs_[static_cast<size_t>(unit)].inputs_waiting += 1;
+  torch::Tensor hooked = input;
+  hooked.register_hook([this, unit](const torch::Tensor&) { input_grad_ready(unit); });
+}
+
+void StepRuntime::input_grad_ready(int unit) {
+  if (!in_backward()) begin_backward_pass();
+  UnitRun& run = runs_[static_cast<size_t>(unit)];
+  if (run.inputs_waiting > 0) run.inputs_waiting -= 1;
+  if (run.inputs_waiting > 0 || !run.holds_frozen || run.post_backward_done || !run.pre_backward_done) return;
+  post_backward(unit);
 }
 
 void StepRuntime::register_output(int unit, const torch::Tensor& output) {
@@ -270,7 +299,8 @@ void StepRuntime::on_grad_ready(int unit, size_t slot) {
   run.ready_grads += 1;
   if (!model_.options.accumulate_unsharded() || sync_) model_.unit(unit).gradients().absorb(slot);
   const int expected = phase_ == Phase::kBackward ? run.expected_grads : run.trainable_slots;
-  if (run.ready_grads >= expected && !run.post_backward_done) post_backward(unit);
+  // Note [A unit with frozen parameters]: such a unit waits for its inputs' gradients.
+  if (run.ready_grads >= expected && !run.post_backward_done && !run.holds_frozen) post_backward(unit);
 }
 
 void StepRuntime::post_backward(int unit) {
@@ -320,6 +350,7 @@ void StepRuntime::reset_backward_state() {
   for (auto& run : runs_) {
     run.pre_backward_done = run.post_backward_done = false;
     run.ready_grads = 0;
+    run.inputs_waiting = 0;
     std::fill(run.slot_ready.begin(), run.slot_ready.end(), 0);
   }
   enter(Phase::kIdle);

@@ -46,6 +46,7 @@ class UnitEntryImpl : public torch::nn::Module {
   torch::Tensor forward(torch::Tensor input) {
     auto scope = unit_scope(*unit_);
     if (input_dtype_ && input.is_floating_point()) input = input.to(*input_dtype_);
+    input = scope.input(input);
     torch::Tensor output;
     try {
       output = inner_.forward(std::move(input));

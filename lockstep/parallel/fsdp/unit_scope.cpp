@@ -76,6 +76,11 @@ std::vector<torch::Tensor> UnitScope::output(std::vector<torch::Tensor> outputs)
   return outputs;
 }
 
+torch::Tensor UnitScope::input(torch::Tensor input) {
+  if (runtime_ != nullptr) runtime_->register_input(unit_, input);
+  return input;
+}
+
 UnitScope unit_scope(const torch::nn::Module& module) {
   detail::Entry entry{nullptr, -1};
   if (!detail::find_unit(&module, &entry)) return UnitScope();

@@ -10,13 +10,22 @@
 //
 //       torch::Tensor BlockImpl::forward(torch::Tensor x) {
 //         auto scope = lockstep::fsdp::unit_scope(*this);   // gathers the unit's parameters
+//         x = scope.input(x);        // optional; see below
 //         x = x + attn(ln1(x));
 //         x = x + mlp(ln2(x));
 //         return scope.output(x);   // the unit's backward starts with x's gradient
 //       }                           // scope closes: FULL_SHARD frees the parameters again
 //
 // Without FSDP, or for a module that is not a unit, the scope does nothing,
-// so model code can open it unconditionally. Every tensor the unit returns
+// so model code can open it unconditionally. scope.input(x) marks x as an
+// input of the unit: its gradient arriving means the unit's backward is done.
+// A unit that holds frozen parameters (FullyShard) needs it to free them as
+// soon as its backward is done, as PyTorch's fully_shard does with its
+// RegisterPostBackwardFunction: its trainable gradients can all be in while a
+// frozen weight is still needed for the gradient of the unit's input (LoRA's
+// adapters finish before the frozen layer beside them). Without it such a
+// unit stays gathered until the whole backward ends. A Sequential entry's
+// input is marked automatically. Every tensor the unit returns
 // that needs a gradient must pass through scope.output(); FSDP reports an
 // error if a unit's forward never did, since its backward would find the
 // parameters freed.
@@ -37,6 +46,7 @@ class UnitRuntime {
   virtual void enter_unit(int unit) = 0;
   virtual void leave_unit(int unit) noexcept = 0;
   virtual void register_output(int unit, const torch::Tensor& output) = 0;
+  virtual void register_input(int unit, const torch::Tensor& input) = 0;
 };
 // Module -> (runtime, unit index); a module is a unit of at most one FSDP.
 void register_unit(const torch::nn::Module* module, UnitRuntime* runtime, int unit);
@@ -56,6 +66,8 @@ class UnitScope {
   // backward) and returns it unchanged.
   torch::Tensor output(torch::Tensor output);
   std::vector<torch::Tensor> output(std::vector<torch::Tensor> outputs);
+  // Marks `input` as an input of the unit (see the top of this file) and returns it unchanged.
+  torch::Tensor input(torch::Tensor input);
   bool active() const { return runtime_ != nullptr; }
 
  private:

@@ -58,6 +58,7 @@ class StepRuntime : public detail::UnitRuntime {
   void enter_unit(int unit) override;
   void leave_unit(int unit) noexcept override;
   void register_output(int unit, const torch::Tensor& output) override;
+  void register_input(int unit, const torch::Tensor& input) override;
   void on_grad_ready(int unit, size_t slot);
 
   bool in_backward() const { return phase_ == Phase::kBackward || phase_ == Phase::kUnplannedBackward; }
@@ -78,6 +79,8 @@ class StepRuntime : public detail::UnitRuntime {
 
   // The backward.
   void pre_backward(int unit);
+  // A marked input of `unit` got its gradient (Note [A unit with frozen parameters]).
+  void input_grad_ready(int unit);
   void post_backward(int unit);
   void begin_backward_pass();
   void finish_backward_pass();
@@ -92,6 +95,8 @@ class StepRuntime : public detail::UnitRuntime {
     int expected_grads = 0;
     int ready_grads = 0;
     int trainable_slots = 0;        // the gradients an unplanned backward waits for
+    bool holds_frozen = false;      // ends its backward by its inputs' gradients (Note [A unit with frozen parameters])
+    int inputs_waiting = 0;         // inputs marked in this forward whose gradients have not arrived
     std::vector<char> slot_ready;
     std::vector<char> slot_in_graph;
   };
