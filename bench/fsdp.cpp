@@ -428,15 +428,20 @@ int driver() {
                   mib(r.grads), mib(r.optimizer), mib(r.total), static_cast<double>(r.total) / ddp.total, mib(r.hwm),
                   r.step, r.step / ddp.step);
     }
-    if (results.count("PYTORCH_FULLY_SHARD")) {
-      const Result& ours = results["FULLY_SHARD"];
-      const Result& theirs = results["PYTORCH_FULLY_SHARD"];
-      std::printf("ratio fully_shard_step_vs_pytorch_fully_shard_world%d %.3f\n"
-                  "ratio fully_shard_peak_rss_vs_pytorch_fully_shard_world%d %.3f\n"
-                  "ratio fully_shard_optimizer_vs_pytorch_fully_shard_world%d %.3f\n",
-                  world_size, ours.step / theirs.step, world_size, static_cast<double>(ours.hwm) / theirs.hwm,
-                  world_size, static_cast<double>(ours.optimizer) / theirs.optimizer);
-    }
+    // lockstep's mode against PyTorch's, as "ratio <what>_step_vs_pytorch_<what>_world<N> x" lines.
+    auto print_ratios = [&](const char* what, const std::string& ours_mode, const std::string& theirs_mode) {
+      if (!results.count(theirs_mode)) return;
+      const Result& ours = results[ours_mode];
+      const Result& theirs = results[theirs_mode];
+      const std::pair<const char*, double> ratios[] = {
+          {"step", ours.step / theirs.step},
+          {"peak_rss", static_cast<double>(ours.hwm) / theirs.hwm},
+          {"optimizer", static_cast<double>(ours.optimizer) / theirs.optimizer}};
+      for (const auto& [column, ratio] : ratios) {
+        std::printf("ratio %s_%s_vs_pytorch_%s_world%d %.3f\n", what, column, what, world_size, ratio);
+      }
+    };
+    print_ratios("fully_shard", "FULLY_SHARD", "PYTORCH_FULLY_SHARD");
     for (const char* name : {"FULLY_SHARD", "FULLY_SHARD_LEAN"}) {
       if (!results.count(name)) continue;
       // Issue 60's bound: 1/N of the model (DDP's parameters, gradients and
@@ -448,14 +453,7 @@ int driver() {
                   name, mib(fsdp2.total), world_size, mib(ddp.total) / world_size, mib(fsdp2.unit1), bound / (1 << 20),
                   fsdp2.total / bound);
     }
-    if (results.count("PYTORCH_FSDP")) {
-      const Result& ours = results["FULL_SHARD"];
-      const Result& theirs = results["PYTORCH_FSDP"];
-      std::printf("ratio fsdp_step_vs_pytorch_fsdp_world%d %.3f\nratio fsdp_peak_rss_vs_pytorch_fsdp_world%d %.3f\n"
-                  "ratio fsdp_optimizer_vs_pytorch_fsdp_world%d %.3f\n",
-                  world_size, ours.step / theirs.step, world_size, static_cast<double>(ours.hwm) / theirs.hwm,
-                  world_size, static_cast<double>(ours.optimizer) / theirs.optimizer);
-    }
+    print_ratios("fsdp", "FULL_SHARD", "PYTORCH_FSDP");
     for (const char* name : {"FULL_SHARD", "FULL_SHARD_LEAN"}) {
       if (!results.count(name)) continue;
       const Result& full = results[name];
