@@ -35,11 +35,14 @@ struct GPTOptions {
   TORCH_ARG(int64_t, n_embd) = 128;
   // nanoGPT's residual dropout, after attention and after the MLP.
   TORCH_ARG(double, dropout) = 0.0;
+
+ public:
   // LoRA (Hu et al. 2021; peft's LoraConfig): with lora_rank r > 0 the
   // attention's qkv and proj layers each get a low-rank update
   // (lora_alpha / r) * B A x, A [r, in] random and B [out, r] zero (so the
   // model starts as its base), and only the adapters train: every other
   // parameter is frozen, as peft's get_peft_model leaves them.
+  bool uses_lora() const { return lora_rank() > 0; }
   TORCH_ARG(int64_t, lora_rank) = 0;
   TORCH_ARG(double, lora_alpha) = 16.0;
 };
@@ -50,7 +53,7 @@ struct LoraPair {
   torch::Tensor a, b;
   double scale = 0;
   void add_to(torch::nn::Module& owner, const std::string& prefix, int64_t in, int64_t out, const GPTOptions& options) {
-    if (options.lora_rank() <= 0) return;
+    if (!options.uses_lora()) return;
     a = owner.register_parameter(prefix + "_lora_a", torch::randn({options.lora_rank(), in}) / std::sqrt(static_cast<double>(in)));
     b = owner.register_parameter(prefix + "_lora_b", torch::zeros({out, options.lora_rank()}));
     scale = options.lora_alpha() / static_cast<double>(options.lora_rank());
@@ -135,7 +138,7 @@ class BlockImpl : public torch::nn::Module {
     dropout = register_module("dropout", torch::nn::Dropout(options.dropout()));
     // Complete here, so that FSDP can shard the block as soon as it is built.
     init_gpt2_weights(*this, options.n_layer());
-    if (options.lora_rank() > 0) train_only_adapters(*this);
+    if (options.uses_lora()) train_only_adapters(*this);
   }
 
   torch::Tensor forward(torch::Tensor x) {
@@ -169,7 +172,7 @@ class GPT : public lockstep::Model {
     // numbers either way (parallel/fsdp/shard_while_building.h).
     for (int64_t i = 0; i < options.n_layer(); ++i) blocks->push_back(lockstep::fsdp::shard_when_built(Block(options)));
     ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.n_embd()})));
-    if (options.lora_rank() > 0) train_only_adapters(*this);
+    if (options.uses_lora()) train_only_adapters(*this);
   }
 
   // [B, T] token ids -> [B, T, vocab] logits.
