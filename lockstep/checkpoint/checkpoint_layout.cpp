@@ -123,6 +123,29 @@ std::string shard_path(const std::string& manifest, int rank, int world_size) {
   return manifest + ".rank" + std::to_string(rank) + "-of-" + std::to_string(world_size) + ".shard";
 }
 
+std::string dcp_directory(const std::string& manifest) {
+  return std::filesystem::path(manifest).replace_extension(".dcp").string();
+}
+
+bool is_dcp_manifest(const CheckpointContents& contents) {
+  return contents.sharded() && contents.sharding->value("format", std::string()) == "dcp";
+}
+
+std::string dcp_directory_of(const std::string& manifest, const CheckpointContents& contents) {
+  const std::string name = contents.sharding->value("directory", std::string());
+  LOCKSTEP_CHECK(!name.empty() && name.find('/') == std::string::npos && name != "..", manifest,
+                 ": a DCP checkpoint's manifest must name its directory beside it, not '", name, "'");
+  return (std::filesystem::path(manifest).parent_path() / name).string();
+}
+
+void prepare_dcp_directory(const std::string& manifest, const std::string& dir) {
+  std::error_code error;
+  std::filesystem::remove(manifest, error);
+  std::filesystem::remove_all(dir, error);
+  LOCKSTEP_CHECK(std::filesystem::create_directories(dir, error), dir, ": cannot create it for a checkpoint: ",
+                 error ? error.message() : std::string("it is still there"));
+}
+
 void remove_checkpoint(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ignored;
@@ -139,6 +162,7 @@ void remove_checkpoint(const std::string& path) {
   // The manifest first: a checkpoint never looks whole while its shards go.
   fs::remove(manifest, ignored);
   for (const auto& shard : shards) fs::remove(shard, ignored);
+  fs::remove_all(dcp_directory(path), ignored);
 }
 
 void write_shard(const std::string& manifest, const CheckpointShard& shard) {

@@ -88,8 +88,18 @@ struct CheckpointShard {
 };
 
 std::string shard_path(const std::string& manifest, int rank, int world_size);
+// A DCP checkpoint (FSDPStrategy's state_dict_type: dcp): the manifest at
+// `path` and the directory `dcp_directory(path)` beside it, "model_0000008.ckpt" ->
+// "model_0000008.dcp", whose name the manifest records.
+std::string dcp_directory(const std::string& manifest);
+bool is_dcp_manifest(const CheckpointContents& contents);
+std::string dcp_directory_of(const std::string& manifest, const CheckpointContents& contents);
+// Before a DCP save (rank 0): the manifest at `manifest` is removed (so an
+// earlier checkpoint of the same name no longer looks whole) and `dir` made empty.
+void prepare_dcp_directory(const std::string& manifest, const std::string& dir);
 // Deletes a checkpoint: the file at `path` and, for a sharded one, every
-// shard file beside it (of whatever world size). Missing files are no error.
+// shard file beside it (of whatever world size) or its DCP directory.
+// Missing files are no error.
 void remove_checkpoint(const std::string& path);
 void write_shard(const std::string& manifest, const CheckpointShard& shard);
 // Reads the shard of `rank` of a manifest written by `world_size` ranks.

@@ -6,7 +6,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
+#include <set>
 #include <fstream>
 #include <utility>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "lockstep/checkpoint/pickle_writer.h"
 #include "lockstep/checkpoint/pt_file.h"
 #include "lockstep/checkpoint/torch_pickle.h"
+#include "lockstep/checkpoint/zip_archive.h"
 #include "lockstep/core/atomic_file.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/read_file.h"
@@ -31,7 +34,6 @@ namespace fs = std::filesystem;
 
 constexpr char kMetadataModule[] = "torch.distributed.checkpoint.metadata";
 constexpr char kFilesystemModule[] = "torch.distributed.checkpoint.filesystem";
-constexpr char kDataFile[] = "__0_0.distcp";
 constexpr char kDcpVersion[] = "1.0.0";  // filesystem.py's CURRENT_DCP_VERSION in PyTorch 2.14
 
 // torch.<name> of each dtype DCP's TensorProperties may hold.
@@ -65,6 +67,7 @@ using ChunkKey = std::pair<std::string, std::vector<int64_t>>;
 
 struct Metadata {
   std::map<std::string, TensorEntry> tensors;
+  std::set<std::string> objects;  // BytesStorageMetadata: torch.save'd Python objects
   std::map<ChunkKey, StorageInfo> storage;
 };
 
@@ -79,7 +82,10 @@ class MetadataReader {
     const PickleValue& entries = field(root, "state_dict_metadata", Kind::kDict);
     for (const auto& [key, value] : entries.entries) {
       const std::string& name = text(*key, "a state_dict_metadata key");
-      if (is_object(*value, "BytesStorageMetadata")) continue;  // a Python object: skipped (header)
+      if (is_object(*value, "BytesStorageMetadata")) {
+        metadata.objects.insert(name);
+        continue;
+      }
       expect_object(*value, "TensorStorageMetadata", "entry '" + name + "'");
       metadata.tensors[name] = tensor_entry(*value, name);
     }
@@ -257,30 +263,59 @@ std::string read_slice(const std::string& path, const StorageInfo& info, const s
   return bytes;
 }
 
-torch::Tensor read_tensor(const std::string& dir, const Metadata& metadata, const std::string& name,
-                          const TensorEntry& entry, const std::string& source) {
-  check_chunks(entry, name, source);
-  torch::Tensor whole = torch::empty(entry.size, torch::TensorOptions().dtype(entry.dtype));
+// The storage of the entry `name` at `offsets` ({} for an object): its file's path and bytes.
+std::pair<std::string, std::string> read_record(const std::string& dir, const Metadata& metadata,
+                                                const std::string& name, const std::vector<int64_t>& offsets,
+                                                const std::string& source) {
+  auto found = metadata.storage.find({name, offsets});
+  LOCKSTEP_CHECK(found != metadata.storage.end(), source, ": the chunk of '", name, "' at offsets ",
+                 dims_text(offsets), " has no storage_data entry (no file holds it)");
+  const StorageInfo& info = found->second;
+  check_relative_path(info.file, source);
+  const std::string path = (fs::path(dir) / info.file).string();
+  const std::string where = str_cat(path, " (the chunk of '", name, "' at offsets ", dims_text(offsets), ", bytes [",
+                                    info.offset, ", +", info.length, "))");
+  return {where, read_slice(path, info, name)};
+}
+
+// The part of `box` (offsets, sizes) that `chunk` holds, as views of both; false when they do not meet.
+bool overlap_views(const Chunk& chunk, const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes,
+                   torch::Tensor& in_chunk, torch::Tensor& in_box) {
+  for (size_t d = 0; d < offsets.size(); ++d) {
+    const int64_t begin = std::max(chunk.offsets[d], offsets[d]);
+    const int64_t end = std::min(chunk.offsets[d] + chunk.sizes[d], offsets[d] + sizes[d]);
+    if (end <= begin) return false;
+    in_chunk = in_chunk.narrow(static_cast<int64_t>(d), begin - chunk.offsets[d], end - begin);
+    in_box = in_box.narrow(static_cast<int64_t>(d), begin - offsets[d], end - begin);
+  }
+  return true;
+}
+
+torch::Tensor read_box(const std::string& dir, const Metadata& metadata, const std::string& name,
+                       const TensorEntry& entry, const std::vector<int64_t>& offsets,
+                       const std::vector<int64_t>& sizes, const std::string& source) {
+  bool inside = offsets.size() == entry.size.size() && sizes.size() == entry.size.size();
+  for (size_t d = 0; inside && d < offsets.size(); ++d) {
+    inside = offsets[d] >= 0 && sizes[d] >= 0 && offsets[d] + sizes[d] <= entry.size[d];
+  }
+  LOCKSTEP_CHECK(inside, source, ": '", name, "' has size ", dims_text(entry.size), "; its part at ",
+                 dims_text(offsets), " of sizes ", dims_text(sizes), " lies outside it");
+  torch::Tensor box = torch::empty(sizes, torch::TensorOptions().dtype(entry.dtype));
+  if (box.numel() == 0 && !sizes.empty()) return box;
   for (const Chunk& chunk : entry.chunks) {
-    auto found = metadata.storage.find({name, chunk.offsets});
-    LOCKSTEP_CHECK(found != metadata.storage.end(), source, ": the chunk of '", name, "' at offsets ",
-                   dims_text(chunk.offsets), " has no storage_data entry (no file holds it)");
-    const StorageInfo& info = found->second;
-    check_relative_path(info.file, source);
-    const std::string path = (fs::path(dir) / info.file).string();
-    const std::string where = str_cat(path, " (the chunk of '", name, "' at offsets ", dims_text(chunk.offsets),
-                                      ", bytes [", info.offset, ", +", info.length, "))");
-    torch::Tensor part = read_pt_tensor_from_bytes(read_slice(path, info, name), where);
+    torch::Tensor probe_chunk = torch::empty(chunk.sizes, torch::TensorOptions().dtype(entry.dtype).device(torch::kMeta));
+    torch::Tensor probe_box = box;
+    if (volume(chunk.sizes) == 0 || !overlap_views(chunk, offsets, sizes, probe_chunk, probe_box)) continue;
+    const auto [where, bytes] = read_record(dir, metadata, name, chunk.offsets, source);
+    torch::Tensor part = read_pt_tensor_from_bytes(bytes, where);
     LOCKSTEP_CHECK(part.sizes() == c10::IntArrayRef(chunk.sizes) && part.scalar_type() == entry.dtype, where,
                    ": holds a tensor ", part.scalar_type(), " ", part.sizes(), ", the metadata says ", entry.dtype,
                    " ", dims_text(chunk.sizes));
-    torch::Tensor target = whole;
-    for (size_t d = 0; d < chunk.offsets.size(); ++d) {
-      target = target.narrow(static_cast<int64_t>(d), chunk.offsets[d], chunk.sizes[d]);
-    }
-    target.copy_(part);
+    torch::Tensor in_box = box;
+    overlap_views(chunk, offsets, sizes, part, in_box);
+    in_box.copy_(part);
   }
-  return whole;
+  return box;
 }
 
 // ---- writing .metadata -----------------------------------------------------
@@ -289,7 +324,7 @@ const std::string& dtype_name(c10::ScalarType type, const std::string& name) {
   for (const auto& [known, type_name] : dtype_names()) {
     if (known == type) return type_name;
   }
-  LOCKSTEP_FAIL("write_dcp_state_dict: tensor '", name, "' has dtype ", type, ", which DCP files of lockstep do not hold");
+  LOCKSTEP_FAIL("DCP checkpoint: tensor '", name, "' has dtype ", type, ", which DCP files of lockstep do not hold");
 }
 
 void write_size(PickleWriter& out, const std::vector<int64_t>& dims) {  // torch.Size((...))
@@ -337,82 +372,145 @@ void write_properties(PickleWriter& out, const std::string& dtype) {
   out.build();
 }
 
-// One whole-tensor chunk per tensor, at offsets 0.
-void write_tensor_metadata(PickleWriter& out, const torch::Tensor& tensor, const std::string& name) {
-  const std::vector<int64_t> size = tensor.sizes().vec();
-  begin_dataclass(out, kMetadataModule, "TensorStorageMetadata");
-  out.string("properties");
-  write_properties(out, dtype_name(tensor.scalar_type(), name));
-  out.string("size");
-  write_size(out, size);
-  out.string("chunks");
-  out.empty_list();
-  out.mark();
-  begin_dataclass(out, kMetadataModule, "ChunkStorageMetadata");
-  out.string("offsets");
-  write_size(out, std::vector<int64_t>(size.size(), 0));
-  out.string("sizes");
-  write_size(out, size);
-  end_dataclass(out);
-  out.appends();
-  end_dataclass(out);
-}
-
-struct Written {
+// One written record: a box of a tensor (dtype set) or an object.
+struct Record {
   std::string name;
-  torch::Tensor tensor;
+  DcpPath path;
+  std::string file;
   int64_t offset = 0;
   int64_t length = 0;
+  std::string dtype;  // "" for an object
+  std::vector<int64_t> size, offsets, sizes;
 };
 
-// storage_data: MetadataIndex(fqn, offset) -> _StorageInfo(relative_path, offset, length).
-void write_storage_data(PickleWriter& out, const std::vector<Written>& written) {
-  out.empty_dict();
-  out.mark();
-  for (const Written& item : written) {
-    begin_dataclass(out, kMetadataModule, "MetadataIndex");
-    out.string("fqn");
-    out.string(item.name);
-    out.string("offset");
-    write_size(out, std::vector<int64_t>(static_cast<size_t>(item.tensor.dim()), 0));
-    out.string("index");
-    out.integer(0);
-    end_dataclass(out);
-    begin_dataclass(out, kFilesystemModule, "_StorageInfo");
-    out.string("relative_path");
-    out.string(kDataFile);
-    out.string("offset");
-    out.integer(item.offset);
-    out.string("length");
-    out.integer(item.length);
-    end_dataclass(out);
+nlohmann::json record_json(const Record& r) {
+  nlohmann::json j{{"name", r.name}, {"path", r.path}, {"file", r.file}, {"offset", r.offset}, {"length", r.length}};
+  if (!r.dtype.empty()) {
+    j["dtype"] = r.dtype;
+    j["size"] = r.size;
+    j["offsets"] = r.offsets;
+    j["sizes"] = r.sizes;
   }
-  out.set_items();
+  return j;
 }
 
-// The Metadata pickle, as dcp.save's coordinator writes it.
-std::string metadata_pickle(const std::vector<Written>& written) {
+Record record_of(const nlohmann::json& j) {
+  Record r;
+  r.name = j.at("name").get<std::string>();
+  r.path = j.at("path");
+  r.file = j.at("file").get<std::string>();
+  r.offset = j.at("offset").get<int64_t>();
+  r.length = j.at("length").get<int64_t>();
+  if (j.contains("dtype")) {
+    r.dtype = j.at("dtype").get<std::string>();
+    r.size = j.at("size").get<std::vector<int64_t>>();
+    r.offsets = j.at("offsets").get<std::vector<int64_t>>();
+    r.sizes = j.at("sizes").get<std::vector<int64_t>>();
+  }
+  return r;
+}
+
+void write_chunk_list(PickleWriter& out, const std::vector<const Record*>& boxes) {
+  out.empty_list();
+  out.mark();
+  for (const Record* box : boxes) {
+    begin_dataclass(out, kMetadataModule, "ChunkStorageMetadata");
+    out.string("offsets");
+    write_size(out, box->offsets);
+    out.string("sizes");
+    write_size(out, box->sizes);
+    end_dataclass(out);
+  }
+  out.appends();
+}
+
+// The path as DCP's planner keeps it: a tuple of keys (str) and list indices (int).
+void write_path(PickleWriter& out, const DcpPath& path) {
+  out.mark();
+  for (const auto& part : path) {
+    if (part.is_number_integer()) {
+      out.integer(part.get<int64_t>());
+    } else {
+      out.string(part.get<std::string>());
+    }
+  }
+  out.tuple();
+}
+
+// storage_data: MetadataIndex(fqn, offset, index) -> _StorageInfo(relative_path, offset, length).
+void write_storage_entry(PickleWriter& out, const Record& record, int64_t index) {
+  begin_dataclass(out, kMetadataModule, "MetadataIndex");
+  out.string("fqn");
+  out.string(record.name);
+  out.string("offset");
+  if (record.dtype.empty()) {
+    out.none();
+  } else {
+    write_size(out, record.offsets);
+  }
+  out.string("index");
+  if (record.dtype.empty()) {
+    out.none();
+  } else {
+    out.integer(index);
+  }
+  end_dataclass(out);
+  begin_dataclass(out, kFilesystemModule, "_StorageInfo");
+  out.string("relative_path");
+  out.string(record.file);
+  out.string("offset");
+  out.integer(record.offset);
+  out.string("length");
+  out.integer(record.length);
+  end_dataclass(out);
+}
+
+// The Metadata pickle, as dcp.save's coordinator writes it; `tensors` maps
+// each tensor's name to its boxes (in offset order), `objects` each object's to its record.
+std::string metadata_pickle(const std::map<std::string, std::vector<const Record*>>& tensors,
+                            const std::map<std::string, const Record*>& objects) {
   PickleWriter out;
   begin_dataclass(out, kMetadataModule, "Metadata");
   out.string("state_dict_metadata");
   out.empty_dict();
   out.mark();
-  for (const Written& item : written) {
-    out.string(item.name);
-    write_tensor_metadata(out, item.tensor, item.name);
+  for (const auto& [name, boxes] : tensors) {
+    out.string(name);
+    begin_dataclass(out, kMetadataModule, "TensorStorageMetadata");
+    out.string("properties");
+    write_properties(out, boxes.front()->dtype);
+    out.string("size");
+    write_size(out, boxes.front()->size);
+    out.string("chunks");
+    write_chunk_list(out, boxes);
+    end_dataclass(out);
+  }
+  for (const auto& [name, record] : objects) {
+    out.string(name);
+    begin_dataclass(out, kMetadataModule, "BytesStorageMetadata");
+    end_dataclass(out);
   }
   out.set_items();
-  out.string("planner_data");  // DefaultSavePlanner's mappings: each name, unflattened, is itself
+  out.string("planner_data");  // DefaultSavePlanner's mappings: each name to its path in the nested state dict
   out.empty_dict();
   out.mark();
-  for (const Written& item : written) {
-    out.string(item.name);
-    out.string(item.name);
-    out.tuple_of(1);
+  for (const auto& [name, boxes] : tensors) {
+    out.string(name);
+    write_path(out, boxes.front()->path);
+  }
+  for (const auto& [name, record] : objects) {
+    out.string(name);
+    write_path(out, record->path);
   }
   out.set_items();
   out.string("storage_data");
-  write_storage_data(out, written);
+  out.empty_dict();
+  out.mark();
+  for (const auto& [name, boxes] : tensors) {
+    for (size_t i = 0; i < boxes.size(); ++i) write_storage_entry(out, *boxes[i], static_cast<int64_t>(i));
+  }
+  for (const auto& [name, record] : objects) write_storage_entry(out, *record, 0);
+  out.set_items();
   out.string("storage_meta");
   out.none();
   out.string("version");
@@ -472,47 +570,147 @@ fs::path directory_path(const std::string& dir) {
   return fs::path(trimmed);
 }
 
-std::map<std::string, torch::Tensor> read_state_dict(const std::string& dir) {
+Metadata read_metadata(const std::string& dir, std::string* source_out) {
   const std::string source = (directory_path(dir) / ".metadata").string();
   LOCKSTEP_CHECK(fs::is_directory(dir), dir, ": not a directory; a torch.distributed.checkpoint is one");
   LOCKSTEP_CHECK(fs::exists(source), dir, ": no .metadata in it, so not a torch.distributed.checkpoint (dcp.save "
                  "writes .metadata last: an interrupted save leaves none)");
   const Unpickled pickle = unpickle_plain(read_file(source), source);
-  const Metadata metadata = MetadataReader(source).read(*pickle.root);
-  std::map<std::string, torch::Tensor> tensors;
-  for (const auto& [name, entry] : metadata.tensors) {
-    tensors[name] = read_tensor(dir, metadata, name, entry, source);
-  }
-  return tensors;
+  Metadata metadata = MetadataReader(source).read(*pickle.root);
+  for (const auto& [name, entry] : metadata.tensors) check_chunks(entry, name, source);
+  *source_out = source;
+  return metadata;
 }
 
-void write_state_dict(const std::map<std::string, torch::Tensor>& tensors, const std::string& dir) {
-  const fs::path target = directory_path(dir);
-  std::vector<Written> written;
-  for (const auto& [name, tensor] : tensors) {
-    (void)dtype_name(tensor.scalar_type(), name);  // before anything is written
-    Written item;
-    item.name = name;
-    item.tensor = tensor.detach().to(torch::kCPU).contiguous();
-    written.push_back(std::move(item));
-  }
-  StagingDirectory staged(target.string() + ".tmp-" + std::to_string(::getpid()));
-  {
-    AtomicFileWriter data((staged.path() / kDataFile).string());
-    for (Written& item : written) {
-      const std::string bytes = pt_tensor_bytes(item.tensor);
-      item.offset = static_cast<int64_t>(data.bytes_written());
-      item.length = static_cast<int64_t>(bytes.size());
-      data.write(bytes);
+nlohmann::json write_rank_file(const std::string& dir, int rank, const DcpRankPart& part) {
+  // Everything is checked before a byte is written.
+  for (const DcpTensorPart& box : part.tensors) {
+    const std::string name = dcp_name(box.path);
+    (void)dtype_name(box.values.scalar_type(), name);
+    bool inside = box.offsets.size() == box.size.size() && box.values.dim() == static_cast<int64_t>(box.size.size());
+    for (size_t d = 0; inside && d < box.size.size(); ++d) {
+      inside = box.offsets[d] >= 0 && box.offsets[d] + box.values.size(static_cast<int64_t>(d)) <= box.size[d];
     }
-    data.commit();
+    LOCKSTEP_CHECK(inside, "DCP checkpoint: a part of '", name, "' of sizes ", box.values.sizes(), " at offsets ",
+                   dims_text(box.offsets), " does not fit its size ", dims_text(box.size));
   }
-  write_file_atomically((staged.path() / ".metadata").string(), metadata_pickle(written));
-  replace_directory(staged.path(), target);
+  const std::string file = str_cat("__", rank, "_0.distcp");
+  nlohmann::json records = nlohmann::json::array();
+  AtomicFileWriter data((fs::path(dir) / file).string());
+  auto append = [&](Record record, const std::string& bytes) {
+    record.file = file;
+    record.offset = static_cast<int64_t>(data.bytes_written());
+    record.length = static_cast<int64_t>(bytes.size());
+    data.write(bytes);
+    records.push_back(record_json(record));
+  };
+  for (const DcpTensorPart& box : part.tensors) {
+    Record record;
+    record.name = dcp_name(box.path);
+    record.path = box.path;
+    record.dtype = dtype_name(box.values.scalar_type(), record.name);
+    record.size = box.size;
+    record.offsets = box.offsets;
+    record.sizes = box.values.sizes().vec();
+    append(std::move(record), pt_tensor_bytes(box.values));
+  }
+  for (const DcpObject& object : part.objects) {
+    Record record;
+    record.name = dcp_name(object.path);
+    record.path = object.path;
+    append(std::move(record), pt_object_bytes(object.value));
+  }
+  data.commit();
+  return records;
+}
+
+void write_metadata(const std::string& dir, const std::vector<nlohmann::json>& rank_records) {
+  std::vector<Record> records;
+  for (const auto& list : rank_records) {
+    for (const auto& item : list) records.push_back(record_of(item));
+  }
+  std::map<std::string, std::vector<const Record*>> tensors;
+  std::map<std::string, const Record*> objects;
+  for (const Record& record : records) {
+    if (record.dtype.empty()) {
+      LOCKSTEP_CHECK(objects.emplace(record.name, &record).second, dir, ": two ranks wrote the object '", record.name,
+                     "'");
+    } else {
+      tensors[record.name].push_back(&record);
+    }
+  }
+  for (auto& [name, boxes] : tensors) {
+    std::sort(boxes.begin(), boxes.end(), [](const Record* a, const Record* b) { return a->offsets < b->offsets; });
+    TensorEntry entry;
+    entry.size = boxes.front()->size;
+    for (const Record* box : boxes) {
+      LOCKSTEP_CHECK(box->size == entry.size && box->dtype == boxes.front()->dtype, dir, ": the parts of '", name,
+                     "' disagree: one is of a ", boxes.front()->dtype, " tensor of size ", dims_text(entry.size),
+                     ", another of a ", box->dtype, " one of size ", dims_text(box->size));
+      entry.chunks.push_back({box->offsets, box->sizes});
+    }
+    LOCKSTEP_CHECK(!objects.count(name), dir, ": '", name, "' is both a tensor and an object");
+    check_chunks(entry, name, dir);
+  }
+  write_file_atomically((directory_path(dir) / ".metadata").string(), metadata_pickle(tensors, objects));
+}
+
+void box_ranges(const std::vector<int64_t>& shape, size_t dim, std::vector<int64_t> prefix, int64_t begin,
+                int64_t count, int64_t flat_begin, std::vector<DcpBox>& out) {
+  if (count <= 0) return;
+  if (dim == shape.size()) {  // a 0-dim tensor: its one element
+    out.push_back({prefix, std::vector<int64_t>(prefix.size(), 1), flat_begin});
+    return;
+  }
+  int64_t row = 1;
+  for (size_t d = dim + 1; d < shape.size(); ++d) row *= shape[d];
+  // Lead: the rest of a partial first row, within that row.
+  if (begin % row != 0) {
+    const int64_t lead = std::min(count, row - begin % row);
+    std::vector<int64_t> inner = prefix;
+    inner.push_back(begin / row);
+    box_ranges(shape, dim + 1, inner, begin % row, lead, flat_begin, out);
+    begin += lead;
+    count -= lead;
+    flat_begin += lead;
+  }
+  // Whole rows.
+  if (count >= row && row > 0) {
+    DcpBox box;
+    box.offsets = prefix;
+    box.offsets.push_back(begin / row);
+    box.sizes.assign(prefix.size(), 1);
+    box.sizes.push_back(count / row);
+    for (size_t d = dim + 1; d < shape.size(); ++d) {
+      box.offsets.push_back(0);
+      box.sizes.push_back(shape[d]);
+    }
+    box.flat_begin = flat_begin;
+    out.push_back(box);
+    const int64_t whole = (count / row) * row;
+    begin += whole;
+    count -= whole;
+    flat_begin += whole;
+  }
+  // Tail: the start of a last row.
+  if (count > 0) {
+    std::vector<int64_t> inner = prefix;
+    inner.push_back(begin / row);
+    box_ranges(shape, dim + 1, inner, 0, count, flat_begin, out);
+  }
 }
 
 }  // namespace
 }  // namespace dcp_file
+
+std::string dcp_name(const DcpPath& path) {
+  std::string name;
+  for (const auto& part : path) {
+    if (!name.empty()) name += ".";
+    name += part.is_number_integer() ? std::to_string(part.get<int64_t>()) : part.get<std::string>();
+  }
+  return name;
+}
 
 bool is_dcp_checkpoint(const std::string& path) {
   std::error_code error;
@@ -520,11 +718,98 @@ bool is_dcp_checkpoint(const std::string& path) {
 }
 
 std::map<std::string, torch::Tensor> read_dcp_state_dict(const std::string& dir) {
-  return dcp_file::read_state_dict(dir);
+  DcpReader reader(dir);
+  std::map<std::string, torch::Tensor> tensors;
+  for (const auto& name : reader.tensor_names()) tensors[name] = reader.read(name);
+  return tensors;
 }
 
 void write_dcp_state_dict(const std::map<std::string, torch::Tensor>& tensors, const std::string& dir) {
-  dcp_file::write_state_dict(tensors, dir);
+  const std::filesystem::path target = dcp_file::directory_path(dir);
+  DcpRankPart part;
+  for (const auto& [name, tensor] : tensors) {
+    DcpTensorPart whole;
+    whole.path = nlohmann::json::array({name});
+    whole.size = tensor.sizes().vec();
+    whole.offsets.assign(whole.size.size(), 0);
+    whole.values = tensor.detach();
+    part.tensors.push_back(std::move(whole));
+  }
+  dcp_file::StagingDirectory staged(target.string() + ".tmp-" + std::to_string(::getpid()));
+  const nlohmann::json records = write_dcp_rank_file(staged.path().string(), 0, part);
+  write_dcp_metadata(staged.path().string(), {records});
+  dcp_file::replace_directory(staged.path(), target);
+}
+
+nlohmann::json write_dcp_rank_file(const std::string& dir, int rank, const DcpRankPart& part) {
+  return dcp_file::write_rank_file(dir, rank, part);
+}
+
+void write_dcp_metadata(const std::string& dir, const std::vector<nlohmann::json>& rank_records) {
+  dcp_file::write_metadata(dir, rank_records);
+}
+
+std::vector<DcpBox> dcp_boxes_of_range(const std::vector<int64_t>& shape, int64_t begin, int64_t count) {
+  std::vector<DcpBox> boxes;
+  dcp_file::box_ranges(shape, 0, {}, begin, count, 0, boxes);
+  return boxes;
+}
+
+// ---- DcpReader ----------------------------------------------------------------
+
+struct DcpReader::Index {
+  dcp_file::Metadata metadata;
+  std::string source;  // the .metadata file
+};
+
+DcpReader::DcpReader(std::string dir) : dir_(std::move(dir)), index_(std::make_unique<Index>()) {
+  index_->metadata = dcp_file::read_metadata(dir_, &index_->source);
+}
+DcpReader::~DcpReader() = default;
+DcpReader::DcpReader(DcpReader&&) noexcept = default;
+
+std::vector<std::string> DcpReader::tensor_names() const {
+  std::vector<std::string> names;
+  for (const auto& entry : index_->metadata.tensors) names.push_back(entry.first);
+  return names;
+}
+
+std::vector<std::string> DcpReader::object_names() const {
+  return {index_->metadata.objects.begin(), index_->metadata.objects.end()};
+}
+
+bool DcpReader::has_tensor(const std::string& name) const { return index_->metadata.tensors.count(name) > 0; }
+bool DcpReader::has_object(const std::string& name) const { return index_->metadata.objects.count(name) > 0; }
+
+const std::vector<int64_t>& DcpReader::size(const std::string& name) const {
+  auto found = index_->metadata.tensors.find(name);
+  LOCKSTEP_CHECK(found != index_->metadata.tensors.end(), dir_, ": the checkpoint holds no tensor '", name, "'");
+  return found->second.size;
+}
+
+c10::ScalarType DcpReader::dtype(const std::string& name) const {
+  (void)size(name);
+  return index_->metadata.tensors.at(name).dtype;
+}
+
+torch::Tensor DcpReader::read(const std::string& name) const {
+  const std::vector<int64_t>& whole = size(name);
+  return read_box(name, std::vector<int64_t>(whole.size(), 0), whole);
+}
+
+torch::Tensor DcpReader::read_box(const std::string& name, const std::vector<int64_t>& offsets,
+                                  const std::vector<int64_t>& sizes) const {
+  (void)size(name);
+  return dcp_file::read_box(dir_, index_->metadata, name, index_->metadata.tensors.at(name), offsets, sizes,
+                            index_->source);
+}
+
+Unpickled DcpReader::read_object(const std::string& name) const {
+  LOCKSTEP_CHECK(has_object(name), dir_, ": the checkpoint holds no object '", name, "'");
+  const auto [where, bytes] = dcp_file::read_record(dir_, index_->metadata, name, {}, index_->source);
+  ZipArchive archive(bytes, where);
+  LOCKSTEP_CHECK(archive.has("data.pkl"), where, ": not a torch.save record (no data.pkl)");
+  return unpickle_plain(std::string(archive.read("data.pkl")), where);
 }
 
 }  // namespace lockstep

@@ -136,5 +136,101 @@ TEST(DcpCheckpoint, AMetadataFileThatIsNotDcpsIsAnError) {
   EXPECT_THAT(reading_error(dir), HasSubstr(dir.file("ckpt/.metadata")));
 }
 
+// ---- several writers, boxes, objects -------------------------------------------
+
+// The tensor's flat elements [begin, begin + count), as dcp_boxes_of_range cuts them.
+torch::Tensor through_boxes(const torch::Tensor& whole, int64_t begin, int64_t count) {
+  torch::Tensor flat = torch::full({count}, -1.0, whole.options());
+  for (const DcpBox& box : dcp_boxes_of_range(whole.sizes().vec(), begin, count)) {
+    torch::Tensor part = whole;
+    for (size_t d = 0; d < box.offsets.size(); ++d) part = part.narrow(static_cast<int64_t>(d), box.offsets[d], box.sizes[d]);
+    flat.narrow(0, box.flat_begin, part.numel()).copy_(part.reshape(-1));
+  }
+  return flat;
+}
+
+TEST(DcpBoxes, AnyFlatRangeIsCutIntoBoxesThatHoldExactlyIt) {
+  const torch::Tensor whole = torch::arange(3 * 4 * 5, torch::kFloat).reshape({3, 4, 5});
+  for (int64_t begin = 0; begin <= 60; begin += 7) {
+    for (int64_t count : {0, 1, 4, 5, 13, 20, 33}) {
+      if (begin + count > 60) continue;
+      EXPECT_TRUE(torch::equal(through_boxes(whole, begin, count), whole.reshape(-1).narrow(0, begin, count)))
+          << "[" << begin << ", +" << count << ")";
+    }
+  }
+  EXPECT_EQ(dcp_boxes_of_range({3, 4, 5}, 20, 40).size(), 1u) << "whole rows are one box";
+  EXPECT_EQ(dcp_boxes_of_range({}, 0, 1).size(), 1u) << "a 0-dim tensor's one element";
+  EXPECT_TRUE(dcp_boxes_of_range({6}, 2, 0).empty());
+}
+
+// Three "ranks" each write their flat third of each tensor (cut mid-row),
+// then the metadata: the reader puts every tensor together, reads any box of
+// it, and reads back the objects.
+TEST(DcpCheckpoint, SeveralWritersBoxesAndObjectsRoundTrip) {
+  testing::TempDir dir;
+  fs::create_directories(dir.file("ckpt"));
+  torch::manual_seed(5);
+  const std::map<std::string, torch::Tensor> tensors{{"model.w", torch::randn({7, 5})},
+                                                     {"model.b", torch::randn({4}, torch::kDouble)}};
+  std::vector<nlohmann::json> records;
+  for (int rank = 0; rank < 3; ++rank) {
+    DcpRankPart part;
+    for (const auto& [name, tensor] : tensors) {
+      const int64_t per = (tensor.numel() + 2) / 3;
+      const int64_t begin = std::min(tensor.numel(), rank * per), count = std::min(per, tensor.numel() - begin);
+      for (const DcpBox& box : dcp_boxes_of_range(tensor.sizes().vec(), begin, count)) {
+        torch::Tensor values = tensor;
+        for (size_t d = 0; d < box.offsets.size(); ++d) {
+          values = values.narrow(static_cast<int64_t>(d), box.offsets[d], box.sizes[d]);
+        }
+        part.tensors.push_back({nlohmann::json::array({"model", name.substr(6)}), tensor.sizes().vec(), box.offsets, values});
+      }
+    }
+    if (rank == 0) {
+      part.objects.push_back({nlohmann::json::array({"optim", "param_groups", 0, "lr"}), c10::IValue(0.25)});
+      part.objects.push_back({nlohmann::json::array({"optim", "param_groups", 0, "betas"}),
+                              c10::ivalue::Tuple::create({c10::IValue(0.9), c10::IValue(0.99)})});
+      part.objects.push_back({nlohmann::json::array({"optim", "param_groups", 0, "foreach"}), c10::IValue()});
+      part.objects.push_back({nlohmann::json::array({"optim", "param_groups", 0, "params"}),
+                              c10::IValue(c10::List<std::string>({"w", "b"}))});
+    }
+    records.push_back(write_dcp_rank_file(dir.file("ckpt"), rank, part));
+  }
+  write_dcp_metadata(dir.file("ckpt"), records);
+  EXPECT_TRUE(testing::same_tensors(read_dcp_state_dict(dir.file("ckpt")), tensors));
+  const DcpReader reader(dir.file("ckpt"));
+  EXPECT_TRUE(torch::equal(reader.read_box("model.w", {2, 1}, {4, 3}), tensors.at("model.w").slice(0, 2, 6).slice(1, 1, 4)));
+  EXPECT_EQ(reader.object_names().size(), 4u);
+  using Kind = PickleValue::Kind;
+  EXPECT_EQ(reader.read_object("optim.param_groups.0.lr").root->real, 0.25);
+  const Unpickled betas = reader.read_object("optim.param_groups.0.betas");
+  ASSERT_EQ(betas.root->kind, Kind::kTuple);
+  EXPECT_EQ(betas.root->items.at(1)->real, 0.99);
+  EXPECT_EQ(reader.read_object("optim.param_groups.0.foreach").root->kind, Kind::kNone);
+  const Unpickled params = reader.read_object("optim.param_groups.0.params");
+  ASSERT_EQ(params.root->kind, Kind::kList);
+  EXPECT_EQ(params.root->items.at(1)->text, "b");
+}
+
+TEST(DcpCheckpoint, BoxesThatLeaveATensorUncoveredOrOverlapAreRefusedNamingIt) {
+  testing::TempDir dir;
+  fs::create_directories(dir.file("ckpt"));
+  const torch::Tensor w = torch::ones({4, 2});
+  DcpRankPart first, second;
+  first.tensors.push_back({nlohmann::json::array({"model", "w"}), {4, 2}, {0, 0}, w.slice(0, 0, 2)});
+  second.tensors.push_back({nlohmann::json::array({"model", "w"}), {4, 2}, {1, 0}, w.slice(0, 1, 3)});
+  const auto records = std::vector<nlohmann::json>{write_dcp_rank_file(dir.file("ckpt"), 0, first),
+                                                   write_dcp_rank_file(dir.file("ckpt"), 1, second)};
+  EXPECT_THAT(error_of([&] { write_dcp_metadata(dir.file("ckpt"), records); }),
+              AllOf(HasSubstr("two chunks of 'model.w' overlap")));
+  EXPECT_THAT(error_of([&] { write_dcp_metadata(dir.file("ckpt"), {records[0]}); }),
+              HasSubstr("the chunks of 'model.w' hold 4 elements of its 8"));
+  EXPECT_FALSE(fs::exists(dir.file("ckpt/.metadata")));
+  DcpRankPart outside;
+  outside.tensors.push_back({nlohmann::json::array({"model", "w"}), {4, 2}, {3, 0}, w.slice(0, 0, 2)});
+  EXPECT_THAT(error_of([&] { write_dcp_rank_file(dir.file("ckpt"), 2, outside); }),
+              HasSubstr("does not fit its size [4, 2]"));
+}
+
 }  // namespace
 }  // namespace lockstep

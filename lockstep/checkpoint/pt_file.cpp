@@ -114,4 +114,9 @@ std::string pt_tensor_bytes(const torch::Tensor& tensor) {
   return torch_save_bytes(c10::IValue(tensor.detach().to(torch::kCPU).contiguous()));
 }
 
+std::string pt_object_bytes(const c10::IValue& value) {
+  LOCKSTEP_CHECK(!value.isTensor(), "pt_object_bytes: a tensor is written by pt_tensor_bytes");
+  return torch_save_bytes(value);
+}
+
 }  // namespace lockstep

@@ -15,6 +15,7 @@
 #include <map>
 #include <string>
 
+#include <ATen/core/ivalue.h>
 #include <torch/types.h>
 
 namespace lockstep {
@@ -35,5 +36,9 @@ void write_pt_state_dict(const std::map<std::string, torch::Tensor>& weights, co
 // must hold a tensor (an error naming `source` otherwise).
 std::string pt_tensor_bytes(const torch::Tensor& tensor);
 torch::Tensor read_pt_tensor_from_bytes(const std::string& bytes, const std::string& source);
+// A Python object as torch.save(object) writes it: None, bool, int, float,
+// str, and tuples and lists of them (an optimizer's param_group entries in a
+// DCP checkpoint); torch.load(weights_only=True) reads it.
+std::string pt_object_bytes(const c10::IValue& value);
 
 }  // namespace lockstep

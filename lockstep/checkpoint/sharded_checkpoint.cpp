@@ -1,5 +1,7 @@
 #include "lockstep/checkpoint/sharded_checkpoint.h"
 
+#include "lockstep/checkpoint/dcp_checkpoint.h"
+
 #include "lockstep/core/error.h"
 #include "lockstep/parallel/fsdp/flat_layout.h"
 
@@ -131,6 +133,14 @@ int ShardedCheckpoint::opened_files() const {
 
 std::map<std::string, torch::Tensor> whole_model_weights(const CheckpointContents& contents, const std::string& path) {
   if (!contents.sharded()) return model_weights(contents, path);
+  if (is_dcp_manifest(contents)) {
+    std::map<std::string, torch::Tensor> weights;
+    const DcpReader reader(dcp_directory_of(path, contents));
+    for (const auto& name : reader.tensor_names()) {
+      if (name.rfind("model.", 0) == 0) weights[name.substr(6)] = reader.read(name);
+    }
+    return weights;
+  }
   return ShardedCheckpoint(path, *contents.sharding).full_weights();
 }
 

@@ -289,7 +289,17 @@ void Trainer::load_state(const State& state) {
   iter_ = state.values.at("iteration").get<int64_t>();
   resume_iteration_ = state.values.value("next_iteration", iter_ + 1);
   hooks_.load_state(state.get("hooks"));
-  if (state.contains("data_loader") && data_loader_) data_loader_->load_state(state.get("data_loader"));
+  if (state.contains("data_loader") && data_loader_) {
+    data_loader_->load_state(state.get("data_loader"));
+  } else if (data_loader_ && data_loader_->batches_per_epoch() > 0) {
+    // A checkpoint without the loader's position (PyTorch's DCP, Note
+    // [Resuming from PyTorch's DCP]): its batches up to the resumed iteration
+    // were taken, as mmengine's loop advances its iterator on resume.
+    State position;
+    position.values = {{"epoch", resume_iteration_ / data_loader_->batches_per_epoch()},
+                       {"batch_in_epoch", resume_iteration_ % data_loader_->batches_per_epoch()}};
+    data_loader_->load_state(position);
+  }
   if (state.contains("rng")) restore_rng_state(state.get("rng"));
   hooks_.after_load_checkpoint(state);
 }

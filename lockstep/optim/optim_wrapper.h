@@ -168,6 +168,7 @@ class OptimWrapper : public OptimWrapperBase {
   // Where this micro-step sits in its accumulation window: whether it
   // synchronises and updates, and what scale_loss divides its loss by.
   const AccumulationWindow& accumulation() const { return accumulation_; }
+  int64_t accumulative_counts() const { return options_.accumulative_counts(); }
   // A replayed CUDA graph ran a backward pass (and maybe the step) that this
   // wrapper's host code did not see run (engine/cuda_graph_step.h): counts
   // it as backward() counts one.

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "lockstep/checkpoint/checkpoint_layout.h"
+#include "lockstep/checkpoint/dcp_checkpoint.h"
 #include "lockstep/checkpoint/pretrained.h"
 #include "lockstep/config/key_usage.h"
 #include "lockstep/core/atomic_file.h"
@@ -165,6 +166,24 @@ Checkpointer& Runner::checkpointer() const {
   return *checkpointer_;
 }
 
+// The checkpoint to resume, chosen once for every rank (Note [One resume
+// decision]). A resumed run must replay the same data order: without a seed
+// of its own it reuses that checkpoint's (which may be older than the newest,
+// if that one is damaged).
+void Runner::plan_resume() {
+  resume_plan_.resume = should_resume(options_, config_);
+  if (resume_plan_.resume) resume_plan_.checkpoint = checkpointer_->choose_resume();
+  // Nothing of this run's own yet: resume from load_from when it is a
+  // checkpoint (lockstep's, or a DCP directory PyTorch wrote), as mmengine's
+  // resume=True with load_from does; pretrained weights stay load_from's. A
+  // restarted run finds its own newer checkpoints first.
+  const std::string resume_from = parse_load_from(config_.child("load_from"), options_.load_from()).path();
+  if (resume_plan_.resume && !resume_plan_.checkpoint && !resume_from.empty() && fs::exists(resume_from) &&
+      (is_dcp_checkpoint(resume_from) || is_lockstep_checkpoint_file(resume_from))) {
+    resume_plan_.checkpoint = ResumeChoice{resume_from, std::nullopt};
+  }
+}
+
 void Runner::setup_environment() {
   work_dir_ = !options_.work_dir().empty() ? options_.work_dir()
                                            : config_.get<std::string>("work_dir", default_work_dir(config_));
@@ -217,12 +236,7 @@ void Runner::setup_environment() {
     seed = static_cast<uint64_t>(randomness.get<int64_t>("seed"));
   }
   checkpointer_ = std::make_shared<Checkpointer>(strategy_, work_dir_);
-  resume_plan_.resume = should_resume(options_, config_);
-  // The checkpoint to resume, chosen once for every rank (Note [One resume
-  // decision]). A resumed run must replay the same data order: without a
-  // seed of its own it reuses that checkpoint's (which may be older than the
-  // newest, if that one is damaged).
-  if (resume_plan_.resume) resume_plan_.checkpoint = checkpointer_->choose_resume();
+  plan_resume();
   if (!seed) seed = resume_plan_.seed();
   if (!seed) {
     seed = strategy_->collectives()->broadcast_seed(
@@ -405,7 +419,9 @@ int64_t Runner::restore(const ResumePlan& plan) {
     }
   }
   if (resumed) {
-    const int saved_world = resumed->meta ? resumed->meta->world_size : 1;
+    // No meta: a checkpoint lockstep did not write (PyTorch's DCP), which holds no scheduler state.
+    const int saved_world = resumed->meta ? resumed->meta->world_size : strategy_->collectives()->world_size();
+    const bool replay_schedulers = !resumed->meta || saved_world != strategy_->collectives()->world_size();
     if (saved_world != strategy_->collectives()->world_size()) {
       logger().warn("The checkpoint was written by {} processes and this run has {}: the effective batch size "
                     "changes from here on, and the rest of the interrupted epoch is shared among {} processes",
@@ -426,7 +442,7 @@ int64_t Runner::restore(const ResumePlan& plan) {
       }
     }
     // Saved scheduler steps count iterations of the saved world size (Strategy::load_checkpoint skipped them).
-    if (saved_world != strategy_->collectives()->world_size()) strategy_->replay_schedulers(start_iter);
+    if (replay_schedulers) strategy_->replay_schedulers(start_iter);
   } else if (!load_from.path().empty()) {
     load_pretrained(*strategy_, load_from);
   }

@@ -105,6 +105,7 @@ class Runner {
 
  private:
   void setup_environment();
+  void plan_resume();  // in setup_environment, once the checkpointer exists
   // Model, strategy, optim wrapper, schedulers, evaluation, checkpointer,
   // trainer and hooks; the training data loader only `with_train_data`.
   void build_for_training(bool with_train_data);

@@ -1,6 +1,9 @@
 #include "lockstep/strategy/fsdp_strategy.h"
 
+#include <filesystem>
+
 #include "lockstep/checkpoint/checkpoint_layout.h"
+#include "lockstep/checkpoint/dcp_checkpoint.h"
 #include "lockstep/checkpoint/sharded_checkpoint.h"
 #include "lockstep/config/key_usage.h"
 #include "lockstep/core/error.h"
@@ -9,6 +12,8 @@
 #include "lockstep/model/model.h"
 #include "lockstep/optim/optim_wrapper_builder.h"
 #include "lockstep/optim/optimizer_builder.h"
+#include "lockstep/optim/optimizer_state.h"
+#include "lockstep/checkpoint/dcp_state_dict.h"
 #include "lockstep/parallel/fsdp/fully_shard_options.h"
 
 namespace lockstep {
@@ -23,8 +28,10 @@ FSDPStrategyOptions parse_fsdp_strategy_options(const Config& config) {
       options.state_dict_type = StateDictType::kFull;
     } else if (type == "sharded" || type == "local") {
       options.state_dict_type = StateDictType::kSharded;
+    } else if (type == "dcp") {
+      options.state_dict_type = StateDictType::kDcp;
     } else {
-      LOCKSTEP_FAIL(config.where(key), ": ", key, " must be 'full' or 'sharded' ('local'), got '", type, "'");
+      LOCKSTEP_FAIL(config.where(key), ": ", key, " must be 'full', 'sharded' ('local') or 'dcp', got '", type, "'");
     }
   }
   Config wrapper = config.child("model_wrapper");
@@ -32,9 +39,8 @@ FSDPStrategyOptions parse_fsdp_strategy_options(const Config& config) {
     const std::string type = wrapper.get<std::string>("type", "MMFullyShardedDataParallel");
     if (type == "FullyShard") {
       options.fsdp = parse_fully_shard_options(wrapper);
-      LOCKSTEP_CHECK(options.state_dict_type == StateDictType::kFull, config.where("state_dict_type"),
-                     ": model_wrapper.type FullyShard saves state_dict_type: full (sharded checkpoints hold FSDP1's "
-                     "flat layout)");
+      // fully_shard's sharded state dicts are DTensors, which PyTorch saves with DCP.
+      if (options.state_dict_type == StateDictType::kSharded) options.state_dict_type = StateDictType::kDcp;
     } else {
       LOCKSTEP_CHECK(type == "MMFullyShardedDataParallel" || type == "FullyShardedDataParallel", wrapper.where("type"),
                      ": FSDPStrategy wraps with MMFullyShardedDataParallel (or FullyShardedDataParallel), or with "
@@ -43,6 +49,9 @@ FSDPStrategyOptions parse_fsdp_strategy_options(const Config& config) {
     }
     check_all_used(wrapper, "model_wrapper");
   }
+  LOCKSTEP_CHECK(options.state_dict_type != StateDictType::kDcp || options.fsdp.use_orig_params(),
+                 config.where("state_dict_type"), ": state_dict_type: dcp saves each parameter's optimizer state "
+                 "under its name, so it needs model_wrapper.use_orig_params: true (or type: FullyShard)");
   return options;
 }
 
@@ -150,6 +159,10 @@ void FSDPStrategy::save_checkpoint(const std::string& path, CheckpointContents c
     });
     return;
   }
+  if (options_.state_dict_type == StateDictType::kDcp) {
+    save_dcp_checkpoint(path, std::move(contents), options);
+    return;
+  }
   CheckpointShard shard;
   shard.rank = collectives_->rank();
   shard.world_size = collectives_->world_size();
@@ -158,10 +171,7 @@ void FSDPStrategy::save_checkpoint(const std::string& path, CheckpointContents c
   // Every rank writes its shard; all learn whether every shard is on disk.
   collectives_->agree(str_cat("saving checkpoint ", path, ": writing the shard of each rank"),
                       [&] { write_shard(path, shard); });
-  for (const auto& [wrapper_name, list] : schedulers_) {
-    if (!options.save_param_scheduler()) break;
-    for (const auto& scheduler : list) contents.param_schedulers[wrapper_name].push_back(scheduler->state());
-  }
+  fill_scheduler_states(contents, options);
   contents.sharding = nlohmann::json{{"world_size", collectives_->world_size()}, {"with_optimizer", with_optimizer},
                                      {"layout", fsdp_->layout()}};
   // The manifest appears only once every shard is on disk (the agreement above).
@@ -173,7 +183,9 @@ void FSDPStrategy::save_checkpoint(const std::string& path, CheckpointContents c
 CheckpointContents FSDPStrategy::load_checkpoint(const std::string& path, bool load_optimizer, bool load_schedulers,
                                                  bool strict) {
   LOCKSTEP_CHECK(fsdp_ != nullptr, name(), ": no model prepared");
+  if (is_dcp_checkpoint(path)) return load_foreign_dcp(path, load_optimizer);
   CheckpointContents contents = read_checkpoint(path);
+  if (is_dcp_manifest(contents)) return load_dcp_checkpoint(path, std::move(contents), load_optimizer, load_schedulers);
   if (contents.sharded()) {
     const int saved_world = contents.sharding->value("world_size", -1);
     const nlohmann::json saved_layout = contents.sharding->value("layout", nlohmann::json::object());
@@ -275,6 +287,94 @@ std::string FSDPStrategy::cuda_graph_obstacle() const {
   }
   return "FSDPStrategy's step is not captured yet: its units gather and free their parameters by host code a "
          "replay would skip (train with SingleDeviceStrategy, or without cuda_graph)";
+}
+
+// Note [DCP checkpoints of lockstep train]
+// state_dict_type: dcp writes what PyTorch's own FSDP2 users write, a DCP
+// directory of the model and optimizer (dcp_state_dict.h), beside a lockstep
+// manifest at `path` that holds the rest (trainer, data loader, schedulers,
+// the optimizer wrapper's own state, the meta) and names the directory. The
+// order keeps a checkpoint whole or absent: rank 0 removes an old manifest
+// of the same name before anything is rewritten; every rank writes its file;
+// rank 0 writes `.metadata` once all are on disk (what makes the directory a
+// checkpoint for dcp.load) and the manifest last (what makes it one for
+// lockstep's resume, and what last_checkpoint may then point at). A process
+// killed in between leaves the earlier checkpoints as they were.
+void FSDPStrategy::save_dcp_checkpoint(const std::string& path, CheckpointContents contents,
+                                       const CheckpointOptions& options) {
+  const bool with_optimizer = optim_wrapper_ && options.save_optimizer();
+  const bool main = collectives_->is_main_process();
+  const std::string dir = dcp_directory(path);
+  collectives_->agree(str_cat("saving checkpoint ", path, ": making ", dir), [&] {
+    if (main) prepare_dcp_directory(path, dir);
+  });
+  nlohmann::json records;
+  collectives_->agree(str_cat("saving checkpoint ", path, ": writing the DCP file of each rank"), [&] {
+    const DcpRankPart part = fsdp_dcp_part(*fsdp_, with_optimizer ? &single_wrapper().optimizer() : nullptr, main);
+    records = write_dcp_rank_file(dir, collectives_->rank(), part);
+  });
+  const std::vector<nlohmann::json> all_records = collectives_->all_gather_json(records);
+  fill_scheduler_states(contents, options);
+  // The wrapper's own state (accumulation, loss scale); its optimizer's is in the directory.
+  if (with_optimizer) contents.optim_wrapper = optim_state_with(single_wrapper().state(), State());
+  contents.sharding = nlohmann::json{{"format", "dcp"},
+                                     {"directory", std::filesystem::path(dir).filename().string()},
+                                     {"world_size", collectives_->world_size()},
+                                     {"with_optimizer", with_optimizer}};
+  collectives_->agree(str_cat("saving checkpoint ", path, ": writing ", dir, "/.metadata and the manifest"), [&] {
+    if (!main) return;
+    write_dcp_metadata(dir, all_records);
+    write_checkpoint(path, contents);
+  });
+}
+
+CheckpointContents FSDPStrategy::load_dcp_checkpoint(const std::string& path, CheckpointContents contents,
+                                                     bool load_optimizer, bool load_schedulers) {
+  const std::string dir = dcp_directory_of(path, contents);
+  const bool optimizer = load_optimizer && optim_wrapper_;
+  LOCKSTEP_CHECK(!optimizer || contents.sharding->value("with_optimizer", false), path,
+                 ": holds no optimizer state (saved with save_optimizer: false?)");
+  try {
+    load_fsdp_dcp(*fsdp_, DcpReader(dir), optimizer ? &single_wrapper().optimizer() : nullptr);
+  } catch (...) {
+    rethrow_with_context(str_cat(path, ": loading the model", optimizer ? " and optimizer" : "", " from ", dir));
+  }
+  if (optimizer) {
+    contents.optim_wrapper =
+        optim_state_with(*contents.optim_wrapper, save_optimizer_state(single_wrapper().optimizer()));
+  }
+  load_optim_and_schedulers(contents, optimizer, load_schedulers, path);
+  return contents;
+}
+
+// Note [Resuming from PyTorch's DCP]
+// A DCP directory that PyTorch wrote holds the model and the optimizer and
+// nothing of lockstep's trainer: no iteration, data position or scheduler
+// state. The iteration comes from the one counter it does hold, the
+// optimizer's step count (every parameter's "step"; the largest, as a
+// parameter that never had a gradient has none), times the accumulation
+// window; the data loader then goes on at that iteration of its own order
+// (as mmengine's loop advances its iterator on resume), and the schedulers are
+// replayed to it (Runner::restore). A checkpoint without optimizer state
+// resumes at iteration 0.
+CheckpointContents FSDPStrategy::load_foreign_dcp(const std::string& path, bool load_optimizer) {
+  const bool optimizer = load_optimizer && optim_wrapper_;
+  int64_t steps = 0;
+  try {
+    steps = load_fsdp_dcp(*fsdp_, DcpReader(path), optimizer ? &single_wrapper().optimizer() : nullptr);
+  } catch (...) {
+    rethrow_with_context(str_cat(path, ": loading PyTorch's distributed checkpoint"));
+  }
+  const int64_t iteration = steps * (optimizer ? single_wrapper().accumulative_counts() : 1);
+  if (collectives_->is_main_process()) {
+    logger().info("{}: a torch.distributed.checkpoint without lockstep's trainer state: the optimizer has taken {} "
+                  "step(s), so training goes on at iteration {}", path, steps, iteration);
+  }
+  CheckpointContents contents;
+  State trainer;
+  trainer.values = nlohmann::json{{"iteration", iteration}, {"next_iteration", iteration}};
+  contents.trainer = std::move(trainer);
+  return contents;
 }
 
 }  // namespace lockstep

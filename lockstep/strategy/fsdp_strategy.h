@@ -19,6 +19,18 @@
 //                             its own. Same model and wrap policy either way.
 //                             `lockstep ckpt export` makes one safetensors
 //                             file of its weights.
+//   state_dict_type: dcp      PyTorch's torch.distributed.checkpoint: every
+//                             rank writes its elements of each parameter and
+//                             of its optimizer state into "<path stem>.dcp/",
+//                             named as get_model_state_dict and
+//                             get_optimizer_state_dict name them ("model.",
+//                             "optim."), so PyTorch's dcp.load reads it at any
+//                             world size; rank 0 writes <path>, the rest of
+//                             the checkpoint. Needs use_orig_params (FullyShard
+//                             has it, and its `sharded` means this). Resumes at
+//                             any world size, each rank reading only its part.
+//                             A DCP directory PyTorch wrote resumes too (resume
+//                             with load_from: <directory>).
 // mmengine's `state_dict_cfg: full | local` is accepted for state_dict_type.
 //
 //   strategy:
@@ -54,7 +66,7 @@
 
 namespace lockstep {
 
-enum class StateDictType { kFull, kSharded };
+enum class StateDictType { kFull, kSharded, kDcp };
 
 struct FSDPStrategyOptions {
   DistributedOptions distributed;
@@ -100,6 +112,12 @@ class FSDPStrategy : public DistributedStrategy, public std::enable_shared_from_
   // Loads the model (and the optimizer) of a sharded checkpoint written by
   // another number of ranks, or ranks per shard group.
   void load_resharded(const std::string& path, const CheckpointContents& contents, bool load_optimizer);
+  // state_dict_type: dcp (Note [DCP checkpoints of lockstep train]).
+  void save_dcp_checkpoint(const std::string& path, CheckpointContents contents, const CheckpointOptions& options);
+  CheckpointContents load_dcp_checkpoint(const std::string& path, CheckpointContents contents, bool load_optimizer,
+                                         bool load_schedulers);
+  // A DCP directory written by PyTorch (Note [Resuming from PyTorch's DCP]).
+  CheckpointContents load_foreign_dcp(const std::string& path, bool load_optimizer);
 
   FSDPStrategyOptions options_;
   std::shared_ptr<FullyShardedDataParallel> fsdp_;

@@ -111,11 +111,14 @@ LoadReport Strategy::load_model_state_dict(const std::map<std::string, torch::Te
 void Strategy::fill_checkpoint(CheckpointContents& contents, const CheckpointOptions& options) {
   contents.model = model_state_dict();
   if (optim_wrapper_ && options.save_optimizer()) contents.optim_wrapper = optim_wrapper_->state();
-  if (options.save_param_scheduler()) {
-    for (const auto& [wrapper_name, list] : schedulers_) {
-      auto& states = contents.param_schedulers[wrapper_name];
-      for (const auto& scheduler : list) states.push_back(scheduler->state());
-    }
+  fill_scheduler_states(contents, options);
+}
+
+void Strategy::fill_scheduler_states(CheckpointContents& contents, const CheckpointOptions& options) const {
+  if (!options.save_param_scheduler()) return;
+  for (const auto& [wrapper_name, list] : schedulers_) {
+    auto& states = contents.param_schedulers[wrapper_name];
+    for (const auto& scheduler : list) states.push_back(scheduler->state());
   }
 }
 

@@ -118,6 +118,8 @@ class Strategy {
   virtual std::shared_ptr<OptimWrapperBase> build_optim_wrapper_for(const Config& config, Model& model);
   // The model, optimizer and schedulers into `contents`, as options say.
   void fill_checkpoint(CheckpointContents& contents, const CheckpointOptions& options);
+  // Only the schedulers' states (a sharded checkpoint's manifest).
+  void fill_scheduler_states(CheckpointContents& contents, const CheckpointOptions& options) const;
   void load_optim_and_schedulers(const CheckpointContents& contents, bool load_optimizer, bool load_schedulers,
                                  const std::string& path);
 

@@ -30,17 +30,9 @@ std::string reference_script() { return testing::source_dir() + "/tests/differen
 
 // Why the tests cannot run here, or "" where they can: dcp_reference.py exits 3 without DCP and fully_shard.
 std::string why_skipped() {
-  static const std::string why = [] {
-    if (!testing::python_has("torch")) return testing::python() + " has no torch";
-    const auto probe = testing::run_command({testing::python(), "-c",
-                                             "import torch.distributed.checkpoint, torch.distributed.tensor\n"
-                                             "from torch.distributed.fsdp import fully_shard"},
-                                            {}, 120);
-    return probe.exit_code == 0 ? std::string()
-                                : testing::python() + "'s torch has no torch.distributed.checkpoint with FSDP2's "
-                                                      "fully_shard (PyTorch 2.6 or later; CI's 2.14 leg has it)";
-  }();
-  return why;
+  return testing::python_torch_lacks(
+      "import torch.distributed.checkpoint, torch.distributed.tensor\nfrom torch.distributed.fsdp import fully_shard",
+      "has no torch.distributed.checkpoint with FSDP2's fully_shard (PyTorch 2.6 or later; CI's 2.14 leg has it)");
 }
 
 // dcp_reference.py ACTION WORLD ARGS..., which must succeed.

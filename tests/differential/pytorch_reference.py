@@ -14,6 +14,8 @@ and DDP are PyTorch's.
   pytorch_reference.py batch JOBS.json                     [{"case": CASE, "init": INIT, "out": OUT}, ...]:
                                                            init then train each, in one interpreter
   pytorch_reference.py compare A B                         prints {"name": relative difference, ...}
+  pytorch_reference.py dcp_load CASE.json WORLD DIR OUT    dcp.load of DIR (model and optimizer) at WORLD ranks;
+                                                           OUT: the whole state, torch.save'd, OUT.json: param_groups
 
 A case this PyTorch cannot run gets OUT.unsupported, a line saying why,
 instead of OUT (the test skips it with that reason): Debian's PyTorch 2.14
@@ -44,7 +46,10 @@ CASE is JSON:
               before wrapping; lockstep's model.frozen_parameters),
    "fully_shard": {"modules": ["Conv2d", "Linear"], "reshard_after_forward": true, "mesh": [2, 2] (optional, HSDP),
                    "mp_policy": {"param_dtype": "bf16", "reduce_dtype": "fp32"}} (optional: PyTorch's
-                   FSDP2 instead of DDP, on the modules of those classes and then the root; 2.14 only)}
+                   FSDP2 instead of DDP, on the modules of those classes and then the root; 2.14 only),
+   "start_iter": 5 (optional: the run begins at that iteration, its batches as iteration 5 takes them),
+   "dcp_load": DIR, "dcp_save": DIR (optional: dcp.load of the model and optimizer before training,
+               dcp.save of them after it, as {"model": get_model_state_dict, "optim": get_optimizer_state_dict})}
 
 The data order is lockstep's DefaultSampler with shuffle false: rank r's
 samples are r, r + world, r + 2 world, ...; iteration i takes the next `batch`
@@ -246,7 +251,7 @@ def rank_batches(case, rank):
     labels = read_idx(os.path.join(root, "train-labels-idx1-ubyte.gz"))
     world, batch = case["world"], case["batch"]
     mine = np.arange(rank, len(images), world)
-    for i in range(case["iters"]):
+    for i in range(case.get("start_iter", 0), case["iters"]):
         index = mine[i * batch:(i + 1) * batch]
         assert len(index) == batch, "the case runs past one epoch"
         x = torch.from_numpy(images[index].copy()).unsqueeze(1)
@@ -526,6 +531,8 @@ def train_rank(rank, case, init, out, init_method):
         ddp = DDP(model, gradient_as_bucket_view=case.get("gradient_as_bucket_view", False))
         register_comm_hook(ddp, case.get("comm_hook"))
     optimizer = build_optimizer(case["optimizer"], param_groups(model, case))
+    if case.get("dcp_load"):
+        load_dcp(model, optimizer, case["dcp_load"])
     schedulers = build_schedulers(case.get("schedulers"), optimizer)
     accumulate = case.get("accumulate", 1)
     # mmengine's OptimWrapper: with accumulative_counts, the last window of a
@@ -534,7 +541,7 @@ def train_rank(rank, case, init, out, init_method):
     remainder = case["iters"] % accumulate
     amp = case.get("amp")
     scaler = grad_scaler(case)
-    for i, (x, y) in enumerate(rank_batches(case, rank)):
+    for i, (x, y) in enumerate(rank_batches(case, rank), start=case.get("start_iter", 0)):
         x, y = x.to(device), y.to(device)
         last_micro_step = (i + 1) % accumulate == 0 or i + 1 == case["iters"]
         loss_factor = accumulate if i < case["iters"] - remainder else remainder
@@ -571,11 +578,72 @@ def train_rank(rank, case, init, out, init_method):
             optimizer.zero_grad(set_to_none=True)
         for scheduler in schedulers:
             scheduler.step()
+    if case.get("dcp_save"):
+        save_dcp(model, optimizer, case["dcp_save"])
     state = model.state_dict() if sharded is None else full_model_state_dict(model)
     if rank == 0:
         write_safetensors(out, state)
     dist.barrier()
     leave_worker()
+
+
+def dcp_state(model, optimizer):
+    """What torchtitan and PyTorch's DCP recipes save: the model's and the
+    optimizer's state dicts, with their FQNs, under "model" and "optim"."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+    return {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, optimizer)}
+
+
+def save_dcp(model, optimizer, directory):
+    import torch.distributed.checkpoint as dcp
+    dcp.save(dcp_state(model, optimizer), checkpoint_id=directory)
+
+
+def load_dcp(model, optimizer, directory):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
+    state = dcp_state(model, optimizer)
+    dcp.load(state, checkpoint_id=directory)
+    set_model_state_dict(model, state["model"])
+    set_optimizer_state_dict(model, optimizer, state["optim"])
+
+
+def dcp_load_rank(rank, world, case, directory, out, init_method):
+    """dcp.load of `directory` into the case's model and optimizer at `world`
+    ranks (fully_shard when more than one), then rank 0 torch.saves the whole
+    state, flattened as DCP names it, and the param_groups' options as JSON."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world)
+    torch.manual_seed(1)  # other values than the checkpoint's, which dcp.load must replace
+    model = build_model(case["model"])
+    if world > 1:
+        apply_fully_shard(model, case["fully_shard"])
+    optimizer = build_optimizer(case["optimizer"], param_groups(model, case))
+    load_dcp(model, optimizer, directory)
+    whole = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    model_state = get_model_state_dict(model, options=whole)
+    optim_state = get_optimizer_state_dict(model, optimizer, options=whole)
+    if rank == 0:
+        flat = {"model." + name: value for name, value in model_state.items()}
+        for name, buffers in optim_state["state"].items():
+            flat.update({"optim.state.%s.%s" % (name, key): value for key, value in buffers.items()})
+        torch.save(flat, out)
+        with open(out + ".json", "w") as f:
+            json.dump([{key: value for key, value in group.items() if key != "params"} | {"params": group["params"]}
+                       for group in optim_state["param_groups"]], f)
+    dist.barrier()
+    leave_worker()
+
+
+def dcp_load(case, world, directory, out):
+    import torch.multiprocessing as mp
+    with tempfile.TemporaryDirectory() as scratch:
+        init_method = "file://" + os.path.join(scratch, "rendezvous")
+        mp.start_processes(dcp_load_rank, args=(world, case, directory, out, init_method), nprocs=world,
+                           start_method="fork")
 
 
 def freeze(model, names):
@@ -779,6 +847,9 @@ def main():
     elif len(args) == 2 and args[0] == "batch":
         with open(args[1]) as f:
             run_batch(json.load(f))
+    elif len(args) == 5 and args[0] == "dcp_load":
+        with open(args[1]) as f:
+            dcp_load(json.load(f), int(args[2]), args[3], args[4])
     elif len(args) == 3 and args[0] == "compare":
         compare(args[1], args[2])
     else:

@@ -4,7 +4,7 @@
 // groups, trainer state), and the result equals 20 iterations under DDP
 // alone. Both directions, with paramwise_cfg (FSDP's use_orig_params) and with
 // FSDP's default flat shards. And a sharded checkpoint with use_orig_params
-// resumes bitwise.
+// resumes bitwise, and a DCP one of 2 ranks on 3.
 //
 // Two-rank FSDP trains the same bits as DDP (the differential suite's
 // FSDP_AdamW_Paramwise came out bitwise), so the comparison allows only 1e-6: an
@@ -15,6 +15,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tests/support/multiprocess.h"
 #include "tests/support/test_support.h"
@@ -113,6 +115,42 @@ TEST(CheckpointMoveSharded, OrigParamsResumeBitwiseFromAShardedCheckpoint) {
   EXPECT_NE(diff.output.find("bitwise equal"), std::string::npos) << diff.output;
 }
 
+// Keeping one periodic checkpoint: the older ones go with their shard files or directories.
+std::string keep_one(std::string yaml) {
+  return yaml.replace(yaml.find("by_epoch: false}"), 16, "by_epoch: false, max_keep_ckpts: 1}");
+}
+
+void expect_bitwise_equal(const std::string& a, const std::string& b) {
+  auto diff = testing::run_command({testing::lockstep_binary(), "ckpt", "diff", a, b});
+  EXPECT_EQ(diff.exit_code, 0) << diff.output;
+  EXPECT_NE(diff.output.find("bitwise equal"), std::string::npos) << diff.output;
+}
+
+// 10 iterations on 2 ranks saving with `full` (into dir/full) and with
+// `other` (into dir/<name>), whose exports must be bitwise equal; then both
+// resume on 3 ranks to iteration 20, again bitwise equal. Returns the output
+// of `other`'s resumed run.
+std::string resume_on_three_as_the_full_one(const testing::TempDir& dir, const std::string& full,
+                                            const std::string& name, const std::string& other, bool paramwise) {
+  const std::vector<std::pair<std::string, std::string>> runs{{"full", full}, {name, other}};
+  for (const auto& [run, strategy] : runs) {
+    auto first = train(dir, run + "_2", keep_one(config(10, strategy, paramwise)), dir.file(run), false);
+    EXPECT_EQ(first.exit_code, 0) << first.output;
+    auto exported = testing::export_checkpoint(dir.file(run + "/model_final.ckpt"), dir.file(run + "_10.safetensors"));
+    EXPECT_EQ(exported.exit_code, 0) << exported.output;
+  }
+  expect_bitwise_equal(dir.file("full_10.safetensors"), dir.file(name + "_10.safetensors"));
+  std::string output;
+  for (const auto& [run, strategy] : runs) {
+    auto resumed = train(dir, run + "_3", keep_one(config(20, strategy, paramwise)), dir.file(run), true, 3);
+    EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_NE(resumed.output.find("Resuming from"), std::string::npos) << resumed.output;
+    output = resumed.output;
+  }
+  expect_bitwise_equal(dir.file("full/model_final.ckpt"), dir.file(name + "/model_final.ckpt"));
+  return output;
+}
+
 // An elastic job that grew from 2 ranks to 3: the sharded checkpoint of 2
 // ranks resumes on 3 (resharded on load) exactly as the full checkpoint of the
 // same run does, and `lockstep ckpt export` makes one file of it equal to the
@@ -125,37 +163,8 @@ TEST_P(CheckpointMove, ShardedCheckpointOfTwoRanksResumesOnThreeAsTheFullOne) {
   const std::string full = fsdp(/*use_orig_params=*/paramwise);
   std::string sharded = full;
   sharded.replace(sharded.find("state_dict_type: full"), 21, "state_dict_type: sharded");
-  // Keeping one checkpoint: the older ones go with their shard files.
-  auto keep_one = [](std::string yaml) {
-    return yaml.replace(yaml.find("by_epoch: false}"), 16, "by_epoch: false, max_keep_ckpts: 1}");
-  };
-  for (const auto& [name, strategy] : {std::pair{"full", full}, std::pair{"sharded", sharded}}) {
-    auto first = train(dir, std::string(name) + "_2", keep_one(config(10, strategy, paramwise)), dir.file(name), false);
-    ASSERT_EQ(first.exit_code, 0) << first.output;
-  }
-  for (const char* name : {"full", "sharded"}) {
-    auto exported = testing::export_checkpoint(dir.file(std::string(name) + "/model_final.ckpt"),
-                                                dir.file(std::string(name) + "_10.safetensors"));
-    ASSERT_EQ(exported.exit_code, 0) << exported.output;
-  }
-  auto diff = testing::run_command({testing::lockstep_binary(), "ckpt", "diff", dir.file("full_10.safetensors"),
-                                    dir.file("sharded_10.safetensors")});
-  EXPECT_EQ(diff.exit_code, 0) << diff.output;
-  EXPECT_NE(diff.output.find("bitwise equal"), std::string::npos) << diff.output;
-
-  for (const auto& [name, strategy] : {std::pair{"full", full}, std::pair{"sharded", sharded}}) {
-    auto resumed = train(dir, std::string(name) + "_3", keep_one(config(20, strategy, paramwise)), dir.file(name), true, 3);
-    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-    EXPECT_NE(resumed.output.find("Resuming from"), std::string::npos) << resumed.output;
-    if (std::string(name) == "sharded") {
-      EXPECT_NE(resumed.output.find("(written by 2 rank(s), 2 per shard group) to 3 ranks"), std::string::npos)
-          << resumed.output;
-    }
-  }
-  diff = testing::run_command({testing::lockstep_binary(), "ckpt", "diff", dir.file("full/model_final.ckpt"),
-                               dir.file("sharded/model_final.ckpt")});
-  EXPECT_EQ(diff.exit_code, 0) << diff.output;
-  EXPECT_NE(diff.output.find("bitwise equal"), std::string::npos) << diff.output;
+  const std::string resumed = resume_on_three_as_the_full_one(dir, full, "sharded", sharded, paramwise);
+  EXPECT_NE(resumed.find("(written by 2 rank(s), 2 per shard group) to 3 ranks"), std::string::npos) << resumed;
   // Every shard file left belongs to a checkpoint that is still there.
   int shards = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir.file("sharded"))) {
@@ -167,6 +176,40 @@ TEST_P(CheckpointMove, ShardedCheckpointOfTwoRanksResumesOnThreeAsTheFullOne) {
   }
   EXPECT_GT(shards, 0);
 }
+
+// state_dict_type: dcp, PyTorch's distributed checkpoint (whose layout
+// tests/differential/dcp_train_test.cpp holds to PyTorch 2.14's own): of 2
+// ranks, it resumes on 3 exactly as the full checkpoint of the same run does,
+// each rank reading only the boxes that overlap its elements. Under FSDP1
+// (use_orig_params) a flat shard cuts parameters mid-row, so a rank's part is
+// several boxes; under FullyShard it is whole rows. paramwise_cfg's groups,
+// BatchNorm's buffers (int64 num_batches_tracked among them), and
+// max_keep_ckpts removing the older directories with their manifests.
+class DcpCheckpointMove : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DcpCheckpointMove, OfTwoRanksResumesOnThreeAsTheFullOne) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  if (!std::filesystem::is_directory(kFashionMnist)) GTEST_SKIP() << kFashionMnist << " is missing";
+  testing::TempDir dir;
+  std::string full = fsdp(/*use_orig_params=*/GetParam() == "FSDP");  // FullyShard has it always
+  if (GetParam() == "FullyShard") full.replace(full.find("sharding_strategy: FULL_SHARD"), 29, "type: FullyShard");
+  std::string dcp = full;
+  dcp.replace(dcp.find("state_dict_type: full"), 21, "state_dict_type: dcp");
+  resume_on_three_as_the_full_one(dir, full, "dcp", dcp, /*paramwise=*/true);
+  EXPECT_TRUE(testing::file_exists(dir.file("dcp/model_final.dcp/__2_0.distcp")));
+  // Every DCP directory left belongs to a checkpoint that is still there.
+  int directories = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.file("dcp"))) {
+    if (entry.path().extension() != ".dcp") continue;
+    ++directories;
+    EXPECT_TRUE(testing::file_exists(std::filesystem::path(entry.path()).replace_extension(".ckpt").string()))
+        << entry.path() << " outlived its checkpoint";
+  }
+  EXPECT_EQ(directories, 2) << "model_final and the newest periodic checkpoint";
+}
+
+INSTANTIATE_TEST_SUITE_P(Wrappers, DcpCheckpointMove, ::testing::Values("FSDP", "FullyShard"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 // Clipping by the infinity norm over use_orig_params' parts of the shards,
 // some of them empty on a rank (a parameter held wholly by the other rank),

@@ -63,6 +63,16 @@ bool python_has(const std::string& module) {
   return found->second;
 }
 
+std::string python_torch_lacks(const std::string& probe, const std::string& lacking) {
+  if (!python_has("torch")) return python() + " has no torch";
+  static std::mutex mutex;
+  static std::map<std::string, bool> passed;  // by probe: a test asks once per case
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = passed.find(probe);
+  if (found == passed.end()) found = passed.emplace(probe, run_command({python(), "-c", probe}, {}, 120).exit_code == 0).first;
+  return found->second ? std::string() : python() + "'s torch " + lacking;
+}
+
 std::string error_of(const std::function<void()>& action) {
   try {
     action();

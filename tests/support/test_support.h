@@ -53,6 +53,10 @@ std::vector<std::string> torchrun();
 // Whether python() imports `module` (torch, torchvision, ...): tests against
 // PyTorch skip without it. Asked once per module.
 bool python_has(const std::string& module);
+// Why a test against python()'s torch cannot run, or "" where it can: python
+// has torch and `probe` (Python code, run once) exits 0; else "<python> has no torch"
+// or "<python>'s torch <lacking>".
+std::string python_torch_lacks(const std::string& probe, const std::string& lacking);
 
 // The message of the exception `action` throws, "<no error>" when it throws none.
 std::string error_of(const std::function<void()>& action);

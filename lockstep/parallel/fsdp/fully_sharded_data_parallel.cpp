@@ -187,6 +187,40 @@ State FullyShardedDataParallel::shard_optimizer_state(const torch::optim::Optimi
   return codec_->shard_optimizer_state(optimizer, full);
 }
 
+// --- local parts -----------------------------------------------------------------
+
+std::vector<FullyShardedDataParallel::LocalPart> FullyShardedDataParallel::local_parts() const {
+  const bool first_replica = model_->replicate_group == nullptr || model_->replicate_group->rank() == 0;
+  std::vector<LocalPart> parts;
+  for (const auto& unit : model_->units) {
+    for (size_t s = 0; s < unit->slots().size(); ++s) {
+      const fsdp::FlatSlot& slot = unit->slots()[s];
+      const fsdp::ShardOverlap mine = unit->layout().part(slot.offset, slot.numel);
+      LocalPart part;
+      part.name = slot.name;
+      part.aliases = slot.aliases;
+      part.shape = slot.shape;
+      part.begin = mine.length > 0 ? mine.in_range : 0;
+      part.values = unit->shard().detach().narrow(0, mine.length > 0 ? mine.in_shard : 0, mine.length);
+      const auto& leaves = unit->gradients().orig_params();
+      if (slot.trainable && s < leaves.size()) part.leaf = leaves[s];
+      part.first_replica = first_replica;
+      parts.push_back(std::move(part));
+    }
+  }
+  return parts;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> FullyShardedDataParallel::whole_tensors() const {
+  std::vector<std::pair<std::string, torch::Tensor>> whole = model_->frozen;
+  whole.insert(whole.end(), model_->buffers.begin(), model_->buffers.end());
+  return whole;
+}
+
+void FullyShardedDataParallel::local_parts_written() {
+  for (auto& unit : model_->units) unit->refresh();
+}
+
 // --- introspection -------------------------------------------------------------
 
 const std::vector<std::unique_ptr<fsdp::FlatParamUnit>>& FullyShardedDataParallel::units() const {

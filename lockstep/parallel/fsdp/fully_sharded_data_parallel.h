@@ -183,6 +183,24 @@ class FullyShardedDataParallel : public GradientSync {
   State full_optimizer_state(const torch::optim::Optimizer& optimizer, const State& local, bool rank0_only = true);
   State shard_optimizer_state(const torch::optim::Optimizer& optimizer, const State& full) const;
 
+  // --- this rank's elements of each parameter (DCP checkpoints, dcp_state_dict.h)
+  struct LocalPart {
+    std::string name;                  // the parameter's first name in the model
+    std::vector<std::string> aliases;  // its further names (tied parameters)
+    std::vector<int64_t> shape;        // the whole parameter's
+    int64_t begin = 0;                 // this rank holds its flattened elements [begin, begin + values.numel())
+    torch::Tensor values;              // a 1-D view of this rank's shard: writing it writes the parameter
+    torch::Tensor leaf;                // what the optimizer steps for it (use_orig_params); undefined: frozen
+    bool first_replica = true;         // false on HSDP's other replicas, which hold the same elements
+  };
+  // Every parameter in the units, in unit and slot order. Local.
+  std::vector<LocalPart> local_parts() const;
+  // What every rank holds whole: the buffers, and FSDP1's frozen parameters.
+  std::vector<std::pair<std::string, torch::Tensor>> whole_tensors() const;
+  // After writing into local_parts()' values or whole_tensors() (loading a
+  // checkpoint): gathered copies are refreshed before use. Local.
+  void local_parts_written();
+
   // --- introspection ------------------------------------------------------
   const std::vector<std::unique_ptr<fsdp::FlatParamUnit>>& units() const;
   const FSDPOptions& options() const;
