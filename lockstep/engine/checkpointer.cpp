@@ -33,18 +33,18 @@ std::string Checkpointer::save(const std::string& name, const Trainer& trainer) 
   CheckpointContents contents;
   contents.trainer = trainer.state();
   contents.meta = RunMeta{run_.seed, trainer.iter(), strategy_->collectives()->world_size(), strategy_->name(), run_.config};
-  strategy_->save_checkpoint(path, std::move(contents), options_);
-  strategy_->collectives()->agree("pointing " + save_dir_ + "/" + kPointer + " at " + path, [&] {
-    if (!strategy_->collectives()->is_main_process()) return;
-    write_file_atomically(save_dir_ + "/" + kPointer, fs::path(path).filename().string());
+  // The pointer moves once the checkpoint is whole (later, for a save in the background).
+  const std::string pointer = save_dir_ + "/" + kPointer;
+  strategy_->save_checkpoint_then(path, std::move(contents), options_, [pointer, path] {
+    write_file_atomically(pointer, fs::path(path).filename().string());
     logger().info("Saved checkpoint {}", path);
   });
   return path;
 }
 
 void Checkpointer::remove(const std::string& path) {
-  if (!strategy_->collectives()->is_main_process()) return;
-  remove_checkpoint(path);
+  // Not before the save in flight is whole: it is what replaces this one.
+  strategy_->after_checkpoint_saves([path] { remove_checkpoint(path); });
 }
 
 std::optional<std::string> Checkpointer::last_checkpoint() const {

@@ -378,6 +378,7 @@ std::map<std::string, double> Runner::train() {
   }
   const int64_t start_iter = restore(resume_plan_);
   trainer_->train(std::min(start_iter, max_iters_), max_iters_);
+  strategy_->finish_checkpoint_saves();  // a save in the background is whole before the run ends
   if (trainer_->stop().preempted()) {
     logger().warn("Preempted after iteration {} of {}: the checkpoint to resume from is saved; exiting with status {} "
                   "to be started again (resume: true continues the run bitwise)",

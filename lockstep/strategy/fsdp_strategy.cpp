@@ -8,6 +8,7 @@
 #include "lockstep/config/key_usage.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
+#include "lockstep/comm/comm.h"
 #include "lockstep/comm/process_group.h"
 #include "lockstep/model/model.h"
 #include "lockstep/optim/optim_wrapper_builder.h"
@@ -49,6 +50,9 @@ FSDPStrategyOptions parse_fsdp_strategy_options(const Config& config) {
     }
     check_all_used(wrapper, "model_wrapper");
   }
+  options.async_save = config.get<bool>("async_save", false);
+  LOCKSTEP_CHECK(!options.async_save || options.state_dict_type == StateDictType::kDcp, config.where("async_save"),
+                 ": async_save writes DCP checkpoints in the background; it needs state_dict_type: dcp");
   LOCKSTEP_CHECK(options.state_dict_type != StateDictType::kDcp || options.fsdp.use_orig_params(),
                  config.where("state_dict_type"), ": state_dict_type: dcp saves each parameter's optimizer state "
                  "under its name, so it needs model_wrapper.use_orig_params: true (or type: FullyShard)");
@@ -300,32 +304,104 @@ std::string FSDPStrategy::cuda_graph_obstacle() const {
 // checkpoint for dcp.load) and the manifest last (what makes it one for
 // lockstep's resume, and what last_checkpoint may then point at). A process
 // killed in between leaves the earlier checkpoints as they were.
-void FSDPStrategy::save_dcp_checkpoint(const std::string& path, CheckpointContents contents,
-                                       const CheckpointOptions& options) {
+FSDPStrategy::StagedDcpSave FSDPStrategy::stage_dcp_save(const std::string& path, CheckpointContents contents,
+                                                          const CheckpointOptions& options, bool copy) {
   const bool with_optimizer = optim_wrapper_ && options.save_optimizer();
   const bool main = collectives_->is_main_process();
-  const std::string dir = dcp_directory(path);
-  collectives_->agree(str_cat("saving checkpoint ", path, ": making ", dir), [&] {
-    if (main) prepare_dcp_directory(path, dir);
+  StagedDcpSave staged;
+  staged.path = path;
+  staged.dir = dcp_directory(path);
+  collectives_->agree(str_cat("saving checkpoint ", path, ": making ", staged.dir), [&] {
+    if (main) prepare_dcp_directory(path, staged.dir);
   });
-  nlohmann::json records;
-  collectives_->agree(str_cat("saving checkpoint ", path, ": writing the DCP file of each rank"), [&] {
-    const DcpRankPart part = fsdp_dcp_part(*fsdp_, with_optimizer ? &single_wrapper().optimizer() : nullptr, main);
-    records = write_dcp_rank_file(dir, collectives_->rank(), part);
-  });
-  const std::vector<nlohmann::json> all_records = collectives_->all_gather_json(records);
+  staged.part = fsdp_dcp_part(*fsdp_, with_optimizer ? &single_wrapper().optimizer() : nullptr, main);
   fill_scheduler_states(contents, options);
   // The wrapper's own state (accumulation, loss scale); its optimizer's is in the directory.
   if (with_optimizer) contents.optim_wrapper = optim_state_with(single_wrapper().state(), State());
   contents.sharding = nlohmann::json{{"format", "dcp"},
-                                     {"directory", std::filesystem::path(dir).filename().string()},
+                                     {"directory", std::filesystem::path(staged.dir).filename().string()},
                                      {"world_size", collectives_->world_size()},
                                      {"with_optimizer", with_optimizer}};
-  collectives_->agree(str_cat("saving checkpoint ", path, ": writing ", dir, "/.metadata and the manifest"), [&] {
-    if (!main) return;
-    write_dcp_metadata(dir, all_records);
-    write_checkpoint(path, contents);
+  staged.contents = std::move(contents);
+  if (copy) {  // training goes on: the staged state must not change under the writer
+    for (DcpTensorPart& box : staged.part.tensors) box.values = box.values.to(torch::kCPU, false, /*copy=*/true);
+    auto own = [](State& state) {
+      for (auto& entry : state.tensors) entry.second = entry.second.detach().to(torch::kCPU, false, /*copy=*/true);
+    };
+    if (staged.contents.optim_wrapper) own(*staged.contents.optim_wrapper);
+    if (staged.contents.trainer) own(*staged.contents.trainer);
+    for (auto& entry : staged.contents.param_schedulers) {
+      for (State& state : entry.second) own(state);
+    }
+  }
+  return staged;
+}
+
+void FSDPStrategy::save_dcp_checkpoint(const std::string& path, CheckpointContents contents,
+                                       const CheckpointOptions& options) {
+  const StagedDcpSave staged = stage_dcp_save(path, std::move(contents), options, /*copy=*/false);
+  nlohmann::json records;
+  collectives_->agree(str_cat("saving checkpoint ", path, ": writing the DCP file of each rank"), [&] {
+    records = write_dcp_rank_file(staged.dir, collectives_->rank(), staged.part);
   });
+  const std::vector<nlohmann::json> all_records = collectives_->all_gather_json(records);
+  collectives_->agree(str_cat("saving checkpoint ", path, ": writing ", staged.dir, "/.metadata and the manifest"), [&] {
+    if (!collectives_->is_main_process()) return;
+    write_dcp_metadata(staged.dir, all_records);
+    write_checkpoint(path, staged.contents);
+  });
+}
+
+// Note [Saving in the background]
+// With async_save, a save stages everything on the main thread, in the
+// step's place: the agreement that makes the directory, this rank's
+// elements copied to the host, the manifest's contents. Then training goes
+// on while a thread of its own writes this rank's file, gathers every rank's
+// records (or errors) over a side channel of the world group (its own
+// connections' tags, usable from another thread, so it never pairs with a
+// training collective), and on rank 0 writes .metadata, the manifest and
+// then last_checkpoint (Note [DCP checkpoints of lockstep train] for why that
+// order keeps a checkpoint whole or absent). At most one save is in flight:
+// the next one, and the end of the run, wait for it in an agreement, so a
+// save that failed on any rank fails every rank there. The checkpoints it
+// replaces (max_keep_ckpts) are removed only once it is whole, so a process
+// killed while it writes resumes from the one before.
+void FSDPStrategy::save_checkpoint_then(const std::string& path, CheckpointContents contents,
+                                        const CheckpointOptions& options, std::function<void()> committed) {
+  if (!options_.async_save) return Strategy::save_checkpoint_then(path, std::move(contents), options, std::move(committed));
+  LOCKSTEP_CHECK(fsdp_ != nullptr, name(), ": no model prepared");
+  finish_checkpoint_saves();
+  if (!checkpoint_channel_) checkpoint_channel_ = world_->side_channel("checkpoint");
+  auto staged = std::make_shared<StagedDcpSave>(stage_dcp_save(path, std::move(contents), options, /*copy=*/true));
+  const int rank = collectives_->rank();
+  const bool main = collectives_->is_main_process();
+  saver_.start([staged, rank, main, channel = checkpoint_channel_, committed = std::move(committed)] {
+    nlohmann::json mine{{"error", ""}};
+    try {
+      mine["records"] = write_dcp_rank_file(staged->dir, rank, staged->part);
+    } catch (...) {
+      mine["error"] = describe_exception(std::current_exception());
+    }
+    const std::vector<nlohmann::json> all = all_gather_object(mine, channel);
+    std::vector<nlohmann::json> records;
+    for (size_t r = 0; r < all.size(); ++r) {
+      const std::string error = all[r].value("error", std::string());
+      LOCKSTEP_CHECK(error.empty(), "saving checkpoint ", staged->path, " in the background: rank ", r, ": ", error);
+      records.push_back(all[r].at("records"));
+    }
+    if (!main) return;
+    write_dcp_metadata(staged->dir, records);
+    write_checkpoint(staged->path, staged->contents);
+    committed();
+  });
+}
+
+void FSDPStrategy::after_checkpoint_saves(std::function<void()> action) {
+  if (collectives_->is_main_process()) saver_.after(std::move(action));
+}
+
+void FSDPStrategy::finish_checkpoint_saves() {
+  collectives_->agree("finishing the checkpoint save in the background", [&] { saver_.wait(); });
 }
 
 CheckpointContents FSDPStrategy::load_dcp_checkpoint(const std::string& path, CheckpointContents contents,

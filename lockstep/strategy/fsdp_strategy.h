@@ -30,7 +30,9 @@
 //                             has it, and its `sharded` means this). Resumes at
 //                             any world size, each rank reading only its part.
 //                             A DCP directory PyTorch wrote resumes too (resume
-//                             with load_from: <directory>).
+//                             with load_from: <directory>). async_save: true
+//                             writes it on a thread of its own while training
+//                             goes on, as DCP's async_save.
 // mmengine's `state_dict_cfg: full | local` is accepted for state_dict_type.
 //
 //   strategy:
@@ -60,8 +62,10 @@
 #include <memory>
 #include <string>
 
+#include "lockstep/checkpoint/dcp_checkpoint.h"
 #include "lockstep/config/config.h"
 #include "lockstep/parallel/fsdp/fully_sharded_data_parallel.h"
+#include "lockstep/strategy/background_save.h"
 #include "lockstep/strategy/distributed_strategy.h"
 
 namespace lockstep {
@@ -72,6 +76,7 @@ struct FSDPStrategyOptions {
   DistributedOptions distributed;
   FSDPOptions fsdp;
   StateDictType state_dict_type = StateDictType::kFull;
+  bool async_save = false;  // kDcp only: written on a thread of its own (Note [Saving in the background])
 };
 
 FSDPStrategyOptions parse_fsdp_strategy_options(const Config& config);
@@ -93,6 +98,10 @@ class FSDPStrategy : public DistributedStrategy, public std::enable_shared_from_
                                    const std::string& source) override;
   void save_checkpoint(const std::string& path, CheckpointContents contents,
                        const CheckpointOptions& options) override;
+  void save_checkpoint_then(const std::string& path, CheckpointContents contents, const CheckpointOptions& options,
+                            std::function<void()> committed) override;
+  void after_checkpoint_saves(std::function<void()> action) override;
+  void finish_checkpoint_saves() override;
   // Reads a full checkpoint (from any strategy) or a sharded one of FSDPStrategy.
   CheckpointContents load_checkpoint(const std::string& path, bool load_optimizer, bool load_schedulers,
                                      bool strict = true) override;
@@ -112,7 +121,16 @@ class FSDPStrategy : public DistributedStrategy, public std::enable_shared_from_
   // Loads the model (and the optimizer) of a sharded checkpoint written by
   // another number of ranks, or ranks per shard group.
   void load_resharded(const std::string& path, const CheckpointContents& contents, bool load_optimizer);
-  // state_dict_type: dcp (Note [DCP checkpoints of lockstep train]).
+  // state_dict_type: dcp (Note [DCP checkpoints of lockstep train]): what
+  // every rank writes, staged (copied, for a save in the background).
+  struct StagedDcpSave {
+    std::string path;
+    std::string dir;
+    DcpRankPart part;
+    CheckpointContents contents;  // the manifest's
+  };
+  StagedDcpSave stage_dcp_save(const std::string& path, CheckpointContents contents, const CheckpointOptions& options,
+                               bool copy);
   void save_dcp_checkpoint(const std::string& path, CheckpointContents contents, const CheckpointOptions& options);
   CheckpointContents load_dcp_checkpoint(const std::string& path, CheckpointContents contents, bool load_optimizer,
                                          bool load_schedulers);
@@ -121,6 +139,8 @@ class FSDPStrategy : public DistributedStrategy, public std::enable_shared_from_
 
   FSDPStrategyOptions options_;
   std::shared_ptr<FullyShardedDataParallel> fsdp_;
+  std::shared_ptr<ProcessGroup> checkpoint_channel_;  // the saving thread's (a side channel of world_)
+  BackgroundSave saver_;                              // destroyed first: waits for the save in flight
 };
 
 }  // namespace lockstep

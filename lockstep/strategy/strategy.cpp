@@ -130,6 +130,18 @@ void Strategy::save_checkpoint(const std::string& path, CheckpointContents conte
   });
 }
 
+void Strategy::save_checkpoint_then(const std::string& path, CheckpointContents contents,
+                                    const CheckpointOptions& options, std::function<void()> committed) {
+  save_checkpoint(path, std::move(contents), options);
+  collectives_->agree("saving checkpoint " + path + ": after it is whole", [&] {
+    if (collectives_->is_main_process()) committed();
+  });
+}
+
+void Strategy::after_checkpoint_saves(std::function<void()> action) {
+  if (collectives_->is_main_process()) action();
+}
+
 void Strategy::replay_schedulers(int64_t iteration) {
   for (auto& [wrapper_name, list] : schedulers_) lockstep::replay_schedulers(list, iteration);
 }

@@ -102,6 +102,15 @@ class Strategy {
   // Adds the model, optimizer and schedulers to `contents` (which holds the
   // trainer state and meta) and writes the checkpoint (checkpoint_layout.h).
   virtual void save_checkpoint(const std::string& path, CheckpointContents contents, const CheckpointOptions& options);
+  // save_checkpoint, then `committed` on rank 0 once the checkpoint is whole
+  // on disk: here before it returns; under FSDPStrategy's async_save later,
+  // on its saving thread, while training goes on. Collective.
+  virtual void save_checkpoint_then(const std::string& path, CheckpointContents contents,
+                                    const CheckpointOptions& options, std::function<void()> committed);
+  // Runs `action` on rank 0 once no save is in flight (here: at once).
+  virtual void after_checkpoint_saves(std::function<void()> action);
+  // Waits for a save in flight; every rank fails if it failed on any. Collective.
+  virtual void finish_checkpoint_saves() {}
   // Reads a checkpoint, loads the model (and optimizer/schedulers when asked)
   // and returns the whole contents so the caller can read trainer and meta.
   virtual CheckpointContents load_checkpoint(const std::string& path, bool load_optimizer, bool load_schedulers,

@@ -51,15 +51,26 @@ std::string fsdp(bool use_orig_params) {
          (use_orig_params ? "    use_orig_params: true\n" : "");
 }
 
+// `strategy` (fsdp()'s) saving with state_dict_type `type` (and its further keys).
+std::string saving(std::string strategy, const std::string& type) {
+  return strategy.replace(strategy.find("state_dict_type: full"), 21, "state_dict_type: " + type);
+}
+// fsdp()'s strategy with FullyShard's per-parameter shards.
+std::string fully_shard() {
+  std::string strategy = fsdp(/*use_orig_params=*/false);
+  return strategy.replace(strategy.find("sharding_strategy: FULL_SHARD"), 29, "type: FullyShard");
+}
+
 // `lockstep train` on `nproc` ranks; `resume` continues from the newest checkpoint in `work_dir`.
 testing::CommandResult train(const testing::TempDir& dir, const std::string& name, const std::string& yaml,
-                             const std::string& work_dir, bool resume, int nproc = 2) {
+                             const std::string& work_dir, bool resume, int nproc = 2,
+                             const std::vector<std::string>& env = {}) {
   const std::string path = dir.file(name + ".yaml");
   testing::write_file(path, yaml);
   std::vector<std::string> argv{testing::lockstep_binary(), "train", path, "--work-dir", work_dir, "--nproc",
                                 std::to_string(nproc)};
   if (resume) argv.push_back("--resume");
-  return testing::run_command(argv, {}, 300);
+  return testing::run_command(argv, env, 300);
 }
 
 void expect_same_weights(const std::string& a, const std::string& b, const std::string& what) {
@@ -100,8 +111,7 @@ TEST(CheckpointMoveSharded, OrigParamsResumeBitwiseFromAShardedCheckpoint) {
   LOCKSTEP_REQUIRE_LAUNCHER();
   if (!std::filesystem::is_directory(kFashionMnist)) GTEST_SKIP() << kFashionMnist << " is missing";
   testing::TempDir dir;
-  std::string strategy = fsdp(/*use_orig_params=*/true);
-  strategy.replace(strategy.find("state_dict_type: full"), 21, "state_dict_type: sharded");
+  const std::string strategy = saving(fsdp(/*use_orig_params=*/true), "sharded");
   auto alone = train(dir, "alone", config(20, strategy, true), dir.file("alone"), false);
   ASSERT_EQ(alone.exit_code, 0) << alone.output;
   auto first = train(dir, "first", config(10, strategy, true), dir.file("resumed"), false);
@@ -161,9 +171,7 @@ TEST_P(CheckpointMove, ShardedCheckpointOfTwoRanksResumesOnThreeAsTheFullOne) {
   const bool paramwise = GetParam();
   testing::TempDir dir;
   const std::string full = fsdp(/*use_orig_params=*/paramwise);
-  std::string sharded = full;
-  sharded.replace(sharded.find("state_dict_type: full"), 21, "state_dict_type: sharded");
-  const std::string resumed = resume_on_three_as_the_full_one(dir, full, "sharded", sharded, paramwise);
+  const std::string resumed = resume_on_three_as_the_full_one(dir, full, "sharded", saving(full, "sharded"), paramwise);
   EXPECT_NE(resumed.find("(written by 2 rank(s), 2 per shard group) to 3 ranks"), std::string::npos) << resumed;
   // Every shard file left belongs to a checkpoint that is still there.
   int shards = 0;
@@ -191,11 +199,8 @@ TEST_P(DcpCheckpointMove, OfTwoRanksResumesOnThreeAsTheFullOne) {
   LOCKSTEP_REQUIRE_LAUNCHER();
   if (!std::filesystem::is_directory(kFashionMnist)) GTEST_SKIP() << kFashionMnist << " is missing";
   testing::TempDir dir;
-  std::string full = fsdp(/*use_orig_params=*/GetParam() == "FSDP");  // FullyShard has it always
-  if (GetParam() == "FullyShard") full.replace(full.find("sharding_strategy: FULL_SHARD"), 29, "type: FullyShard");
-  std::string dcp = full;
-  dcp.replace(dcp.find("state_dict_type: full"), 21, "state_dict_type: dcp");
-  resume_on_three_as_the_full_one(dir, full, "dcp", dcp, /*paramwise=*/true);
+  const std::string full = GetParam() == "FSDP" ? fsdp(/*use_orig_params=*/true) : fully_shard();
+  resume_on_three_as_the_full_one(dir, full, "dcp", saving(full, "dcp"), /*paramwise=*/true);
   EXPECT_TRUE(testing::file_exists(dir.file("dcp/model_final.dcp/__2_0.distcp")));
   // Every DCP directory left belongs to a checkpoint that is still there.
   int directories = 0;
@@ -206,6 +211,44 @@ TEST_P(DcpCheckpointMove, OfTwoRanksResumesOnThreeAsTheFullOne) {
         << entry.path() << " outlived its checkpoint";
   }
   EXPECT_EQ(directories, 2) << "model_final and the newest periodic checkpoint";
+}
+
+// async_save: the DCP checkpoint is written on a thread of its own while
+// training goes on (Note [Saving in the background]). Uninterrupted, the run
+// ends where the run saving in the foreground ends. Rank 1 SIGKILLed while
+// its thread writes the second checkpoint: that one never becomes whole,
+// the first is kept (max_keep_ckpts: 1 removes it only once its successor
+// is whole), and the restarted job resumes from it to the same bits.
+TEST(DcpAsyncSave, KilledWhileWritingInTheBackgroundResumesBitwiseFromThePreviousCheckpoint) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  if (!std::filesystem::is_directory(kFashionMnist)) GTEST_SKIP() << kFashionMnist << " is missing";
+  testing::TempDir dir;
+  const std::string dcp = saving(fully_shard(), "dcp");
+  const std::string async = saving(fully_shard(), "dcp\n  async_save: true");
+  auto every_five = [](std::string yaml) {
+    return yaml.replace(yaml.find("interval: 10, by_epoch: false}"), 30, "interval: 5, by_epoch: false, max_keep_ckpts: 1}");
+  };
+  auto foreground = train(dir, "foreground", every_five(config(20, dcp, true)), dir.file("foreground"), false);
+  ASSERT_EQ(foreground.exit_code, 0) << foreground.output;
+  auto background = train(dir, "background", every_five(config(20, async, true)), dir.file("background"), false);
+  ASSERT_EQ(background.exit_code, 0) << background.output;
+  expect_bitwise_equal(dir.file("foreground/model_final.ckpt"), dir.file("background/model_final.ckpt"));
+
+  // Rank 1 writes 36 boxes per checkpoint (12 parameters, each with exp_avg
+  // and exp_avg_sq): the 40th write is in the second checkpoint's file.
+  auto killed = train(dir, "killed", every_five(config(20, async, true)), dir.file("killed"), false, 2,
+                      {"LOCKSTEP_FAULT_KILL_AT=write:__1_0.distcp@40", "LOCKSTEP_FAULT_RANK=1"});
+  EXPECT_NE(killed.exit_code, 0) << killed.output;
+  EXPECT_NE(killed.output.find("reached fault point 'write:__1_0.distcp'"), std::string::npos) << killed.output;
+  EXPECT_EQ(testing::read_file(dir.file("killed/last_checkpoint")), "model_0000004.ckpt");
+  EXPECT_TRUE(testing::file_exists(dir.file("killed/model_0000004.dcp/.metadata")));
+  EXPECT_FALSE(testing::file_exists(dir.file("killed/model_0000009.ckpt")));
+  EXPECT_FALSE(testing::file_exists(dir.file("killed/model_0000009.dcp/.metadata")));
+  auto resumed = train(dir, "resumed", every_five(config(20, async, true)), dir.file("killed"), true);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("Resuming from " + dir.file("killed/model_0000004.ckpt")), std::string::npos)
+      << resumed.output;
+  expect_bitwise_equal(dir.file("foreground/model_final.ckpt"), dir.file("killed/model_final.ckpt"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Wrappers, DcpCheckpointMove, ::testing::Values("FSDP", "FullyShard"),
