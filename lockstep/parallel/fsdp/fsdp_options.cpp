@@ -68,6 +68,16 @@ torch::Dtype parse_dtype(const std::string& text, const std::string& where) {
   LOCKSTEP_FAIL(where, ": unknown dtype '", text, "' (use fp32, bf16, fp16 or fp64)");
 }
 
+void read_overlap_options(const Config& config, FSDPOptions& options) {
+  if (config.has("backward_prefetch")) {
+    Config prefetch = config.at("backward_prefetch");
+    options.backward_prefetch(prefetch.is_null() ? BackwardPrefetch::kNone
+                                                 : parse_backward_prefetch(prefetch.as<std::string>(),
+                                                                           config.where("backward_prefetch")));
+  }
+  options.overlap_reductions(config.get<bool>("overlap_reductions", options.overlap_reductions()));
+}
+
 FSDPOptions parse_fsdp_options(const Config& config, const FSDPOptions& defaults) {
   FSDPOptions options = defaults;
   if (config.is_null()) return options;
@@ -75,12 +85,7 @@ FSDPOptions parse_fsdp_options(const Config& config, const FSDPOptions& defaults
     options.sharding_strategy(
         parse_sharding_strategy(config.get<std::string>("sharding_strategy"), config.where("sharding_strategy")));
   }
-  if (config.has("backward_prefetch")) {
-    Config prefetch = config.at("backward_prefetch");
-    options.backward_prefetch(prefetch.is_null() ? BackwardPrefetch::kNone
-                                                 : parse_backward_prefetch(prefetch.as<std::string>(),
-                                                                           config.where("backward_prefetch")));
-  }
+  read_overlap_options(config, options);
   options.forward_prefetch(config.get<bool>("forward_prefetch", defaults.forward_prefetch()));
   if (config.has("limit_all_gathers")) {
     const std::string text = lower(config.at("limit_all_gathers").text());
@@ -121,7 +126,6 @@ FSDPOptions parse_fsdp_options(const Config& config, const FSDPOptions& defaults
   LOCKSTEP_CHECK(options.hybrid_shard_size() >= 0, config.where("hybrid_shard_size"),
                  ": hybrid_shard_size must not be negative");
   options.accumulate_unsharded(config.get<bool>("accumulate_unsharded", defaults.accumulate_unsharded()));
-  options.overlap_reductions(config.get<bool>("overlap_reductions", defaults.overlap_reductions()));
   options.sync_module_states(config.get<bool>("sync_module_states", defaults.sync_module_states()));
   options.use_orig_params(config.get<bool>("use_orig_params", defaults.use_orig_params()));
   return options;

@@ -139,6 +139,9 @@ struct FSDPOptions {
 
 // Reads the keys listed at the top of this file (none is required).
 FSDPOptions parse_fsdp_options(const Config& config, const FSDPOptions& defaults = FSDPOptions());
+// backward_prefetch and overlap_reductions (FSDP's and FullyShard's): what
+// is kept in flight beside the unit computing, the least memory with none and false.
+void read_overlap_options(const Config& config, FSDPOptions& options);
 // "fp32"/"float32"/"float", "bf16"/"bfloat16", "fp16"/"float16"/"half", "fp64"/"float64"/"double".
 torch::Dtype parse_dtype(const std::string& text, const std::string& where);
 // parse_dtype of `key` of a map; unset when the key is absent or null.

@@ -78,6 +78,7 @@ FSDPOptions parse_fully_shard_options(const Config& config) {
     options.sharding_strategy(ShardingStrategy::kHybridShard).hybrid_shard_size(mesh[1]).hybrid_replicas(mesh[0]);
   }
   if (config.has("auto_wrap_policy")) options.auto_wrap_policy(build_wrap_policy(config.at("auto_wrap_policy")));
+  read_overlap_options(config, options);
   if (config.has("reduce_scatter")) {
     const std::string algorithm = config.get<std::string>("reduce_scatter");
     LOCKSTEP_CHECK(algorithm == "ring" || algorithm == "native", config.where("reduce_scatter"),

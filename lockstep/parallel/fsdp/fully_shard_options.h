@@ -19,6 +19,8 @@
 //       mesh: [2, 4]                         # optional: HSDP, 2 replicas of shard groups of 4 consecutive ranks
 //       reduce_scatter: ring                 # or native: the backend's own op, bitwise as PyTorch's at any
 //                                            # world size (Note [Whose reduce-scatter] in unit_builder.cpp)
+//       backward_prefetch: pre               # none, with overlap_reductions: false, keeps one unit gathered
+//       overlap_reductions: true             # at a time: the least memory, as FSDP's (fsdp_options.h)
 //
 // As in PyTorch, fully_shard is applied to the modules the policy picks and
 // then to the root, which takes every parameter no unit holds.
