@@ -278,7 +278,6 @@ int64_t load_fsdp_dcp(FullyShardedDataParallel& fsdp, const DcpReader& reader, t
     const std::string entry = model_name(name);
     dcp_state::read_boxes(reader, entry, tensor.sizes().vec(), 0, tensor.detach().view({-1}));
   }
-  fsdp.local_parts_written();
   return optimizer == nullptr ? 0 : dcp_state::load_optimizer(*optimizer, parts, reader);
 }
 

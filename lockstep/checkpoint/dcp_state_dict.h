@@ -18,6 +18,7 @@
 //   lockstep::DcpRankPart part = lockstep::fsdp_dcp_part(*fsdp, optimizer.get(), /*main_rank=*/rank == 0);
 //   // every rank: write_dcp_rank_file(dir, rank, part); rank 0 then write_dcp_metadata (FSDPStrategy)
 //   int64_t steps = lockstep::load_fsdp_dcp(*fsdp, lockstep::DcpReader(dir), optimizer.get());
+//   fsdp->shards_changed();                                   // collective: what is gathered is refreshed
 //
 // The optimizer must be over fsdp.named_orig_parameters() (FullyShard, or
 // use_orig_params) and be SGD, Adam, AdamW or RMSprop, whose state PyTorch
@@ -41,7 +42,8 @@ DcpRankPart fsdp_dcp_part(const FullyShardedDataParallel& fsdp, const torch::opt
 // Loads this rank's elements of every parameter and the buffers, and with
 // `optimizer` its state and group options (local; errors name the
 // checkpoint and the entry). Returns the optimizer's step count, the
-// largest of its parameters' (0 without optimizer state).
+// largest of its parameters' (0 without optimizer state). Then, once every
+// rank has loaded (an agreement), fsdp.shards_changed() on every rank.
 int64_t load_fsdp_dcp(FullyShardedDataParallel& fsdp, const DcpReader& reader, torch::optim::Optimizer* optimizer);
 
 }  // namespace lockstep

@@ -404,17 +404,29 @@ void FSDPStrategy::finish_checkpoint_saves() {
   collectives_->agree("finishing the checkpoint save in the background", [&] { saver_.wait(); });
 }
 
+// Every rank reads its part, all agree that each could, and only then
+// refresh what they keep gathered together: a collective that a rank whose
+// read failed would never join.
+int64_t FSDPStrategy::read_dcp(const std::string& dir, bool optimizer, const std::string& what) {
+  int64_t steps = 0;
+  collectives_->agree(what, [&] {
+    try {
+      steps = load_fsdp_dcp(*fsdp_, DcpReader(dir), optimizer ? &single_wrapper().optimizer() : nullptr);
+    } catch (...) {
+      rethrow_with_context(what);
+    }
+  });
+  fsdp_->shards_changed();
+  return steps;
+}
+
 CheckpointContents FSDPStrategy::load_dcp_checkpoint(const std::string& path, CheckpointContents contents,
                                                      bool load_optimizer, bool load_schedulers) {
   const std::string dir = dcp_directory_of(path, contents);
   const bool optimizer = load_optimizer && optim_wrapper_;
   LOCKSTEP_CHECK(!optimizer || contents.sharding->value("with_optimizer", false), path,
                  ": holds no optimizer state (saved with save_optimizer: false?)");
-  try {
-    load_fsdp_dcp(*fsdp_, DcpReader(dir), optimizer ? &single_wrapper().optimizer() : nullptr);
-  } catch (...) {
-    rethrow_with_context(str_cat(path, ": loading the model", optimizer ? " and optimizer" : "", " from ", dir));
-  }
+  read_dcp(dir, optimizer, str_cat(path, ": loading the model", optimizer ? " and optimizer" : "", " from ", dir));
   if (optimizer) {
     contents.optim_wrapper =
         optim_state_with(*contents.optim_wrapper, save_optimizer_state(single_wrapper().optimizer()));
@@ -435,12 +447,7 @@ CheckpointContents FSDPStrategy::load_dcp_checkpoint(const std::string& path, Ch
 // resumes at iteration 0.
 CheckpointContents FSDPStrategy::load_foreign_dcp(const std::string& path, bool load_optimizer) {
   const bool optimizer = load_optimizer && optim_wrapper_;
-  int64_t steps = 0;
-  try {
-    steps = load_fsdp_dcp(*fsdp_, DcpReader(path), optimizer ? &single_wrapper().optimizer() : nullptr);
-  } catch (...) {
-    rethrow_with_context(str_cat(path, ": loading PyTorch's distributed checkpoint"));
-  }
+  const int64_t steps = read_dcp(path, optimizer, str_cat(path, ": loading PyTorch's distributed checkpoint"));
   const int64_t iteration = steps * (optimizer ? single_wrapper().accumulative_counts() : 1);
   if (collectives_->is_main_process()) {
     logger().info("{}: a torch.distributed.checkpoint without lockstep's trainer state: the optimizer has taken {} "

@@ -134,6 +134,9 @@ class FSDPStrategy : public DistributedStrategy, public std::enable_shared_from_
   void save_dcp_checkpoint(const std::string& path, CheckpointContents contents, const CheckpointOptions& options);
   CheckpointContents load_dcp_checkpoint(const std::string& path, CheckpointContents contents, bool load_optimizer,
                                          bool load_schedulers);
+  // Loads this rank's part of the DCP directory `dir` (and the optimizer's
+  // state); every rank fails, with `what`, if any rank cannot. Collective.
+  int64_t read_dcp(const std::string& dir, bool optimizer, const std::string& what);
   // A DCP directory written by PyTorch (Note [Resuming from PyTorch's DCP]).
   CheckpointContents load_foreign_dcp(const std::string& path, bool load_optimizer);
 

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -139,12 +140,13 @@ void expect_bitwise_equal(const std::string& a, const std::string& b) {
 // 10 iterations on 2 ranks saving with `full` (into dir/full) and with
 // `other` (into dir/<name>), whose exports must be bitwise equal; then both
 // resume on 3 ranks to iteration 20, again bitwise equal. Returns the output
-// of `other`'s resumed run.
+// of `other`'s resumed run. `edit` changes each config (keep_one by default).
 std::string resume_on_three_as_the_full_one(const testing::TempDir& dir, const std::string& full,
-                                            const std::string& name, const std::string& other, bool paramwise) {
+                                            const std::string& name, const std::string& other, bool paramwise,
+                                            const std::function<std::string(std::string)>& edit = keep_one) {
   const std::vector<std::pair<std::string, std::string>> runs{{"full", full}, {name, other}};
   for (const auto& [run, strategy] : runs) {
-    auto first = train(dir, run + "_2", keep_one(config(10, strategy, paramwise)), dir.file(run), false);
+    auto first = train(dir, run + "_2", edit(config(10, strategy, paramwise)), dir.file(run), false);
     EXPECT_EQ(first.exit_code, 0) << first.output;
     auto exported = testing::export_checkpoint(dir.file(run + "/model_final.ckpt"), dir.file(run + "_10.safetensors"));
     EXPECT_EQ(exported.exit_code, 0) << exported.output;
@@ -152,7 +154,7 @@ std::string resume_on_three_as_the_full_one(const testing::TempDir& dir, const s
   expect_bitwise_equal(dir.file("full_10.safetensors"), dir.file(name + "_10.safetensors"));
   std::string output;
   for (const auto& [run, strategy] : runs) {
-    auto resumed = train(dir, run + "_3", keep_one(config(20, strategy, paramwise)), dir.file(run), true, 3);
+    auto resumed = train(dir, run + "_3", edit(config(20, strategy, paramwise)), dir.file(run), true, 3);
     EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
     EXPECT_NE(resumed.output.find("Resuming from"), std::string::npos) << resumed.output;
     output = resumed.output;
@@ -200,7 +202,15 @@ TEST_P(DcpCheckpointMove, OfTwoRanksResumesOnThreeAsTheFullOne) {
   if (!std::filesystem::is_directory(kFashionMnist)) GTEST_SKIP() << kFashionMnist << " is missing";
   testing::TempDir dir;
   const std::string full = GetParam() == "FSDP" ? fsdp(/*use_orig_params=*/true) : fully_shard();
-  resume_on_three_as_the_full_one(dir, full, "dcp", saving(full, "dcp"), /*paramwise=*/true);
+  // FullyShardFrozen: a frozen first conv of 4 channels, so at 3 ranks its
+  // unit holds nothing on rank 2, which must still refresh with the others.
+  auto edit = [frozen = GetParam() == "FullyShardFrozen"](std::string yaml) {
+    if (!frozen) return keep_one(yaml);
+    yaml.replace(yaml.find("channels: [8, 16]"), 17, "channels: [4, 16]");
+    return keep_one(yaml.replace(yaml.find("  batch_norm: true\n"), 19,
+                                 "  batch_norm: true\n  frozen_parameters: [features.0]\n"));
+  };
+  resume_on_three_as_the_full_one(dir, full, "dcp", saving(full, "dcp"), /*paramwise=*/true, edit);
   EXPECT_TRUE(testing::file_exists(dir.file("dcp/model_final.dcp/__2_0.distcp")));
   // Every DCP directory left belongs to a checkpoint that is still there.
   int directories = 0;
@@ -251,7 +261,7 @@ TEST(DcpAsyncSave, KilledWhileWritingInTheBackgroundResumesBitwiseFromThePreviou
   expect_bitwise_equal(dir.file("foreground/model_final.ckpt"), dir.file("killed/model_final.ckpt"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Wrappers, DcpCheckpointMove, ::testing::Values("FSDP", "FullyShard"),
+INSTANTIATE_TEST_SUITE_P(Wrappers, DcpCheckpointMove, ::testing::Values("FSDP", "FullyShard", "FullyShardFrozen"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 // Clipping by the infinity norm over use_orig_params' parts of the shards,

@@ -217,10 +217,6 @@ std::vector<std::pair<std::string, torch::Tensor>> FullyShardedDataParallel::who
   return whole;
 }
 
-void FullyShardedDataParallel::local_parts_written() {
-  for (auto& unit : model_->units) unit->refresh();
-}
-
 // --- introspection -------------------------------------------------------------
 
 const std::vector<std::unique_ptr<fsdp::FlatParamUnit>>& FullyShardedDataParallel::units() const {

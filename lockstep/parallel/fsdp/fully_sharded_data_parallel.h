@@ -196,10 +196,9 @@ class FullyShardedDataParallel : public GradientSync {
   // Every parameter in the units, in unit and slot order. Local.
   std::vector<LocalPart> local_parts() const;
   // What every rank holds whole: the buffers, and FSDP1's frozen parameters.
+  // After writing into these or local_parts()' values (loading a
+  // checkpoint), call shards_changed() on every rank.
   std::vector<std::pair<std::string, torch::Tensor>> whole_tensors() const;
-  // After writing into local_parts()' values or whole_tensors() (loading a
-  // checkpoint): gathered copies are refreshed before use. Local.
-  void local_parts_written();
 
   // --- introspection ------------------------------------------------------
   const std::vector<std::unique_ptr<fsdp::FlatParamUnit>>& units() const;
