@@ -139,6 +139,10 @@ PretrainedSource read_pretrained(const PretrainedOptions& options) {
   PretrainedSource source;
   if (is_lockstep_checkpoint_file(path)) {
     CheckpointContents contents = read_checkpoint(path);
+    if (is_dcp_manifest(contents)) {  // the model.* entries of its DCP directory, whole: any strategy loads them
+      source.weights = remap_weights(whole_model_weights(contents, path), remap, path);
+      return source;
+    }
     if (contents.sharded()) {
       LOCKSTEP_CHECK(remap.identity(), path, ": a sharded FSDP checkpoint loads only under its own key names; "
                      "drop strip_prefix/rename/add_prefix or save it with state_dict_type: full");

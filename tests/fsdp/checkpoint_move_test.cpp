@@ -211,6 +211,11 @@ TEST_P(DcpCheckpointMove, OfTwoRanksResumesOnThreeAsTheFullOne) {
                                  "  batch_norm: true\n  frozen_parameters: [features.0]\n"));
   };
   resume_on_three_as_the_full_one(dir, full, "dcp", saving(full, "dcp"), /*paramwise=*/true, edit);
+  // Its weights load anywhere: DDP starts from them (strict: every name must match).
+  auto ddp = train(dir, "ddp_from_dcp",
+                   edit(config(1, kDDP, true)) + "load_from: {path: " + dir.file("dcp/model_final.ckpt") + ", strict: true}\n",
+                   dir.file("ddp_from_dcp"), false);
+  EXPECT_EQ(ddp.exit_code, 0) << ddp.output;
   EXPECT_TRUE(testing::file_exists(dir.file("dcp/model_final.dcp/__2_0.distcp")));
   // Every DCP directory left belongs to a checkpoint that is still there.
   int directories = 0;
