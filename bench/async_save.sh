@@ -13,11 +13,8 @@
 #   bench/async_save.sh [BUILD_DIR]          # BENCH_ROUNDS=3
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=$(cd "${1:-$root/build}" && pwd)
-lockstep="$build/bin/lockstep"
-rounds=${BENCH_ROUNDS:-3}
-work=$(mktemp -d /tmp/lockstep-bench-async-save.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+source "$root/bench/rounds.sh"
+bench_workspace async-save 3 "$root" "${1:-}"
 config="$work/job.yaml"
 cat > "$config" <<YAML
 randomness: {seed: 0}
@@ -46,7 +43,6 @@ strategy:
   model_wrapper: {type: FullyShard, auto_wrap_policy: {type: module_type, module_types: [Conv2d, Linear]}}
 YAML
 
-source "$root/bench/rounds.sh"
 run() { train_seconds_per_iter "$lockstep" "$work/run" "$config" "$@"; }
 background() { run --set strategy.async_save=true; }
 foreground() { run --set strategy.async_save=false; }

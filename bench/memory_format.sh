@@ -12,14 +12,9 @@
 #   bench/memory_format.sh [BUILD_DIR]          # BENCH_ROUNDS=3
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=$(cd "${1:-$root/build}" && pwd)
-lockstep="$build/bin/lockstep"
-rounds=${BENCH_ROUNDS:-3}
-work=$(mktemp -d /tmp/lockstep-bench-memory-format.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-config="$root/examples/fashion_mnist/cnn_ddp.yaml"
-
 source "$root/bench/rounds.sh"
+bench_workspace memory-format 3 "$root" "${1:-}"
+config="$root/examples/fashion_mnist/cnn_ddp.yaml"
 epoch() { train_seconds_per_iter "$lockstep" "$work/run" "$config" --set train_cfg.max_epochs=1 "$@"; }
 channels_last() { epoch --set model.memory_format=channels_last; }
 contiguous() { epoch --set model.memory_format=contiguous_format; }

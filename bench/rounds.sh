@@ -4,9 +4,21 @@
 # the result.
 #
 #   source "$(dirname "$0")/rounds.sh"
+#   bench_workspace my-bench 3 "$root" "${1:-}"      # build, lockstep, rounds, work
 #   a() { train_seconds_per_iter "$lockstep" "$work/run" job.yaml; }
 #   b() { train_seconds_per_iter "$lockstep" "$work/run" job.yaml --set key=value; }
 #   median_ratio_of_rounds 5 "as configured" a "with key=value" b "mlp"   # sets MEDIAN_RATIO
+
+# The variables every such bench starts from: build (BUILD_DIR, default
+# ROOT/build), lockstep, rounds (BENCH_ROUNDS, else DEFAULT_ROUNDS) and work,
+# a scratch directory removed when the script exits.
+bench_workspace() {  # NAME DEFAULT_ROUNDS ROOT [BUILD_DIR]
+  build=$(cd "${4:-$3/build}" && pwd)
+  lockstep="$build/bin/lockstep"
+  rounds=${BENCH_ROUNDS:-$2}
+  work=$(mktemp -d "/tmp/lockstep-bench-$1.XXXXXX")
+  trap 'rm -rf "$work"' EXIT
+}
 
 # Seconds per iteration of `lockstep train CONFIG --nproc 2` (the
 # IterationTimer's "Overall training speed"), one thread per rank; the work

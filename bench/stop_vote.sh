@@ -12,11 +12,9 @@
 #
 #   bench/stop_vote.sh [BUILD_DIR]          # BENCH_ROUNDS=5
 set -euo pipefail
-build=$(cd "${1:-build}" && pwd)
-lockstep="$build/bin/lockstep"
-rounds=${BENCH_ROUNDS:-5}
-work=$(mktemp -d /tmp/lockstep-bench-stop-vote.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/bench/rounds.sh"
+bench_workspace stop-vote 5 "$root" "${1:-$PWD/build}"
 
 job() {  # MODEL_LINE BATCH ITERS
   cat <<YAML
@@ -37,7 +35,6 @@ YAML
 job "{type: MLP, in_features: 784, hidden: [64], data_preprocessor: {type: ImgDataPreprocessor, mean: [100.0], std: [60.0]}}" 16 400 >"$work/mlp.yaml"
 job "{type: ConvNet, data_preprocessor: {type: ImgDataPreprocessor, mean: [100.0], std: [60.0]}}" 64 40 >"$work/cnn.yaml"
 
-source "$(dirname "$0")/rounds.sh"
 with_vote() { train_seconds_per_iter "$lockstep" "$work/run" "$work/$model.yaml"; }
 without_vote() { train_seconds_per_iter "$lockstep" "$work/run" "$work/$model.yaml" --set 'preemption={signals: []}'; }
 
