@@ -668,10 +668,32 @@ def apply_fully_shard(model, spec):
     if spec.get("mesh"):  # HSDP: replicate across the first dimension, shard along the second
         from torch.distributed.device_mesh import init_device_mesh
         args["mesh"] = init_device_mesh("cpu", tuple(spec["mesh"]), mesh_dim_names=("replicate", "shard"))
-    for module in list(model.modules())[1:]:
-        if type(module).__name__ in spec["modules"]:
-            fully_shard(module, **args)
-    return fully_shard(model, **args)
+    sharded = [fully_shard(module, **args) for module in list(model.modules())[1:]
+               if type(module).__name__ in spec["modules"]]
+    sharded.append(fully_shard(model, **args))
+    if policy.get("param_dtype") in ("bf16", "fp16") and not gloo_gathers_bf16():
+        for module in sharded:
+            module.set_custom_all_gather(byte_all_gather())
+    return sharded[-1]
+
+
+def byte_all_gather():
+    """fully_shard's all-gather, moving 16-bit floats as their bytes.
+
+    Debian 2.14's Gloo all-gathers no bf16 ("Invalid scalar type"). An all-gather
+    only copies, so gathering the same memory as uint8 (what fully_shard itself
+    does when a unit mixes dtypes) gives every rank the same bits; the
+    reduce-scatter, where arithmetic happens, stays in reduce_dtype. lockstep's
+    process groups carry bf16 over such a Gloo the same way."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather
+
+    class ByteAllGather(DefaultAllGather):
+        def __call__(self, output_tensor, input_tensor, group, async_op=False):
+            return dist.all_gather_into_tensor(output_tensor.view(torch.uint8), input_tensor.view(torch.uint8),
+                                               group=group, async_op=async_op)
+    return ByteAllGather()
 
 
 def full_model_state_dict(model):
@@ -772,10 +794,6 @@ def unsupported_reason(case):
         if version < (2, 14):
             return ("fully_shard cases are held to PyTorch 2.14 (Debian forky), FSDP2's reference; this is "
                     "PyTorch %s" % torch.__version__)
-        low = (case["fully_shard"].get("mp_policy") or {}).get("param_dtype") in ("bf16", "fp16")
-        if low and not gloo_gathers_bf16():
-            return ("this PyTorch's Gloo all-gathers no 16-bit floats (Invalid scalar type), so its fully_shard "
-                    "cannot gather bf16 parameters over it")
     if case.get("comm_hook") in ("fp16_compress", "bf16_compress") and not gloo_reduces_16_bit():
         return ("this PyTorch's Gloo reduces no 16-bit floats (Invalid scalar type), so its %s hook cannot run"
                 % case["comm_hook"])
