@@ -58,10 +58,12 @@ struct LoraPair {
     b = owner.register_parameter(prefix + "_lora_b", torch::zeros({out, options.lora_rank()}));
     scale = options.lora_alpha() / static_cast<double>(options.lora_rank());
   }
-  // base(x) plus the update, or base(x) alone without adapters.
+  // base(x) plus the update, or base(x) alone without adapters. As peft's
+  // LoRA layer: the update is computed in the adapters' dtype and the sum
+  // returned in the base's (no casts when they are the same).
   torch::Tensor apply(const torch::Tensor& x, torch::Tensor base) const {
     if (!a.defined()) return base;
-    return base + x.matmul(a.t()).matmul(b.t()) * scale;
+    return (base + x.to(a.scalar_type()).matmul(a.t()).matmul(b.t()) * scale).to(base.scalar_type());
   }
 };
 
@@ -121,7 +123,8 @@ inline void init_gpt2_weights(torch::nn::Module& module, int64_t n_layer) {
   }
 }
 
-// With LoRA, every parameter of `module` but the adapters is frozen.
+// With LoRA, every parameter of `module` but the adapters is frozen (the
+// model key `frozen_dtype: bf16` then keeps the frozen base in bf16).
 inline void train_only_adapters(torch::nn::Module& module) {
   for (auto& item : module.named_parameters()) item.value().requires_grad_(item.key().find("_lora_") != std::string::npos);
 }
@@ -188,7 +191,8 @@ class GPT : public lockstep::Model {
   lockstep::LossDict loss(const lockstep::Batch& data) override {
     torch::Tensor out = logits(data.at("input"));
     lockstep::LossDict losses;
-    losses.insert("loss", torch::nn::functional::cross_entropy(out.reshape({-1, out.size(-1)}),
+    // In fp32 whatever the logits' dtype (a bf16 base's are bf16), as transformers' models compute it.
+    losses.insert("loss", torch::nn::functional::cross_entropy(out.reshape({-1, out.size(-1)}).to(torch::kFloat),
                                                                data.at("target").reshape(-1)));
     return losses;
   }

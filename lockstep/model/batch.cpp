@@ -80,4 +80,16 @@ Batch Batch::concat(const std::vector<Batch>& batches) {
   return joined;
 }
 
+Batch Batch::cast_floating(c10::optional<torch::Dtype> dtype) const {
+  if (!dtype) return *this;
+  Batch cast;
+  for (const auto& [name, value] : items_) cast.set(name, lockstep::cast_floating(value, dtype));
+  return cast;
+}
+
+torch::Tensor cast_floating(const torch::Tensor& tensor, c10::optional<torch::Dtype> dtype) {
+  if (!dtype || !tensor.defined() || !tensor.is_floating_point() || tensor.scalar_type() == *dtype) return tensor;
+  return tensor.to(*dtype);
+}
+
 }  // namespace lockstep

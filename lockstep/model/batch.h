@@ -42,6 +42,9 @@ class Batch {
   // Concatenates batches along dimension 0 (same names in each).
   static Batch concat(const std::vector<Batch>& batches);
 
+  // Every floating-point tensor cast to `dtype` (cast_floating below).
+  Batch cast_floating(c10::optional<torch::Dtype> dtype) const;
+
   using Items = std::vector<std::pair<std::string, torch::Tensor>>;
   Items::const_iterator begin() const { return items_.begin(); }
   Items::const_iterator end() const { return items_.end(); }
@@ -49,5 +52,10 @@ class Batch {
  private:
   Items items_;
 };
+
+// PyTorch's _cast_fp_tensor: `tensor` as `dtype` when `dtype` is set and
+// `tensor` is floating-point of another dtype; otherwise `tensor` itself.
+// (mixed precision's input and output casts).
+torch::Tensor cast_floating(const torch::Tensor& tensor, c10::optional<torch::Dtype> dtype);
 
 }  // namespace lockstep

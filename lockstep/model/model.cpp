@@ -2,6 +2,7 @@
 
 #include <ATen/record_function.h>
 
+#include "lockstep/core/dtype_name.h"
 #include "lockstep/core/error.h"
 #include "lockstep/model/memory_format.h"
 
@@ -43,7 +44,11 @@ LogVars Model::train_step(const Batch& batch, OptimWrapper& optim_wrapper) {
     Batch data = data_preprocessor()(batch, /*training=*/true);
     // The trainer reads the values later when it keeps them on the device
     // (Note [Logged values read after the step]).
-    parsed = parse_losses(loss(data), LogValuesOnDevice::current());
+    LossDict losses = loss(data);
+    if (output_dtype_) {
+      for (auto& item : losses) item.value() = cast_floating(item.value(), output_dtype_);
+    }
+    parsed = parse_losses(losses, LogValuesOnDevice::current());
   }
   optim_wrapper.update_params(parsed.loss);
   return parsed.log_vars;
@@ -71,7 +76,7 @@ LogVars Model::run_train_step(const Batch& batch, OptimWrapperBase& optim_wrappe
 
 Batch Model::val_step(const Batch& batch) {
   torch::NoGradGuard no_grad;
-  return predict(data_preprocessor()(batch, /*training=*/false));
+  return predict(data_preprocessor()(batch, /*training=*/false)).cast_floating(output_dtype_);
 }
 
 Batch Model::test_step(const Batch& batch) { return val_step(batch); }
@@ -116,6 +121,14 @@ void freeze_parameters(torch::nn::Module& model, const std::vector<std::string>&
   }
 }
 
+void store_frozen_parameters_in(torch::nn::Module& model, torch::Dtype dtype) {
+  torch::NoGradGuard no_grad;
+  for (auto& param : model.parameters(/*recurse=*/true)) {
+    if (param.requires_grad() || !param.is_floating_point() || param.scalar_type() == dtype) continue;
+    param.set_data(param.to(dtype));
+  }
+}
+
 std::shared_ptr<Model> build_model(const Config& config) {
   LOCKSTEP_CHECK(config.is_map(), config.where(), ": model must be a map with a 'type' key");
   // The preprocessor is configured inside the model section but built here,
@@ -132,8 +145,13 @@ std::shared_ptr<Model> build_model(const Config& config) {
   }
   std::vector<std::string> frozen;
   if (config.has("frozen_parameters")) frozen = config.get<std::vector<std::string>>("frozen_parameters");
+  c10::optional<torch::Dtype> frozen_dtype;
+  if (config.has("frozen_dtype")) {
+    frozen_dtype = parse_dtype(config.get<std::string>("frozen_dtype"), config.where("frozen_dtype"));
+  }
   auto model = model_registry().build(config);
   freeze_parameters(*model, frozen, config.where("frozen_parameters"));
+  if (frozen_dtype) store_frozen_parameters_in(*model, *frozen_dtype);
   if (preprocessor) model->set_data_preprocessor(preprocessor);
   if (memory_format) {
     to_memory_format(*model, *memory_format);

@@ -105,15 +105,27 @@ class Model : public torch::nn::Module {
   void to(torch::Device device, bool non_blocking = false) override;
   torch::Device device() const { return data_preprocessor_->device(); }
 
+  // The dtype the model's own outputs are cast to, the counterpart of its
+  // preprocessor's input_dtype: the floating-point losses loss() returns (in
+  // the default train_step) and the predictions predict() returns (in
+  // val_step). FSDPStrategy sets it to FullyShard's mp_policy.output_dtype,
+  // which fully_shard applies to the root's forward output: here the root's
+  // forward is loss() or predict(), as mmengine's forward(mode=...) is.
+  // Unset, they keep their own. A train_step of one's own applies it itself.
+  void set_output_dtype(c10::optional<torch::Dtype> dtype) { output_dtype_ = dtype; }
+  c10::optional<torch::Dtype> output_dtype() const { return output_dtype_; }
+
  private:
   std::shared_ptr<DataPreprocessor> data_preprocessor_;
+  c10::optional<torch::Dtype> output_dtype_;
 };
 
 Registry<Model>& model_registry();
 
 // Builds `model:` from config, including its `data_preprocessor` entry, its
-// `memory_format` (model/memory_format.h: the parameters and the inputs) and
-// its `frozen_parameters` (freeze_parameters below).
+// `memory_format` (model/memory_format.h: the parameters and the inputs), its
+// `frozen_parameters` (freeze_parameters below) and its `frozen_dtype`
+// (store_frozen_parameters_in below).
 std::shared_ptr<Model> build_model(const Config& config);
 
 // `frozen_parameters: [backbone, head.0.weight]`: every parameter with one of
@@ -123,5 +135,15 @@ std::shared_ptr<Model> build_model(const Config& config);
 // base frozen, adapters trained). A name that matches no parameter is an
 // error naming `where` and the model's parameters.
 void freeze_parameters(torch::nn::Module& model, const std::vector<std::string>& names, const std::string& where);
+
+// `frozen_dtype: bf16`: every floating-point parameter that requires no
+// gradient (frozen by frozen_parameters or by the model itself, as LoRA
+// models freeze their base) is stored in `dtype` from now on, as peft keeps a
+// bf16 base beside fp32 adapters: half the memory, and loads into it are
+// cast. The model's forward must accept that mix (compute in one dtype with
+// FullyShard's mp_policy.param_dtype, or cast as the GPT example's LoRA
+// does). Under FullyShard a unit may then hold two dtypes (Note [A unit of
+// several dtypes]).
+void store_frozen_parameters_in(torch::nn::Module& model, torch::Dtype dtype);
 
 }  // namespace lockstep

@@ -88,6 +88,7 @@ void FSDPStrategy::place_model(Model& model) {
   if (precision.param_dtype() && precision.cast_root_forward_inputs()) {
     model.data_preprocessor().set_input_dtype(precision.param_dtype());
   }
+  model.set_output_dtype(precision.output_dtype());
 }
 
 std::shared_ptr<OptimWrapperBase> FSDPStrategy::build_optim_wrapper_for(const Config& config, Model& model) {

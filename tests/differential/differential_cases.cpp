@@ -71,7 +71,9 @@ std::string fully_shard_strategy(const json& sharding) {
   if (sharding.contains("mp_policy")) {
     const json& mp = sharding["mp_policy"];
     yaml += "    mp_policy: {param_dtype: " + mp["param_dtype"].get<std::string>() +
-            ", reduce_dtype: " + mp["reduce_dtype"].get<std::string>() + "}\n";
+            ", reduce_dtype: " + mp["reduce_dtype"].get<std::string>();
+    if (mp.contains("output_dtype")) yaml += ", output_dtype: " + mp["output_dtype"].get<std::string>();
+    yaml += "}\n";
   }
   return yaml;
 }
@@ -85,6 +87,7 @@ const std::string kSameFsdp2 = "the same per-parameter reduce-scatter and averag
 const std::vector<DiffCase>& all_cases() {
   static const std::vector<DiffCase> cases = [] {
     const json accumulation = with(with(base_case(2), "accumulate", 4), "iters", 80);  // 20 updates
+    const json bf16_fp32_outputs = {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}, {"output_dtype", "fp32"}};
     const json clipping = with(base_case(2), "clip", {{"max_norm", 0.5}, {"norm_type", 2.0}});  // clips every step
     const json adamw = with(base_case(2), "optimizer", {{"type", "AdamW"}, {"lr", 0.002}, {"betas", {0.9, 0.99}},
                                                         {"eps", 1e-8}, {"weight_decay", 0.05}});
@@ -226,6 +229,18 @@ const std::vector<DiffCase>& all_cases() {
         {"FullyShard_Bf16Params_Fp32Reduce_3ranks",
          fully_shard_case(base_case(3), {{"mp_policy", {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}}}}),
          fully_shard_strategy({{"mp_policy", {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}}}}), 0, kSameFsdp2},
+        {"FullyShard_FrozenBf16_Bf16Params_3ranks",
+         fully_shard_case(with(with(base_case(3), "frozen", {"features.0.weight", "head.1.weight"}), "frozen_dtype",
+                               "bf16"),
+                          {{"mp_policy", {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}}}}),
+         fully_shard_strategy({{"mp_policy", {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}}}}), 0,
+         kSameFsdp2 + " (frozen weights stored in bf16 beside fp32 biases in one unit: lockstep gathers the two "
+                      "dtypes as two units, fully_shard as one; the bits are the same, Note [A unit of several "
+                      "dtypes])"},
+        {"FullyShard_Bf16Params_Fp32Outputs_2ranks",
+         fully_shard_case(base_case(2), {{"mp_policy", bf16_fp32_outputs}}),
+         fully_shard_strategy({{"mp_policy", bf16_fp32_outputs}}), 0,
+         kSameFsdp2 + " (every unit's output and the loss cast to fp32: the loss is computed in fp32, not bf16)"},
         {"FSDP_FullShard_NoPrefetch", base_case(2),
          fsdp("    sharding_strategy: FULL_SHARD\n    backward_prefetch: none\n"), kFsdpTolerance,
          "sharded reduction"},

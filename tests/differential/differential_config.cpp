@@ -60,6 +60,7 @@ std::string lockstep_config(const json& c, const std::string& strategy, const st
   }
   if (model.contains("memory_format")) yaml << "  memory_format: " << model["memory_format"].get<std::string>() << "\n";
   if (c.contains("frozen")) yaml << "  frozen_parameters: " << yaml_list(c["frozen"]) << "\n";
+  if (c.contains("frozen_dtype")) yaml << "  frozen_dtype: " << c["frozen_dtype"].get<std::string>() << "\n";
   yaml << "  data_preprocessor: {type: ImgDataPreprocessor, mean: [72.94], std: [90.02]}\n"
        << "train_dataloader:\n  batch_size: " << c["batch"]
        << "\n  num_workers: 0\n  sampler: {type: DefaultSampler, shuffle: false}\n"

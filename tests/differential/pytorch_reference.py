@@ -44,8 +44,9 @@ CASE is JSON:
    "loss_scale": {"init_scale": ..., "growth_interval": ...} (optional; fp16's GradScaler),
    "frozen": ["features.0"] (optional: those parameters, or those modules' parameters, requires_grad_(False)
               before wrapping; lockstep's model.frozen_parameters),
+   "frozen_dtype": "bf16" (optional: the frozen parameters stored in it; lockstep's model.frozen_dtype),
    "fully_shard": {"modules": ["Conv2d", "Linear"], "reshard_after_forward": true, "mesh": [2, 2] (optional, HSDP),
-                   "mp_policy": {"param_dtype": "bf16", "reduce_dtype": "fp32"}} (optional: PyTorch's
+                   "mp_policy": {"param_dtype": "bf16", "reduce_dtype": "fp32", "output_dtype": "fp32"}} (optional: PyTorch's
                    FSDP2 instead of DDP, on the modules of those classes and then the root; 2.14 only),
    "start_iter": 5 (optional: the run begins at that iteration, its batches as iteration 5 takes them),
    "dcp_load": DIR, "dcp_save": DIR (optional: dcp.load of the model and optimizer before training,
@@ -61,6 +62,7 @@ optimizer's group order, as mmengine's OptimWrapper hands them over.
 Schedulers step once per iteration, after it.
 """
 import contextlib
+import functools
 import gzip
 import json
 import os
@@ -93,6 +95,10 @@ def read_arrays(path):
     arrays = {}
     for name, entry in header.items():
         begin, end = entry["data_offsets"]
+        if entry["dtype"] == "BF16":  # numpy has no bfloat16: its bits are a float32's upper half, exactly
+            bits = np.frombuffer(body[begin:end], dtype=np.uint16).astype(np.uint32) << 16
+            arrays[name] = bits.view(np.float32).reshape(entry["shape"])
+            continue
         if entry["dtype"] not in DTYPES:
             fail("%s: %s has dtype %s, which this reader does not take" % (path, name, entry["dtype"]))
         arrays[name] = np.frombuffer(body[begin:end], dtype=DTYPES[entry["dtype"]]).reshape(entry["shape"])
@@ -105,14 +111,19 @@ def read_safetensors(path):
 
 
 def write_safetensors(path, tensors):
+    import torch
     names = sorted(tensors)
     codes = {np.dtype(v): k for k, v in DTYPES.items()}
     header, blobs, offset = {}, [], 0
     for name in names:
-        array = tensors[name].detach().cpu().contiguous().numpy()
+        tensor = tensors[name].detach().cpu().contiguous()
+        if tensor.dtype == torch.bfloat16:  # as its bits (read_arrays widens them)
+            array, code = tensor.view(torch.int16).numpy(), "BF16"
+        else:
+            array = tensor.numpy()
+            code = codes[array.dtype]
         blob = array.tobytes()
-        header[name] = {"dtype": codes[array.dtype], "shape": list(array.shape),
-                        "data_offsets": [offset, offset + len(blob)]}
+        header[name] = {"dtype": code, "shape": list(tensor.shape), "data_offsets": [offset, offset + len(blob)]}
         blobs.append(blob)
         offset += len(blob)
     text = json.dumps(header).encode("utf-8")
@@ -314,6 +325,12 @@ def backend_for(device):
 
 
 AUTOCAST_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+
+
+def dtype_of(name):
+    """torch's dtype for a case's "bf16", "fp16" or "fp32"."""
+    import torch
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
 
 
 def grad_scaler(case):
@@ -519,6 +536,10 @@ def train_rank(rank, case, init, out, init_method):
         model = build_model(case["model"])
     model.load_state_dict(read_safetensors(init))
     freeze(model, case.get("frozen", []))
+    if case.get("frozen_dtype"):  # lockstep's model.frozen_dtype
+        for param in model.parameters():
+            if not param.requires_grad and param.is_floating_point():
+                param.data = param.data.to(dtype_of(case["frozen_dtype"]))
     model.to(device)
     memory_format = case["model"].get("memory_format")
     if memory_format:
@@ -660,18 +681,16 @@ def apply_fully_shard(model, spec):
     mp_policy ({"param_dtype": "bf16", "reduce_dtype": "fp32"})."""
     import torch
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, None: None}
-    policy = spec.get("mp_policy") or {}
+    policy = {key: dtype_of(name) for key, name in (spec.get("mp_policy") or {}).items()}
     args = {"reshard_after_forward": spec.get("reshard_after_forward", True),
-            "mp_policy": MixedPrecisionPolicy(param_dtype=dtypes[policy.get("param_dtype")],
-                                              reduce_dtype=dtypes[policy.get("reduce_dtype")])}
+            "mp_policy": MixedPrecisionPolicy(**policy)}
     if spec.get("mesh"):  # HSDP: replicate across the first dimension, shard along the second
         from torch.distributed.device_mesh import init_device_mesh
         args["mesh"] = init_device_mesh("cpu", tuple(spec["mesh"]), mesh_dim_names=("replicate", "shard"))
     sharded = [fully_shard(module, **args) for module in list(model.modules())[1:]
                if type(module).__name__ in spec["modules"]]
     sharded.append(fully_shard(model, **args))
-    if policy.get("param_dtype") in ("bf16", "fp16") and not gloo_gathers_bf16():
+    if policy.get("param_dtype") in (torch.bfloat16, torch.float16) and not gloo_gathers_bf16():
         for module in sharded:
             module.set_custom_all_gather(byte_all_gather())
     return sharded[-1]
@@ -691,15 +710,33 @@ def byte_all_gather():
 
     class ByteAllGather(DefaultAllGather):
         def __call__(self, output_tensor, input_tensor, group, async_op=False):
-            return dist.all_gather_into_tensor(output_tensor.view(torch.uint8), input_tensor.view(torch.uint8),
-                                               group=group, async_op=async_op)
+            return dist.all_gather_single(output_tensor.view(torch.uint8), input_tensor.view(torch.uint8),
+                                          group=group, async_op=async_op)
     return ByteAllGather()
 
 
 def full_model_state_dict(model):
-    """The whole weights of a fully_shard model, on every rank."""
+    """The whole weights of a fully_shard model, on every rank. A Gloo that
+    gathers no 16-bit floats (Debian 2.14's) cannot gather a bf16 DTensor, so
+    then each rank's rows are gathered as pickled objects and concatenated:
+    the same bits, moved another way."""
+    import torch
+    import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    from torch.distributed.tensor import DTensor
+    state = model.state_dict()
+    low = any(isinstance(v, DTensor) and v.dtype in (torch.bfloat16, torch.float16) for v in state.values())
+    if not low or gloo_gathers_bf16():
+        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    full = {}
+    for name, value in state.items():
+        if isinstance(value, DTensor):
+            assert value.device_mesh.ndim == 1, "%s: rows gathered over a 1-D mesh only" % name
+            rows = [None] * dist.get_world_size()
+            dist.all_gather_object(rows, value.to_local().detach().cpu())
+            value = torch.cat(rows)
+        full[name] = value.detach().cpu()
+    return full
 
 
 def train_gan_rank(rank, case, init, out, init_method):
@@ -768,6 +805,7 @@ def compare(a, b):
     sys.stdout.write("\n")
 
 
+@functools.lru_cache(maxsize=None)
 def gloo_runs(call):
     """Whether this PyTorch's Gloo runs `call` on a one-rank `group`, asked in a process of
     its own (a Gloo group started here would leave threads behind in the forking parent)."""

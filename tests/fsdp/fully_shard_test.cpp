@@ -3,17 +3,21 @@
 // it, as PyTorch's fully_shard and DDP leave it; FSDP1's flat parameter
 // reduces zeros for it and AdamW decays it (Note [FSDP2's gradients]);
 // reshard_after_forward: 2 holds half the parameters between forward and
-// backward; frozen parameters are sharded with their unit and never stepped.
+// backward; frozen parameters are sharded with their unit and never stepped,
+// whatever their dtype (a bf16 base beside fp32 adapters in one unit).
 //
 // The parent test that launches these workers is in fsdp_test.cpp.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include "lockstep/comm/comm.h"
 #include "lockstep/comm/init.h"
 #include "lockstep/optim/adam.h"
+#include "lockstep/parallel/fsdp/unit_scope.h"
 #include "tests/fsdp/fsdp_test_util.h"
 #include "tests/support/multiprocess.h"
 
@@ -146,6 +150,96 @@ LOCKSTEP_WORKER_TEST(FsdpWorker, FullyShardShardsFrozenParametersAndTrainsTheRes
   const auto weights = fsdp->full_state_dict(/*rank0_only=*/false);
   EXPECT_TRUE(torch::equal(weights.at("layers.0.weight"), frozen_before)) << "the frozen weight changed";
   testing::expect_matches(weights, testing::parameters_of(*reference), 1e-5, 1e-6, "FullyShard with a frozen layer");
+}
+
+// peft's LoRA layer over a base kept in bf16 (autocast_adapter_dtype): the
+// frozen base computes in bf16, the fp32 adapters in fp32, and their sum
+// goes on in fp32. One FSDP unit holds both dtypes.
+struct LoraLinearImpl : torch::nn::Module {
+  LoraLinearImpl(int64_t in, int64_t out, int64_t rank) {
+    base = register_module("base", torch::nn::Linear(in, out));
+    base->to(torch::kBFloat16);
+    base->weight.requires_grad_(false);
+    base->bias.requires_grad_(false);
+    lora_a = register_parameter("lora_a", torch::randn({rank, in}) / std::sqrt(static_cast<double>(in)));
+    lora_b = register_parameter("lora_b", torch::randn({out, rank}) * 0.1);
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    auto scope = fsdp::unit_scope(*this);
+    x = scope.input(x);
+    torch::Tensor y = base(x.to(torch::kBFloat16)).to(torch::kFloat) + torch::mm(torch::mm(x, lora_a.t()), lora_b.t());
+    return scope.output(y);
+  }
+  torch::nn::Linear base{nullptr};
+  torch::Tensor lora_a, lora_b;
+};
+TORCH_MODULE(LoraLinear);
+
+struct LoraMlp : testing::LogitsClassifier {
+  LoraMlp() {
+    first = register_module("first", LoraLinear(16, 24, 4));
+    second = register_module("second", LoraLinear(24, 5, 2));
+  }
+  torch::Tensor logits(const torch::Tensor& x) override { return second(torch::tanh(first(x))); }
+  LoraLinear first{nullptr}, second{nullptr};
+};
+
+// Note [A unit of several dtypes]: each LoraLinear is a leader holding its
+// fp32 adapters and a companion holding its bf16 base, gathered and freed
+// together; the base stays bf16 and bitwise unchanged, and the adapters train
+// as one process does that sums each rank's gradients and then divides, as
+// fully_shard averages. (Not as one process on the whole batch, nor one that
+// divides each loss before its backward: through the bf16 base the gradient
+// of a loss scaled by 1/N or 1/(N * batch) rounds differently, 0.2 to 0.5%
+// apart here, which Adam's first steps turn into 1e-3 of a weight.)
+LOCKSTEP_WORKER_TEST(FsdpWorker, FullyShardKeepsAFrozenBf16BaseBesideFp32AdaptersInOneUnit) {
+  testing::WorkerWorld world_guard;
+  constexpr int64_t kSteps = 4;
+  const int world_size = get_world_size();
+  const int64_t global = testing::kPerRank * world_size;
+  auto make = [] {
+    torch::manual_seed(11);
+    return std::make_shared<LoraMlp>();
+  };
+  auto reference = make();
+  const auto before = testing::parameters_of(*reference);
+  torch::optim::Adam reference_adam(testing::unique_parameters(*reference),
+                                    torch::optim::AdamOptions(testing::kAdamLr).eps(testing::kAdamEps));
+  for (int64_t step = 0; step < kSteps; ++step) {
+    Batch batch = testing::global_batch("mlp", global, static_cast<uint64_t>(5000 + step));
+    for (int rank = 0; rank < world_size; ++rank) {
+      reference->loss(batch.slice(rank * testing::kPerRank, testing::kPerRank)).begin()->value().backward();
+    }
+    for (auto& param : reference->parameters()) {
+      if (param.grad().defined()) param.mutable_grad().div_(world_size);
+    }
+    reference_adam.step();
+    reference_adam.zero_grad();
+  }
+
+  auto model = make();
+  auto fsdp = std::make_shared<FullyShardedDataParallel>(
+      model, world(), FSDPOptions().auto_wrap_policy(module_type_wrap_policy({"LoraLinear"})).per_parameter_sharding(true));
+  std::vector<std::string> paths;
+  for (const auto& unit : fsdp->units()) paths.push_back(unit->path() + ":" + c10::toString(unit->shard().scalar_type()));
+  EXPECT_EQ(paths, (std::vector<std::string>{"first:Float", "first[BFloat16]:BFloat16", "second:Float",
+                                             "second[BFloat16]:BFloat16"}));
+  auto optim = testing::adam(testing::fsdp_optimizer_parameters(*fsdp));
+  optim->set_gradient_sync(fsdp);
+  EXPECT_EQ(fsdp->named_orig_parameters().size(), 4u) << "the optimizer sees the four adapters only";
+  for (int64_t step = 0; step < kSteps; ++step) {
+    Batch batch = testing::global_batch("mlp", global, static_cast<uint64_t>(5000 + step));
+    model->train_step(batch.slice(get_rank() * testing::kPerRank, testing::kPerRank), *optim);
+    for (const auto& unit : fsdp->units()) EXPECT_EQ(unit->gathered_bytes(), 0) << unit->path() << " after step " << step;
+  }
+  EXPECT_LE(fsdp->memory_stats().max_gathered_units, 2) << "a leader and its companion count as one unit";
+  const auto weights = fsdp->full_state_dict(/*rank0_only=*/false);
+  for (const std::string name : {"first.base.weight", "first.base.bias", "second.base.weight", "second.base.bias"}) {
+    EXPECT_EQ(weights.at(name).scalar_type(), torch::kBFloat16) << name;
+    EXPECT_TRUE(torch::equal(weights.at(name), before.at(name))) << name << " is frozen and changed";
+  }
+  EXPECT_FALSE(torch::equal(weights.at("first.lora_a"), before.at("first.lora_a"))) << "the adapters did not train";
+  testing::expect_matches(weights, testing::parameters_of(*reference), 1e-5, 1e-6, "FullyShard, bf16 base + fp32 LoRA");
 }
 
 }  // namespace

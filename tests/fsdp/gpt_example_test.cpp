@@ -9,6 +9,7 @@
 
 #include "examples/gpt/fortunes.h"
 #include "lockstep/checkpoint/checkpoint_file.h"
+#include "lockstep/checkpoint/dcp_checkpoint.h"
 #include "lockstep/checkpoint/pretrained.h"
 #include "tests/support/multiprocess.h"
 #include "tests/support/small_job.h"
@@ -79,9 +80,10 @@ TEST(FsdpGptExample, TrainsAFewIterationsOnTwoRanks) {
 
 // examples/gpt/gpt_lora_fsdp2.yaml end to end, shrunk: a base trained for 4
 // iterations under FSDP (gpt_fsdp.yaml), then LoRA-fine-tuned from its final
-// checkpoint for 4 under FullyShard on 2 ranks. The fine-tune's checkpoint
-// holds the base's weights bitwise (frozen, sharded with their blocks, never
-// stepped) and adapters that left their zero start.
+// checkpoint for 4 under FullyShard on 2 ranks, its base in bf16 beside fp32
+// adapters. The fine-tune's checkpoint holds the base's weights in bf16,
+// bitwise their cast (frozen, sharded with their blocks, never stepped), and
+// fp32 adapters that left their zero start.
 TEST(FsdpGptExample, LoraFineTunesAFrozenBaseUnderFullyShard) {
   LOCKSTEP_REQUIRE_LAUNCHER();
   if (!std::filesystem::is_directory(kFortunes)) GTEST_SKIP() << kFortunes << " is missing (Debian package fortunes)";
@@ -113,14 +115,27 @@ TEST(FsdpGptExample, LoraFineTunesAFrozenBaseUnderFullyShard) {
   for (const auto& [name, value] : tuned_weights) {
     if (name.find("_lora_") != std::string::npos) {
       ++adapters;
+      EXPECT_EQ(value.scalar_type(), torch::kFloat) << name;
       if (name.find("_lora_b") != std::string::npos) moved = moved || value.abs().max().item<double>() > 0;
       continue;
     }
     ASSERT_TRUE(base_weights.count(name)) << name;
-    EXPECT_TRUE(torch::equal(value, base_weights.at(name))) << name << ": a frozen base weight changed";
+    EXPECT_EQ(value.scalar_type(), torch::kBFloat16) << name << ": lora_base_dtype: bf16";
+    EXPECT_TRUE(torch::equal(value, base_weights.at(name).to(torch::kBFloat16))) << name << ": a frozen base weight changed";
   }
   EXPECT_EQ(adapters, 8) << "A and B for qkv and proj in each of 2 blocks";
   EXPECT_TRUE(moved) << "no adapter left zero: LoRA did not train";
+  // The same run saved as PyTorch's DCP: each block's bf16 base and fp32
+  // adapters, from the unit and its companion, under their own names and dtypes.
+  auto as_dcp = train("gpt_lora_fsdp2.yaml", "lora_dcp",
+                      {"load_from.path=" + dir.file("base/model_final.ckpt"), "strategy.state_dict_type=dcp"});
+  ASSERT_EQ(as_dcp.exit_code, 0) << as_dcp.output;
+  const auto saved = read_dcp_state_dict(dir.file("lora_dcp/model_final.dcp"));
+  for (const auto& [name, value] : tuned_weights) {
+    ASSERT_TRUE(saved.count("model." + name)) << name;
+    EXPECT_EQ(saved.at("model." + name).scalar_type(), value.scalar_type()) << name;
+    EXPECT_TRUE(torch::equal(saved.at("model." + name), value)) << name << ": DCP and the full checkpoint differ";
+  }
 }
 
 // Activation checkpointing of the GPT's blocks on 2 ranks, with residual

@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "lockstep/config/key_usage.h"
+#include "lockstep/core/dtype_name.h"
 #include "lockstep/core/error.h"
 #include "lockstep/comm/hierarchy.h"
 
@@ -57,15 +58,6 @@ BackwardPrefetch parse_backward_prefetch(const std::string& text, const std::str
   if (key == "post" || key == "backward_post") return BackwardPrefetch::kPost;
   if (key == "none" || key == "null") return BackwardPrefetch::kNone;
   LOCKSTEP_FAIL(where, ": backward_prefetch must be 'pre', 'post' or 'none', got '", text, "'");
-}
-
-torch::Dtype parse_dtype(const std::string& text, const std::string& where) {
-  const std::string key = lower(text);
-  if (key == "fp32" || key == "float32" || key == "float") return torch::kFloat32;
-  if (key == "bf16" || key == "bfloat16") return torch::kBFloat16;
-  if (key == "fp16" || key == "float16" || key == "half") return torch::kFloat16;
-  if (key == "fp64" || key == "float64" || key == "double") return torch::kFloat64;
-  LOCKSTEP_FAIL(where, ": unknown dtype '", text, "' (use fp32, bf16, fp16 or fp64)");
 }
 
 void read_overlap_options(const Config& config, FSDPOptions& options) {

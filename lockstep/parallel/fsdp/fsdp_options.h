@@ -65,6 +65,10 @@ struct MixedPrecision {
   // unit that is a Sequential entry too. PyTorch's MixedPrecision defaults.
   TORCH_ARG(bool, cast_root_forward_inputs) = true;
   TORCH_ARG(bool, cast_forward_inputs) = false;
+  // fully_shard's output_dtype: the floating-point outputs of every unit (what
+  // passes through its scope's output(), a Sequential entry's result) and of
+  // the model itself (its losses and predictions) are cast to it.
+  TORCH_ARG(c10::optional<torch::Dtype>, output_dtype);
 };
 
 struct FSDPOptions {
@@ -142,9 +146,7 @@ FSDPOptions parse_fsdp_options(const Config& config, const FSDPOptions& defaults
 // backward_prefetch and overlap_reductions (FSDP's and FullyShard's): what
 // is kept in flight beside the unit computing, the least memory with none and false.
 void read_overlap_options(const Config& config, FSDPOptions& options);
-// "fp32"/"float32"/"float", "bf16"/"bfloat16", "fp16"/"float16"/"half", "fp64"/"float64"/"double".
-torch::Dtype parse_dtype(const std::string& text, const std::string& where);
-// parse_dtype of `key` of a map; unset when the key is absent or null.
+// parse_dtype (core/dtype_name.h) of `key` of a map; unset when the key is absent or null.
 c10::optional<torch::Dtype> read_optional_dtype(const Config& config, const std::string& key);
 
 }  // namespace lockstep

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <functional>
 
 #include "lockstep/compat/internal/storage.h"
@@ -274,6 +275,51 @@ TEST(FsdpSingleProcess, TiedParametersGoToTheCommonAncestorAndKeepAllNames) {
   EXPECT_EQ(report.missing, (std::vector<std::string>{"layers.1.bias"}));
   EXPECT_TRUE(torch::equal(fsdp->full_state_dict(false)["layers.1.weight"], original + 1));
   EXPECT_TRUE(torch::equal(model->named_parameters()["layers.0.weight"].to(torch::kFloat), original + 1));
+}
+
+// mp_policy.output_dtype: every unit's output is cast to it and, with the
+// model's output dtype set as FSDPStrategy sets it, so are the model's
+// predictions; the next unit casts its input back to param_dtype. Without it
+// everything stays in param_dtype.
+TEST(FsdpSingleProcess, OutputDtypeCastsEveryUnitsOutputAndTheModels) {
+  ensure_world_of_one();
+  for (bool cast_outputs : {false, true}) {
+    auto model = std::dynamic_pointer_cast<testing::FsdpMlp>(testing::make_model("mlp", 3));
+    MixedPrecision precision = MixedPrecision().param_dtype(torch::kFloat64).cast_forward_inputs(true);
+    if (cast_outputs) precision.output_dtype(torch::kFloat32);
+    auto fsdp = std::make_shared<FullyShardedDataParallel>(
+        model, world(), linear_units().per_parameter_sharding(true).mixed_precision(precision));
+    model->set_output_dtype(precision.output_dtype());
+    const torch::Dtype expected = cast_outputs ? torch::kFloat32 : torch::kFloat64;
+    Batch data = mlp_batch(5, 7);
+    torch::Tensor units_out = model->layers->forward(data.at("x"));
+    EXPECT_EQ(units_out.scalar_type(), expected) << "output_dtype " << cast_outputs;
+    // The root multiplies by its float64 gain: float64 until the model's output is cast.
+    EXPECT_EQ(model->val_step(data).at("logits").scalar_type(), expected) << "output_dtype " << cast_outputs;
+    auto optim = adam_over(fsdp->shard_parameters());
+    optim->set_gradient_sync(fsdp);
+    const double loss = model->train_step(data, *optim).at("loss");
+    EXPECT_TRUE(std::isfinite(loss));
+  }
+}
+
+// A unit's trainable parameters share one dtype (their gradients are
+// reduced together); only frozen ones may differ (Note [A unit of several
+// dtypes]). The error names the unit and both parameters.
+TEST(FsdpSingleProcess, FullyShardRefusesTrainableParametersOfTwoDtypesInOneUnit) {
+  ensure_world_of_one();
+  auto model = testing::make_model("mlp", 3);
+  auto bias = model->named_parameters()["layers.2.bias"];
+  bias.set_data(bias.detach().to(torch::kBFloat16));
+  try {
+    FullyShardedDataParallel fsdp(model, world(),
+                                  FSDPOptions().auto_wrap_policy(module_type_wrap_policy({"Linear"})).per_parameter_sharding(true));
+    ADD_FAILURE() << "two trainable dtypes in one unit were accepted";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("'layers.2' trains layers.2.weight in Float and layers.2.bias in BFloat16"), std::string::npos)
+        << message;
+  }
 }
 
 }  // namespace

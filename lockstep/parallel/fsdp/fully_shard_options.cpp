@@ -35,15 +35,14 @@ MixedPrecision read_mp_policy(const Config& config) {
   if (policy.is_null()) return MixedPrecision();
   LOCKSTEP_CHECK(policy.is_map(), config.where("mp_policy"),
                  ": mp_policy must be a map such as {param_dtype: bf16, reduce_dtype: fp32}");
-  LOCKSTEP_CHECK(policy.child("output_dtype").is_null(), policy.where("output_dtype"),
-                 ": mp_policy.output_dtype is not supported yet; leave it unset (outputs keep param_dtype)");
   // fully_shard casts the floating-point inputs of every unit, the root's too.
   const bool cast_inputs = policy.get<bool>("cast_forward_inputs", true);
   MixedPrecision precision = MixedPrecision()
                                  .param_dtype(read_optional_dtype(policy, "param_dtype"))
                                  .reduce_dtype(read_optional_dtype(policy, "reduce_dtype"))
                                  .cast_root_forward_inputs(cast_inputs)
-                                 .cast_forward_inputs(cast_inputs);
+                                 .cast_forward_inputs(cast_inputs)
+                                 .output_dtype(read_optional_dtype(policy, "output_dtype"));
   check_all_used(policy, "mp_policy");
   return precision;
 }

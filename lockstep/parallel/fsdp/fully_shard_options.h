@@ -14,7 +14,8 @@
 //       auto_wrap_policy: {type: module_type, module_types: [Block]}   # the modules fully_shard is applied to
 //       reshard_after_forward: true          # false: keep each unit gathered from forward to its backward;
 //                                            # k (a number): reshard over groups of k ranks (a node) after forward
-//       mp_policy: {param_dtype: bf16, reduce_dtype: fp32, cast_forward_inputs: true}
+//       mp_policy: {param_dtype: bf16, reduce_dtype: fp32, cast_forward_inputs: true,
+//                   output_dtype: fp32}     # every unit's output and the model's losses cast to it
 //       offload_policy: {type: CPUOffloadPolicy}                     # or null
 //       mesh: [2, 4]                         # optional: HSDP, 2 replicas of shard groups of 4 consecutive ranks
 //       reduce_scatter: ring                 # or native: the backend's own op, bitwise as PyTorch's at any
@@ -23,7 +24,10 @@
 //       overlap_reductions: true             # at a time: the least memory, as FSDP's (fsdp_options.h)
 //
 // As in PyTorch, fully_shard is applied to the modules the policy picks and
-// then to the root, which takes every parameter no unit holds.
+// then to the root, which takes every parameter no unit holds. A unit may
+// hold frozen parameters of another dtype than its trainable ones (a bf16
+// base beside fp32 adapters: model.frozen_dtype; Note [A unit of several
+// dtypes] in unit_builder.cpp).
 //
 //   lockstep::FSDPOptions options = lockstep::parse_fully_shard_options(config.at("model_wrapper"));
 #pragma once

@@ -50,13 +50,19 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
   reset_peak_stats();
   if (own->rank() == 0) {
     int64_t largest = 0;
-    for (const auto& unit : model_->units) largest = std::max(largest, unit->layout().numel);
+    int companions = 0;
+    for (const auto& unit : model_->units) {
+      largest = std::max(largest, unit->layout().numel);
+      companions += model_->is_companion(unit->index()) ? 1 : 0;
+    }
     const auto& policy = model_->options.auto_wrap_policy();
     logger().info(
-        "FSDP {}{}: {} unit(s) over {} rank(s) (shard group of {}), largest {} parameters, policy {}{}",
+        "FSDP {}{}: {} unit(s) over {} rank(s) (shard group of {}), largest {} parameters, policy {}{}{}",
         to_string(model_->options.sharding_strategy()),
-        model_->options.per_parameter_sharding() ? " (FullyShard, per-parameter)" : "", model_->units.size(), own->size(),
+        model_->options.per_parameter_sharding() ? " (FullyShard, per-parameter)" : "",
+        model_->units.size() - static_cast<size_t>(companions), own->size(),
         model_->shard_group ? model_->shard_group->size() : 1, largest, policy ? policy->describe() : "none",
+        companions > 0 ? str_cat("; ", companions, " hold frozen parameters of another dtype beside their unit's") : "",
         model_->prebuilt_units > 0 ? str_cat("; ", model_->prebuilt_units, " sharded while the model was built") : "");
   }
 }

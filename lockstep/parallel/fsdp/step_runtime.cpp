@@ -12,6 +12,7 @@
 #include "lockstep/core/internal/internal_error.h"
 #include "lockstep/comm/process_group.h"
 #include "lockstep/model/activation_checkpoint.h"
+#include "lockstep/model/batch.h"
 
 namespace lockstep::fsdp {
 namespace {
@@ -32,9 +33,13 @@ void StepRuntime::units_built() {
     run.slot_ready.assign(unit->slots().size(), 0);
     run.slot_in_graph.assign(unit->slots().size(), 1);
     for (const auto& slot : unit->slots()) run.trainable_slots += slot.trainable ? 1 : 0;
-    run.holds_frozen = run.trainable_slots < static_cast<int>(unit->slots().size());
+    // Its companions hold frozen parameters too (Note [A unit of several dtypes]).
+    run.holds_frozen = run.trainable_slots < static_cast<int>(unit->slots().size()) ||
+                       !model_.companions[static_cast<size_t>(unit->index())].empty();
     runs_.push_back(std::move(run));
-    if (!unit->path().empty()) detail::register_unit(unit->module(), this, unit->index());
+    if (!unit->path().empty() && !model_.is_companion(unit->index())) {
+      detail::register_unit(unit->module(), this, unit->index());
+    }
   }
 }
 
@@ -54,8 +59,8 @@ void StepRuntime::enter_unit(int unit) {
       std::find(order_.forward.begin(), order_.forward.end(), unit) == order_.forward.end()) {
     order_.forward.push_back(unit);
   }
-  model_.units[static_cast<size_t>(unit)]->mark_intercepted();
-  ensure_gathered(*model_.units[static_cast<size_t>(unit)]);
+  for (int part : model_.parts_of(unit)) model_.unit(part).mark_intercepted();
+  ensure_gathered(unit);
   if (model_.options.forward_prefetch()) prefetch(next_in_forward(unit));
   run.entered_ever = true;
   run.output_registered = false;
@@ -66,7 +71,7 @@ void StepRuntime::enter_unit(int unit) {
 void StepRuntime::leave_unit(int unit) noexcept {
   UnitRun& run = runs_[static_cast<size_t>(unit)];
   if (--run.depth > 0) return;
-  auto& flat = *model_.units[static_cast<size_t>(unit)];
+  const auto& flat = model_.unit(unit);
   const bool unwinding = std::uncaught_exceptions() > 0;
   const bool grad = torch::GradMode::is_enabled();
   try {
@@ -77,10 +82,12 @@ void StepRuntime::leave_unit(int unit) noexcept {
     }
     const bool free_after_forward = model_.options.sharding_strategy() == ShardingStrategy::kFullShard ||
                                     model_.options.sharding_strategy() == ShardingStrategy::kHybridShard;
-    if (!grad || unwinding) {
-      flat.reshard();
-    } else if (free_after_forward) {
-      flat.reshard_after_forward();
+    for (int part : model_.parts_of(unit)) {
+      if (!grad || unwinding) {
+        model_.unit(part).reshard();
+      } else if (free_after_forward) {
+        model_.unit(part).reshard_after_forward();
+      }
     }
     meter_.sample();
   } catch (const std::exception& error) {
@@ -118,23 +125,34 @@ void StepRuntime::input_grad_ready(int unit) {
   post_backward(unit);
 }
 
-void StepRuntime::register_output(int unit, const torch::Tensor& output) {
+// The hook goes on the output as the unit computed it and the cast comes
+// after, as fully_shard's _post_forward registers its pre-backward hook and
+// then applies output_dtype.
+torch::Tensor StepRuntime::register_output(int unit, const torch::Tensor& output) {
   runs_[static_cast<size_t>(unit)].output_registered = true;
-  if (!output.defined() || !output.requires_grad() || !torch::GradMode::is_enabled()) return;
-  torch::Tensor hooked = output;
-  hooked.register_hook([this, unit](const torch::Tensor&) { pre_backward(unit); });
+  if (output.defined() && output.requires_grad() && torch::GradMode::is_enabled()) {
+    torch::Tensor hooked = output;
+    hooked.register_hook([this, unit](const torch::Tensor&) { pre_backward(unit); });
+  }
+  return cast_floating(output, model_.options.mixed_precision().output_dtype());
 }
 
-void StepRuntime::ensure_gathered(FlatParamUnit& unit) {
-  if (unit.state() == FlatParamUnit::State::kSharded) unit.start_gather();
-  unit.finish_gather();
-  unit.refresh();  // gathered since wrapping, and the shard was loaded or stepped since
+void StepRuntime::ensure_gathered(int unit) {
+  const std::vector<int> parts = model_.parts_of(unit);
+  for (int part : parts) {
+    if (model_.unit(part).state() == FlatParamUnit::State::kSharded) model_.unit(part).start_gather();
+  }
+  for (int part : parts) {
+    model_.unit(part).finish_gather();
+    model_.unit(part).refresh();  // gathered since wrapping, and the shard was loaded or stepped since
+  }
   meter_.note_gathered(gathered_units());
 }
 
 int StepRuntime::gathered_units() const {
   int count = 0;
   for (const auto& unit : model_.units) {
+    if (model_.is_companion(unit->index())) continue;  // gathered with its leader, counted once
     if (!unit->setup().persistent && !unit->aliases_shard() && unit->state() != FlatParamUnit::State::kSharded) ++count;
   }
   return count;
@@ -142,10 +160,11 @@ int StepRuntime::gathered_units() const {
 
 void StepRuntime::prefetch(int unit) {
   if (unit < 0) return;
-  auto& flat = *model_.units[static_cast<size_t>(unit)];
-  if (flat.state() != FlatParamUnit::State::kSharded) return;
+  if (model_.unit(unit).state() != FlatParamUnit::State::kSharded) return;
   if (model_.options.limit_all_gathers() > 0 && gathered_units() >= model_.options.limit_all_gathers()) return;
-  flat.start_gather();
+  for (int part : model_.parts_of(unit)) {
+    if (model_.unit(part).state() == FlatParamUnit::State::kSharded) model_.unit(part).start_gather();
+  }
   meter_.note_gathered(gathered_units());
 }
 
@@ -285,7 +304,7 @@ void StepRuntime::pre_backward(int unit) {
   if (!backward_seen_ && std::find(order_.backward.begin(), order_.backward.end(), unit) == order_.backward.end()) {
     order_.backward.push_back(unit);
   }
-  ensure_gathered(*model_.units[static_cast<size_t>(unit)]);
+  ensure_gathered(unit);
   if (model_.options.backward_prefetch() == BackwardPrefetch::kPre) prefetch(next_in_backward(unit));
   meter_.sample();
 }
@@ -306,10 +325,10 @@ void StepRuntime::on_grad_ready(int unit, size_t slot) {
 void StepRuntime::post_backward(int unit) {
   UnitRun& run = runs_[static_cast<size_t>(unit)];
   run.post_backward_done = true;
-  auto& flat = *model_.units[static_cast<size_t>(unit)];
+  auto& flat = model_.unit(unit);
   // Backward is done with the parameters: they go before the reduction's
   // buffers are allocated.
-  flat.reshard();
+  for (int part : model_.parts_of(unit)) model_.unit(part).reshard();
   if (!model_.options.accumulate_unsharded() || sync_) {
     flat.gradients().start_reduce();
     reducing_.push_back(unit);
@@ -369,7 +388,8 @@ void StepRuntime::enter(Phase next) {
 void StepRuntime::check_interception() const {
   std::vector<std::string> missing;
   for (const auto& unit : model_.units) {
-    if (!unit->path().empty() && !unit->setup().persistent && !runs_[static_cast<size_t>(unit->index())].entered_ever) {
+    if (!unit->path().empty() && !unit->setup().persistent && !model_.is_companion(unit->index()) &&
+        !runs_[static_cast<size_t>(unit->index())].entered_ever) {
       missing.push_back(unit->path() + " (" + unit->module()->name() + ")");
     }
   }

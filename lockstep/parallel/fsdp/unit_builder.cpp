@@ -19,6 +19,7 @@
 #include "lockstep/comm/hierarchy.h"
 #include "lockstep/comm/init.h"
 #include "lockstep/comm/process_group.h"
+#include "lockstep/model/batch.h"
 #include "lockstep/parallel/fsdp/unit_scope.h"
 #include "lockstep/parallel/fsdp/wrap_policy.h"
 
@@ -45,8 +46,7 @@ class UnitEntryImpl : public torch::nn::Module {
 
   torch::Tensor forward(torch::Tensor input) {
     auto scope = unit_scope(*unit_);
-    if (input_dtype_ && input.is_floating_point()) input = input.to(*input_dtype_);
-    input = scope.input(input);
+    input = scope.input(cast_floating(input, input_dtype_));
     torch::Tensor output;
     try {
       output = inner_.forward(std::move(input));
@@ -322,30 +322,83 @@ void UnitBuilder::build_units(const std::vector<std::string>& unit_paths) {
       }
       continue;
     }
-    UnitSetup setup = unit_setup(/*root=*/u == 0, slots[u].front().param, predivide, postdivide);
-    if (setup.per_parameter) {
-      const int shards = model_.shard_group ? model_.shard_group->size() : 1;
-      const DivideFactors factors = fully_shard_divide_factors(shards, model_.group->size() / shards, setup.reduce_dtype);
-      setup.predivide = factors.predivide;
-      setup.shard_postdivide = factors.shard_postdivide;
-      setup.postdivide = factors.postdivide;
+    const int leader = static_cast<int>(model_.units.size());
+    for (auto& part : split_by_dtype(std::move(slots[u]), paths[u])) {
+      const int index = static_cast<int>(model_.units.size());
+      UnitSetup setup = unit_setup(/*root=*/u == 0, part.front().param, predivide, postdivide);
+      if (setup.per_parameter) {
+        const int shards = model_.shard_group ? model_.shard_group->size() : 1;
+        const DivideFactors factors =
+            fully_shard_divide_factors(shards, model_.group->size() / shards, setup.reduce_dtype);
+        setup.predivide = factors.predivide;
+        setup.shard_postdivide = factors.shard_postdivide;
+        setup.postdivide = factors.postdivide;
+      }
+      torch::Tensor prebuilt;
+      if (auto cut = take_prebuilt_shard(modules.at(paths[u]))) {
+        LOCKSTEP_CHECK(!setup.per_parameter, "FSDP unit ", display(paths[u]),
+                       " was sharded while building (shard_when_built), in FSDP1's flat layout; FullyShard shards "
+                       "each parameter on its own: build the model whole (without shard_when_built) to wrap it with "
+                       "FullyShard");
+        prebuilt = checked_prebuilt_shard(paths[u], part, *cut);
+        model_.prebuilt_units += 1;
+      }
+      // A companion is named by its dtype: "blocks.0[BFloat16]" (state dict keys, messages).
+      const std::string path =
+          index == leader ? paths[u] : str_cat(paths[u], "[", c10::toString(part.front().param.scalar_type()), "]");
+      model_.units.push_back(
+          std::make_unique<FlatParamUnit>(index, path, modules.at(paths[u]), std::move(part), setup, prebuilt));
+      model_.leader_of.push_back(leader);
+      model_.companions.emplace_back();
+      if (index != leader) model_.companions[static_cast<size_t>(leader)].push_back(index);
+      // Freed before the next unit is built: the model's own storage for these
+      // parameters went when they were pointed at the flat parameter.
+      if (!model_.units.back()->setup().persistent) model_.units.back()->reshard();
+      install_gradient_hooks(*model_.units.back());
     }
-    const int index = static_cast<int>(model_.units.size());
-    torch::Tensor prebuilt;
-    if (auto cut = take_prebuilt_shard(modules.at(paths[u]))) {
-      LOCKSTEP_CHECK(!setup.per_parameter, "FSDP unit ", display(paths[u]),
-                     " was sharded while building (shard_when_built), in FSDP1's flat layout; FullyShard shards each "
-                     "parameter on its own: build the model whole (without shard_when_built) to wrap it with FullyShard");
-      prebuilt = checked_prebuilt_shard(paths[u], slots[u], *cut);
-      model_.prebuilt_units += 1;
-    }
-    model_.units.push_back(std::make_unique<FlatParamUnit>(index, paths[u], modules.at(paths[u]),
-                                                           std::move(slots[u]), setup, prebuilt));
-    // Freed before the next unit is built: the model's own storage for these
-    // parameters went when they were pointed at the flat parameter.
-    if (!model_.units.back()->setup().persistent) model_.units.back()->reshard();
-    install_gradient_hooks(*model_.units.back());
   }
+}
+
+// Note [A unit of several dtypes]
+// fully_shard lets one module hold parameters of several dtypes -- LoRA with
+// the base weights frozen in bf16 and the adapters trained in fp32 -- and
+// all-gathers them together as bytes. A FlatParamUnit's buffers have one
+// dtype, so FullyShard cuts such a module into one unit per dtype: the
+// leader, which holds the trainable parameters (their gradients are reduced
+// in one dtype, as fully_shard's reduce-scatter requires), and companions
+// holding the frozen parameters of each other dtype. Companions are not
+// units of their own to the runtime: they are gathered when their leader is,
+// freed when it is, and their leader ends its backward only when its inputs'
+// gradients are in (Note [A unit with frozen parameters]), since a frozen
+// weight may be needed after every trainable gradient is ready. Each
+// part's all-gather copies its bits, so the parameters are exactly
+// fully_shard's; the price is one all-gather per dtype instead of one.
+// Without per-parameter sharding (FSDP1) frozen parameters are not sharded
+// at all, and a unit keeps one dtype.
+std::vector<std::vector<FlatSlot>> UnitBuilder::split_by_dtype(std::vector<FlatSlot> slots,
+                                                               const std::string& path) const {
+  if (!model_.options.per_parameter_sharding()) return {std::move(slots)};
+  auto trainable = std::find_if(slots.begin(), slots.end(), [](const FlatSlot& slot) { return slot.trainable; });
+  const FlatSlot& first = trainable != slots.end() ? *trainable : slots.front();
+  const std::string first_name = first.name;  // the slots move below
+  const torch::Dtype leader_dtype = first.param.scalar_type();
+  std::vector<std::vector<FlatSlot>> parts(1);
+  std::vector<torch::Dtype> dtypes{leader_dtype};
+  for (auto& slot : slots) {
+    const torch::Dtype dtype = slot.param.scalar_type();
+    LOCKSTEP_CHECK(dtype == leader_dtype || !slot.trainable, "FullyShard unit ", display(path), " trains ",
+                   first_name, " in ", leader_dtype, " and ", slot.name, " in ", dtype,
+                   ": the trainable parameters of a unit share one dtype (their gradients are reduced together, as "
+                   "fully_shard's reduce-scatter requires); convert one, or wrap them in different units "
+                   "(frozen parameters may have any dtype)");
+    const size_t part = static_cast<size_t>(std::find(dtypes.begin(), dtypes.end(), dtype) - dtypes.begin());
+    if (part == dtypes.size()) {
+      dtypes.push_back(dtype);
+      parts.emplace_back();
+    }
+    parts[part].push_back(std::move(slot));
+  }
+  return parts;
 }
 
 // The model's buffers, by name with their own dtype (state dicts save them in
@@ -466,7 +519,7 @@ void UnitBuilder::intercept_sequential_entries() {
   for (const auto& item : model_.module->named_modules("", /*include_self=*/true))
     modules[item.key()] = item.value().get();
   for (const auto& unit : model_.units) {
-    if (unit->path().empty()) continue;
+    if (unit->path().empty() || model_.is_companion(unit->index())) continue;
     const auto dot = unit->path().rfind('.');
     const std::string parent = dot == std::string::npos ? "" : unit->path().substr(0, dot);
     auto* sequential = dynamic_cast<torch::nn::SequentialImpl*>(modules.at(parent));

@@ -65,13 +65,13 @@ UnitScope::~UnitScope() {
 }
 
 torch::Tensor UnitScope::output(torch::Tensor output) {
-  if (runtime_ != nullptr) runtime_->register_output(unit_, output);
-  return output;
+  if (runtime_ == nullptr) return output;
+  return runtime_->register_output(unit_, output);
 }
 
 std::vector<torch::Tensor> UnitScope::output(std::vector<torch::Tensor> outputs) {
   if (runtime_ != nullptr) {
-    for (const auto& output : outputs) runtime_->register_output(unit_, output);
+    for (auto& output : outputs) output = runtime_->register_output(unit_, output);
   }
   return outputs;
 }

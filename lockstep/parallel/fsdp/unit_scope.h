@@ -45,7 +45,8 @@ class UnitRuntime {
   virtual ~UnitRuntime() = default;
   virtual void enter_unit(int unit) = 0;
   virtual void leave_unit(int unit) noexcept = 0;
-  virtual void register_output(int unit, const torch::Tensor& output) = 0;
+  // Hooks `output` for the unit's backward; returns it cast to mp_policy's output_dtype, if any.
+  virtual torch::Tensor register_output(int unit, const torch::Tensor& output) = 0;
   virtual void register_input(int unit, const torch::Tensor& input) = 0;
 };
 // Module -> (runtime, unit index); a module is a unit of at most one FSDP.
@@ -63,7 +64,8 @@ class UnitScope {
   ~UnitScope();
 
   // Marks `output` as an output of the unit (its gradient starts the unit's
-  // backward) and returns it unchanged.
+  // backward) and returns it: unchanged, or cast to FullyShard's
+  // mp_policy.output_dtype when one is set and the output is floating-point.
   torch::Tensor output(torch::Tensor output);
   std::vector<torch::Tensor> output(std::vector<torch::Tensor> outputs);
   // Marks `input` as an input of the unit (see the top of this file) and returns it unchanged.

@@ -34,6 +34,11 @@ struct ShardedModel {
   // In unit order; unit 0 is the root when it holds parameters (Note [The
   // root unit], unit_builder.cpp).
   std::vector<std::unique_ptr<FlatParamUnit>> units;
+  // Per unit: the unit it is gathered, freed and intercepted with (itself for
+  // most), and the units that are gathered with it: the module's parameters of
+  // other dtypes (FullyShard; Note [A unit of several dtypes], unit_builder.cpp).
+  std::vector<int> leader_of;
+  std::vector<std::vector<int>> companions;
   std::vector<std::pair<std::string, torch::Tensor>> frozen;   // parameters without gradients
   std::vector<std::pair<std::string, torch::Tensor>> buffers;
   std::map<std::string, torch::Dtype> buffer_dtypes;  // before buffer_dtype cast them; state dicts use these
@@ -41,6 +46,14 @@ struct ShardedModel {
   int prebuilt_units = 0;                             // units cut while the model was built
 
   FlatParamUnit& unit(int index) const { return *units[static_cast<size_t>(index)]; }
+  bool is_companion(int index) const { return leader_of[static_cast<size_t>(index)] != index; }
+  // `index` and its companions, leader first.
+  std::vector<int> parts_of(int index) const {
+    std::vector<int> parts{index};
+    const auto& more = companions[static_cast<size_t>(index)];
+    parts.insert(parts.end(), more.begin(), more.end());
+    return parts;
+  }
 };
 
 }  // namespace lockstep::fsdp

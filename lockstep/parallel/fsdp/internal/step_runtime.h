@@ -57,7 +57,7 @@ class StepRuntime : public detail::UnitRuntime {
   // --- the hooks ------------------------------------------------------------
   void enter_unit(int unit) override;
   void leave_unit(int unit) noexcept override;
-  void register_output(int unit, const torch::Tensor& output) override;
+  torch::Tensor register_output(int unit, const torch::Tensor& output) override;
   void register_input(int unit, const torch::Tensor& input) override;
   void on_grad_ready(int unit, size_t slot);
 
@@ -70,7 +70,8 @@ class StepRuntime : public detail::UnitRuntime {
 
  private:
   // Gathering.
-  void ensure_gathered(FlatParamUnit& unit);
+  // Gathers `unit` and its companions (Note [A unit of several dtypes]), waiting for a prefetch.
+  void ensure_gathered(int unit);
   void prefetch(int unit);
   int next_in_forward(int unit) const;
   int next_in_backward(int unit) const;

@@ -52,6 +52,7 @@ class UnitBuilder {
   void build_units(const std::vector<std::string>& unit_paths);
   void record_buffers();
   std::vector<std::vector<FlatSlot>> assign_parameters(const std::vector<std::string>& paths);
+  std::vector<std::vector<FlatSlot>> split_by_dtype(std::vector<FlatSlot> slots, const std::string& path) const;
   UnitSetup unit_setup(bool root, const torch::Tensor& first, double predivide, double postdivide) const;
   torch::Tensor checked_prebuilt_shard(const std::string& path, const std::vector<FlatSlot>& slots,
                                        const PrebuiltShard& cut) const;
