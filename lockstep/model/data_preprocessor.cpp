@@ -12,12 +12,9 @@ Batch DataPreprocessor::operator()(const Batch& batch, bool training) const {
   if (!input_dtype_ && !input_memory_format_) return result;
   Batch converted;
   for (const auto& [name, value] : result) {
-    torch::Tensor input = value;
-    if (input.is_floating_point()) {
-      if (input_dtype_) input = input.to(*input_dtype_);
-      if (input_memory_format_ && memory_format_applies(input, *input_memory_format_)) {
-        input = in_memory_format(input, *input_memory_format_);
-      }
+    torch::Tensor input = cast_floating(value, input_dtype_);
+    if (input.is_floating_point() && input_memory_format_ && memory_format_applies(input, *input_memory_format_)) {
+      input = in_memory_format(input, *input_memory_format_);
     }
     converted.set(name, input);
   }

@@ -45,9 +45,7 @@ LogVars Model::train_step(const Batch& batch, OptimWrapper& optim_wrapper) {
     // The trainer reads the values later when it keeps them on the device
     // (Note [Logged values read after the step]).
     LossDict losses = loss(data);
-    if (output_dtype_) {
-      for (auto& item : losses) item.value() = cast_floating(item.value(), output_dtype_);
-    }
+    for (auto& item : losses) item.value() = cast_floating(item.value(), output_dtype_);
     parsed = parse_losses(losses, LogValuesOnDevice::current());
   }
   optim_wrapper.update_params(parsed.loss);

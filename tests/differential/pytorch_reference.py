@@ -324,11 +324,8 @@ def backend_for(device):
     return "nccl" if device.type == "cuda" else "gloo"
 
 
-AUTOCAST_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
-
-
 def dtype_of(name):
-    """torch's dtype for a case's "bf16", "fp16" or "fp32"."""
+    """torch's dtype for a case's "bf16", "fp16" or "fp32" (amp, frozen_dtype, mp_policy)."""
     import torch
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
 
@@ -571,7 +568,7 @@ def train_rank(rank, case, init, out, init_method):
         with context:
             x = preprocess(x) if not memory_format else preprocess(x).to(memory_format=memory_format)
             if amp:
-                with torch.autocast(device.type, dtype=getattr(torch, AUTOCAST_DTYPES[amp])):
+                with torch.autocast(device.type, dtype=dtype_of(amp)):
                     loss = F.cross_entropy(ddp(x), y)
             else:
                 loss = F.cross_entropy(ddp(x), y)
