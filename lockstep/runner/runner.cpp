@@ -397,6 +397,12 @@ Trainer& Runner::begin_steps() {
   return *trainer_;
 }
 
+void Runner::end_steps() {
+  LOCKSTEP_CHECK(trainer_ != nullptr, "end_steps(): begin_steps() was not called");
+  trainer_->end();
+  strategy_->finish_checkpoint_saves();
+}
+
 int64_t Runner::restore(const ResumePlan& plan) {
   int64_t start_iter = 0;
   const bool resuming = plan.resume;

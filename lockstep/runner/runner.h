@@ -76,9 +76,15 @@ class Runner {
   // For a program that owns its loop (see step_trainer.h): builds what
   // train() builds except the training data, resumes or loads weights as
   // train() does, and returns the trainer begun (before_train has run): the
-  // caller feeds it with Trainer::step(batch) and closes it with end().
-  // train_cfg may give max_iters (default: no end) and nothing in epochs.
+  // caller feeds it with Trainer::step(batch) and closes it with
+  // end_steps(). train_cfg may give max_iters (default: no end) and nothing
+  // in epochs.
   Trainer& begin_steps();
+  // Ends a run begun with begin_steps() as train() ends its own: the
+  // trainer's end (after_train: the final checkpoint, the writers closed),
+  // then every checkpoint save still in flight in the background, whole or
+  // failed with its error here.
+  void end_steps();
   // max_iters of a run fed through begin_steps() without one.
   static constexpr int64_t kNoEnd = Trainer::kNoEnd;
   // One pass over the val / test set with the current weights.

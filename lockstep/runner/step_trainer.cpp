@@ -122,7 +122,7 @@ void StepTrainer::finish() {
   LOCKSTEP_CHECK(!finished_, "StepTrainer::finish: the run is already finished");
   finished_ = true;
   agree_on_call(Call::kFinish);
-  trainer_->end();
+  runner_->end_steps();
 }
 
 int64_t StepTrainer::iteration() const { return trainer_->iter(); }

@@ -99,6 +99,46 @@ TEST(CApi, Real8ArraysFromFortranTrainBitwiseAsReal4) {
   EXPECT_TRUE(testing::bitwise_equal(real4, real8));
 }
 
+// capi_job.yaml sharded with FullyShard, its final checkpoint saved as DCP
+// on a thread of its own (async_save), and no checkpoint before the final one.
+std::string background_saving_job() {
+  const std::string ddp = "strategy: {type: DDPStrategy, launcher: pytorch, backend: gloo}";
+  std::string job = capi_job();
+  job.replace(job.find(ddp), ddp.size(),
+              "strategy:\n  type: FSDPStrategy\n  launcher: pytorch\n  backend: gloo\n  state_dict_type: dcp\n"
+              "  async_save: true\n  model_wrapper: {type: FullyShard}");
+  const std::string interval = "checkpoint: {interval: 20}";
+  job.replace(job.find(interval), interval.size(), "checkpoint: {interval: 100}");
+  return job;
+}
+
+// The program's last call (lockstep_trainer_destroy, StepTrainer::finish)
+// ends the run as lockstep train does: it waits for the final checkpoint
+// written in the background, so a save that failed on any rank is a status
+// on every rank, not a line in a log beside exit status 0 and no checkpoint.
+TEST(CApi, AFinalCheckpointThatFailsInTheBackgroundIsTheLastCallsStatus) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  testing::TempDir dir;
+  testing::write_file(dir.file("run.yaml"), background_saving_job());
+  testing::write_capi_training_data(dir.file("data.bin"), 20 * 8 * 2);
+
+  auto saved = run_capi_train(dir, "saved");
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  EXPECT_TRUE(testing::file_exists(dir.file("saved/model_final.dcp/.metadata"))) << saved.output;
+  EXPECT_EQ(testing::read_file(dir.file("saved/last_checkpoint")), "model_final.ckpt");
+
+  auto failed = testing::run_command(
+      testing::launched(2, {}, {capi_program("capi_train"), dir.file("run.yaml"), dir.file("data.bin"),
+                                dir.file("failed"), "20", "8"}),
+      {"LOCKSTEP_FAULT_THROW_AT=write:__1_0.distcp", "LOCKSTEP_FAULT_RANK=1"}, 240);
+  EXPECT_NE(failed.exit_code, 0) << failed.output;
+  for (const std::string rank : {"[rank0]", "[rank1]"}) {
+    EXPECT_TRUE(contains(failed.output, rank + ": capi_train: lockstep_trainer_destroy failed")) << failed.output;
+  }
+  EXPECT_TRUE(contains(failed.output, "reached fault point 'write:__1_0.distcp'")) << failed.output;
+  EXPECT_FALSE(testing::file_exists(dir.file("failed/last_checkpoint"))) << failed.output;
+}
+
 TEST(CApi, BadInputIsAStatusAndAMessageAndTheProgramGoesOn) {
   testing::TempDir dir;
   testing::write_file(dir.file("run.yaml"), single_process_job());
