@@ -8,10 +8,25 @@
 
 namespace lockstep {
 
+// Note [An agreement inside an agreement]
+// A phase may itself hold an agreement over the same group: resuming agrees
+// that every rank loaded the checkpoint chosen, and FSDP's load inside it
+// agrees that every rank read its part before the ranks gather again (a
+// collective that a rank whose read failed would never join). When that
+// inner agreement failed, it failed on every rank of the group, with the
+// same message, so the outer one has nothing left to learn: exchanging the
+// outcomes again would only wrap the message in "failed on rank 0" (every
+// rank failed). It adds its phase in front and throws on, with no
+// collective, on every rank alike. A failure agreed over another group (a
+// subgroup) is not known to every rank of this one, and goes through the
+// exchange as any failure does.
 void agree_on_outcome(ProcessGroup& group, const std::string& phase, const std::function<void()>& body) {
   std::exception_ptr error;
   try {
     body();
+  } catch (const AgreedFailure& agreed) {
+    if (agreed.group() == group.name() && group.size() > 1) throw AgreedFailure(str_cat(phase, ": ", agreed.what()), group.name());
+    error = std::current_exception();
   } catch (...) {
     error = std::current_exception();
   }
@@ -51,9 +66,10 @@ void agree_on_outcome(ProcessGroup& group, const std::string& phase, const std::
     }
   }
   LOCKSTEP_CHECK(first >= 0, phase, ": a rank reported a failure but none described it");
-  throw DistributedError(str_cat(phase, ": failed on rank ", group.global_rank(first), " of ", group.size(), ": ",
-                                 outcomes[static_cast<size_t>(first)].value("message", std::string()),
-                                 others.empty() ? "" : " (it failed on rank(s) " + others + " too)"));
+  throw AgreedFailure(str_cat(phase, ": failed on rank ", group.global_rank(first), " of ", group.size(), ": ",
+                              outcomes[static_cast<size_t>(first)].value("message", std::string()),
+                              others.empty() ? "" : " (it failed on rank(s) " + others + " too)"),
+                      group.name());
 }
 
 bool any_rank_true(ProcessGroup& group, bool local) {

@@ -24,14 +24,30 @@
 #include <exception>
 #include <functional>
 #include <string>
+#include <utility>
+
+#include "lockstep/core/error.h"
 
 namespace lockstep {
 
 class ProcessGroup;
 
+// What every rank of a group throws when a phase failed on any of them: the
+// same message everywhere, naming the lowest failing rank and its reason.
+// An agreement over the same group around it passes it on (Note [An
+// agreement inside an agreement]).
+class AgreedFailure : public DistributedError {
+ public:
+  AgreedFailure(const std::string& message, std::string group) : DistributedError(message), group_(std::move(group)) {}
+  const std::string& group() const { return group_; }
+
+ private:
+  std::string group_;
+};
+
 // Runs `body` on this rank, then agrees with every rank of `group` on whether
 // all of them succeeded (collective: every rank calls it, with its own body).
-// Throws lockstep::DistributedError on every rank if any body threw (on one
+// Throws lockstep::AgreedFailure on every rank if any body threw (on one
 // process: lockstep::Error). `phase` says what the ranks were doing, for the
 // message.
 void agree_on_outcome(ProcessGroup& group, const std::string& phase, const std::function<void()>& body);

@@ -127,9 +127,32 @@ std::map<std::string, torch::Tensor> FSDPStrategy::model_state_dict() {
   return fsdp_->full_state_dict(/*rank0_only=*/true);
 }
 
+// Note [Loading, then gathering]
+// Loading into the shards is each rank's own work: reading its file (the
+// whole checkpoint, its shard file, its part of a DCP directory), checking
+// names and shapes, copying. Gathering again what stays gathered (the root
+// unit, every unit under NO_SHARD) is a collective. A rank whose load failed
+// never joins that gather, so the others would sit in it, and it in the
+// agreement that would tell them, until the timeout. So every load agrees
+// first that every rank loaded its part (every rank fails at once, naming the
+// rank and its reason), and only then gathers (shards_changed). The loads
+// below this point are local; load_into_shards is the one way in.
+void FSDPStrategy::load_into_shards(const std::string& what, const std::function<void()>& load) {
+  LOCKSTEP_CHECK(fsdp_ != nullptr, name(), ": no model prepared");
+  collectives_->agree(what, load);
+  fsdp_->shards_changed();
+}
+
 LoadReport FSDPStrategy::load_model_state_dict(const std::map<std::string, torch::Tensor>& weights, bool strict,
                                                const std::string& source) {
-  LOCKSTEP_CHECK(fsdp_ != nullptr, name(), ": no model prepared");
+  LoadReport report;
+  load_into_shards(str_cat("loading the model weights of ", source, " into each rank's shards"),
+                   [&] { report = load_full_weights(weights, strict, source); });
+  return report;
+}
+
+LoadReport FSDPStrategy::load_full_weights(const std::map<std::string, torch::Tensor>& weights, bool strict,
+                                           const std::string& source) {
   LoadReport report = fsdp_->load_full_state_dict(without_module_prefix(weights), strict, source);
   if (!report.clean() && collectives_->is_main_process()) logger().warn("{}", report.describe(source));
   return report;
@@ -187,7 +210,14 @@ void FSDPStrategy::save_checkpoint(const std::string& path, CheckpointContents c
 
 CheckpointContents FSDPStrategy::load_checkpoint(const std::string& path, bool load_optimizer, bool load_schedulers,
                                                  bool strict) {
-  LOCKSTEP_CHECK(fsdp_ != nullptr, name(), ": no model prepared");
+  CheckpointContents contents;
+  load_into_shards(str_cat("loading ", path, " into each rank's shards"),
+                   [&] { contents = load_checkpoint_part(path, load_optimizer, load_schedulers, strict); });
+  return contents;
+}
+
+CheckpointContents FSDPStrategy::load_checkpoint_part(const std::string& path, bool load_optimizer,
+                                                      bool load_schedulers, bool strict) {
   if (is_dcp_checkpoint(path)) return load_foreign_dcp(path, load_optimizer);
   CheckpointContents contents = read_checkpoint(path);
   if (is_dcp_manifest(contents)) return load_dcp_checkpoint(path, std::move(contents), load_optimizer, load_schedulers);
@@ -215,7 +245,7 @@ CheckpointContents FSDPStrategy::load_checkpoint(const std::string& path, bool l
     load_optim_and_schedulers(contents, /*load_optimizer=*/false, load_schedulers, path);
     return contents;
   }
-  load_model_state_dict(model_weights(contents, path), strict, path);
+  load_full_weights(model_weights(contents, path), strict, path);
   if (load_optimizer && optim_wrapper_) {
     LOCKSTEP_CHECK(contents.optim_wrapper.has_value(), path,
                    ": holds no optimizer state (saved with save_optimizer: false?)");
@@ -405,20 +435,12 @@ void FSDPStrategy::finish_checkpoint_saves() {
   collectives_->agree("finishing the checkpoint save in the background", [&] { saver_.wait(); });
 }
 
-// Every rank reads its part, all agree that each could, and only then
-// refresh what they keep gathered together: a collective that a rank whose
-// read failed would never join.
 int64_t FSDPStrategy::read_dcp(const std::string& dir, bool optimizer, const std::string& what) {
-  int64_t steps = 0;
-  collectives_->agree(what, [&] {
-    try {
-      steps = load_fsdp_dcp(*fsdp_, DcpReader(dir), optimizer ? &single_wrapper().optimizer() : nullptr);
-    } catch (...) {
-      rethrow_with_context(what);
-    }
-  });
-  fsdp_->shards_changed();
-  return steps;
+  try {
+    return load_fsdp_dcp(*fsdp_, DcpReader(dir), optimizer ? &single_wrapper().optimizer() : nullptr);
+  } catch (...) {
+    rethrow_with_context(what);
+  }
 }
 
 CheckpointContents FSDPStrategy::load_dcp_checkpoint(const std::string& path, CheckpointContents contents,

@@ -118,6 +118,15 @@ class FSDPStrategy : public DistributedStrategy, public std::enable_shared_from_
   // That a sharded checkpoint's optimizer state has this run's layout (flat
   // shards or use_orig_params' parts); an error naming `path` otherwise.
   void check_same_optimizer_layout(const nlohmann::json& saved_layout, const std::string& path) const;
+  // Runs `load` (this rank's part of a load: local), agrees with every rank
+  // that each loaded, then gathers again what stays gathered (Note [Loading,
+  // then gathering]). Collective.
+  void load_into_shards(const std::string& what, const std::function<void()>& load);
+  // load_model_state_dict's and load_checkpoint's parts on this rank (local).
+  LoadReport load_full_weights(const std::map<std::string, torch::Tensor>& weights, bool strict,
+                               const std::string& source);
+  CheckpointContents load_checkpoint_part(const std::string& path, bool load_optimizer, bool load_schedulers,
+                                          bool strict);
   // Loads the model (and the optimizer) of a sharded checkpoint written by
   // another number of ranks, or ranks per shard group.
   void load_resharded(const std::string& path, const CheckpointContents& contents, bool load_optimizer);
@@ -135,7 +144,7 @@ class FSDPStrategy : public DistributedStrategy, public std::enable_shared_from_
   CheckpointContents load_dcp_checkpoint(const std::string& path, CheckpointContents contents, bool load_optimizer,
                                          bool load_schedulers);
   // Loads this rank's part of the DCP directory `dir` (and the optimizer's
-  // state); every rank fails, with `what`, if any rank cannot. Collective.
+  // state); an error names `what`. Local.
   int64_t read_dcp(const std::string& dir, bool optimizer, const std::string& what);
   // A DCP directory written by PyTorch (Note [Resuming from PyTorch's DCP]).
   CheckpointContents load_foreign_dcp(const std::string& path, bool load_optimizer);

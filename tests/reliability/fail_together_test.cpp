@@ -343,23 +343,45 @@ TEST(FailTogether, OneRanksShardWriteFailsOnEveryRank) {
 
 // Resuming: rank 0 chooses the checkpoint; when rank 1 cannot read it, every
 // rank fails naming the file, the rank and the reason (before, rank 1 fell
-// back to an older checkpoint on its own, or hung in a collective).
-TEST(FailTogether, ARankThatCannotReadTheChosenCheckpointFailsEveryRank) {
+// back to an older checkpoint on its own, or hung in a collective). Under
+// FSDP the rank that could read its part then gathers the persistent root
+// unit again, a collective: only after every rank has agreed that each read
+// its part (before, rank 0 sat in that all-gather while rank 1 waited in the
+// agreement, both until the timeout).
+class FailTogetherResume : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FailTogetherResume, ARankThatCannotReadTheChosenCheckpointFailsEveryRank) {
   LOCKSTEP_REQUIRE_LAUNCHER();
   testing::TempDir dir;
   const std::string config = testing::write_small_job(dir);
   auto first = testing::run_command(
-      testing::launched(2, {}, testing::train_argv(config, dir.path(), {testing::ddp_strategy_line(),
-                                                                        "train_cfg.max_iters=12"})),
-      {}, 180);
+      testing::launched(2, {}, testing::train_argv(config, dir.path(), {GetParam(), "train_cfg.max_iters=12"})), {},
+      180);
   ASSERT_EQ(first.exit_code, 0) << first.output;
   ASSERT_EQ(testing::read_file(dir.file("last_checkpoint")), "model_final.ckpt");
+  const bool sharded = contains(GetParam(), "state_dict_type: sharded");
+  const std::string unreadable = sharded ? "model_final.ckpt.rank1-of-2.shard" : "model_final.ckpt";
+  const std::string chosen = dir.file("model_final.ckpt");
+  // FSDP's load agrees on its own (Note [An agreement inside an agreement]).
+  const std::string fsdp_phase = contains(GetParam(), "FSDP") ? "loading " + chosen + " into each rank's shards: " : "";
   expect_every_rank_fails_fast(
       {"rank 1's read of the resumed checkpoint",
-       {"RESUME=1", "LOCKSTEP_FAULT_THROW_AT=read:model_final.ckpt", "LOCKSTEP_FAULT_RANK=1", "STAY_ALIVE=1"},
-       "resume: loading " + dir.path() + "/model_final.ckpt (chosen by rank 0): failed on rank 1 of 2"},
+       {"STRATEGY=" + GetParam(), "RESUME=1", "LOCKSTEP_FAULT_THROW_AT=read:" + unreadable, "LOCKSTEP_FAULT_RANK=1",
+        "STAY_ALIVE=1"},
+       "resume: loading " + chosen + " (chosen by rank 0): " + fsdp_phase + "failed on rank 1 of 2: "},
       dir.path());
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Strategies, FailTogetherResume,
+    ::testing::Values(testing::ddp_strategy_line(),
+                      "strategy={type: FSDPStrategy, launcher: pytorch, backend: gloo, state_dict_type: full}",
+                      "strategy={type: FSDPStrategy, launcher: pytorch, backend: gloo, state_dict_type: sharded}"),
+    [](const ::testing::TestParamInfo<std::string>& info) {
+      return contains(info.param, "DDP") ? std::string("DDP")
+                                         : contains(info.param, "sharded") ? std::string("FsdpSharded")
+                                                                           : std::string("FsdpFull");
+    });
 
 }  // namespace
 }  // namespace lockstep

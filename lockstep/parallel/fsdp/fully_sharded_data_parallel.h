@@ -153,8 +153,14 @@ class FullyShardedDataParallel : public GradientSync {
   // Every parameter (full precision, all its names) and buffer, on the CPU.
   // Collective; with rank0_only, ranks other than 0 get an empty map.
   std::map<std::string, torch::Tensor> full_state_dict(bool rank0_only = true);
-  // Loads full weights on every rank (each keeps its shard). Local, then a
-  // collective refresh of what is gathered; call it on every rank.
+  // The loads below are local: each rank loads its shards (and buffers and
+  // frozen parameters), and what stays gathered (the root unit) is stale
+  // until shards_changed(), a collective, gathers it again. Call that on every
+  // rank once every rank has loaded (FSDPStrategy agrees on it first: a rank
+  // whose load failed would never join the gather).
+  //   fsdp.load_full_state_dict(weights, /*strict=*/true, "w.ckpt");
+  //   fsdp.shards_changed();
+  // Loads full weights (each rank keeps its shard of them).
   LoadReport load_full_state_dict(const std::map<std::string, torch::Tensor>& weights, bool strict,
                                   const std::string& source);
   // This rank's shards, buffers and frozen parameters, plus layout() in values.

@@ -133,7 +133,7 @@ LoadReport StateDictCodec::load_full_state_dict(const std::map<std::string, torc
     torch::Tensor target = tensor;
     target.copy_(*value);
   }
-  for (auto& unit : model_.units) unit->refresh();
+  for (auto& unit : model_.units) unit->mark_shard_updated();  // refreshed by shards_changed(), a collective
   return report;
 }
 
@@ -255,8 +255,8 @@ void StateDictCodec::load_sharded_state_dict(const State& state, const std::stri
   };
   load_plain("frozen/", model_.frozen);
   load_plain("buffers/", model_.buffers);
-  // The shards' version counters moved: every gathered unit is stale now.
-  for (auto& unit : model_.units) unit->refresh();
+  // Every gathered unit is stale now; shards_changed() gathers them again (a collective).
+  for (auto& unit : model_.units) unit->mark_shard_updated();
 }
 
 State StateDictCodec::full_flat_optimizer_state(const State& sharded, bool rank0_only) {
