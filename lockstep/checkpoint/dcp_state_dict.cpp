@@ -121,8 +121,8 @@ std::map<std::string, const Part*> parts_by_position(const torch::optim::Optimiz
     for (size_t i = 0; i < groups[g].params().size(); ++i) {
       auto found = by_leaf.find(groups[g].params()[i].unsafeGetTensorImpl());
       LOCKSTEP_CHECK(found != by_leaf.end(), "DCP checkpoint: parameter #", i, " of the optimizer's group ", g,
-                     " is none of FSDP's named_orig_parameters(); build the optimizer over those (FullyShard, or "
-                     "use_orig_params: true)");
+                     " is none of the model's parameters (under FSDP: of its named_orig_parameters(); build the "
+                     "optimizer over those: FullyShard, or use_orig_params: true)");
       positions.emplace(std::to_string(g) + "." + std::to_string(i), found->second);
     }
   }
@@ -199,7 +199,8 @@ int64_t load_optimizer(torch::optim::Optimizer& optimizer, const std::vector<Par
       } else {
         torch::Tensor local = torch::empty({part->values.numel()}, torch::TensorOptions().dtype(reader.dtype(*it)));
         read_boxes(reader, *it, part->shape, part->begin, local);
-        state.tensors[position + "." + buffer] = local;
+        // Shaped as the tensor the optimizer steps: a flat part under FSDP, the parameter itself where whole.
+        state.tensors[position + "." + buffer] = local.view(part->leaf.sizes());
       }
     }
     if (state.tensors.lower_bound(position + ".") != state.tensors.end() &&
@@ -261,9 +262,13 @@ DcpRankPart fsdp_dcp_part(const FullyShardedDataParallel& fsdp, const torch::opt
   return out;
 }
 
-int64_t load_fsdp_dcp(FullyShardedDataParallel& fsdp, const DcpReader& reader, torch::optim::Optimizer* optimizer) {
+namespace dcp_state {
+namespace {
+
+// Every part's elements, the whole tensors and the optimizer's state from the checkpoint.
+int64_t load_parts(const std::vector<Part>& parts, const std::vector<std::pair<std::string, torch::Tensor>>& whole,
+                   const DcpReader& reader, torch::optim::Optimizer* optimizer) {
   torch::NoGradGuard no_grad;
-  const std::vector<FullyShardedDataParallel::LocalPart> parts = fsdp.local_parts();
   auto model_name = [&](const std::string& name) {
     const std::string entry = std::string(dcp_state::kModel) + "." + name;
     LOCKSTEP_CHECK(reader.has_tensor(entry), reader.dir(), ": the checkpoint holds no '", entry,
@@ -274,11 +279,58 @@ int64_t load_fsdp_dcp(FullyShardedDataParallel& fsdp, const DcpReader& reader, t
   for (const auto& part : parts) {
     dcp_state::read_boxes(reader, model_name(part.name), part.shape, part.begin, part.values);
   }
-  for (auto& [name, tensor] : fsdp.whole_tensors()) {
+  for (const auto& [name, tensor] : whole) {
     const std::string entry = model_name(name);
     dcp_state::read_boxes(reader, entry, tensor.sizes().vec(), 0, tensor.detach().view({-1}));
   }
   return optimizer == nullptr ? 0 : dcp_state::load_optimizer(*optimizer, parts, reader);
+}
+
+}  // namespace
+}  // namespace dcp_state
+
+int64_t load_fsdp_dcp(FullyShardedDataParallel& fsdp, const DcpReader& reader, torch::optim::Optimizer* optimizer) {
+  return dcp_state::load_parts(fsdp.local_parts(), fsdp.whole_tensors(), reader, optimizer);
+}
+
+// Note [A whole model from DCP]
+// DCP describes each tensor whole and stores boxes of it, so any program may
+// read it into any layout (PyTorch's dcp.load into a DDP model does this). A
+// model every rank holds whole is the one-box case of an FSDP rank's parts:
+// each parameter (once, under its first name; a tied one's further names
+// are aliases) is a part that begins at element 0 and spans the parameter,
+// stepped as itself; the buffers are whole tensors. A parameter whose
+// elements are not laid out in order (channels_last) is read into a
+// contiguous copy and copied back.
+int64_t load_whole_model_dcp(torch::nn::Module& model, const DcpReader& reader, torch::optim::Optimizer* optimizer) {
+  std::vector<dcp_state::Part> parts;
+  std::unordered_map<const void*, size_t> part_of;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> copied;  // a parameter, the contiguous copy read for it
+  for (const auto& item : model.named_parameters()) {
+    const torch::Tensor& param = item.value();
+    auto [found, added] = part_of.emplace(param.unsafeGetTensorImpl(), parts.size());
+    if (!added) {
+      parts[found->second].aliases.push_back(item.key());
+      continue;
+    }
+    dcp_state::Part part;
+    part.name = item.key();
+    part.shape = param.sizes().vec();
+    torch::Tensor elements = param.detach();
+    if (!elements.is_contiguous()) {
+      elements = elements.contiguous();
+      copied.emplace_back(param.detach(), elements);
+    }
+    part.values = elements.view({-1});
+    if (param.requires_grad()) part.leaf = param;
+    parts.push_back(std::move(part));
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> buffers;
+  for (const auto& item : model.named_buffers()) buffers.emplace_back(item.key(), item.value());
+  const int64_t steps = dcp_state::load_parts(parts, buffers, reader, optimizer);
+  torch::NoGradGuard no_grad;
+  for (auto& [param, elements] : copied) param.copy_(elements);
+  return steps;
 }
 
 }  // namespace lockstep

@@ -1,5 +1,6 @@
 // An FSDP model and its optimizer as PyTorch's distributed checkpoint (DCP)
-// holds them when a fully_shard model saves with
+// holds them when a fully_shard model saves with (and a whole model, DDP's,
+// read from one)
 //
 //   dcp.save({"model": get_model_state_dict(model),
 //             "optim": get_optimizer_state_dict(model, optimizer)}, checkpoint_id=dir)
@@ -45,5 +46,13 @@ DcpRankPart fsdp_dcp_part(const FullyShardedDataParallel& fsdp, const torch::opt
 // largest of its parameters' (0 without optimizer state). Then, once every
 // rank has loaded (an agreement), fsdp.shards_changed() on every rank.
 int64_t load_fsdp_dcp(FullyShardedDataParallel& fsdp, const DcpReader& reader, torch::optim::Optimizer* optimizer);
+
+// The same for a model this rank holds whole (DDP, one device): every
+// element of each parameter and buffer, and with `optimizer` (over the
+// model's own parameters) its state and group options, from a checkpoint
+// of any layout (Note [A whole model from DCP]). Local; returns the
+// optimizer's step count.
+//   int64_t steps = lockstep::load_whole_model_dcp(*model, lockstep::DcpReader(dir), &optimizer);
+int64_t load_whole_model_dcp(torch::nn::Module& model, const DcpReader& reader, torch::optim::Optimizer* optimizer);
 
 }  // namespace lockstep

@@ -13,7 +13,6 @@
 #include "lockstep/model/model.h"
 #include "lockstep/optim/optim_wrapper_builder.h"
 #include "lockstep/optim/optimizer_builder.h"
-#include "lockstep/optim/optimizer_state.h"
 #include "lockstep/checkpoint/dcp_state_dict.h"
 #include "lockstep/parallel/fsdp/fully_shard_options.h"
 
@@ -116,11 +115,6 @@ std::shared_ptr<OptimWrapperBase> FSDPStrategy::build_optim_wrapper_for(const Co
   return wrapper;
 }
 
-OptimWrapper& FSDPStrategy::single_wrapper() const {
-  auto wrappers = optim_wrapper_->wrappers();
-  LOCKSTEP_CHECK(wrappers.size() == 1, "FSDPStrategy supports one optim wrapper, the model has ", wrappers.size());
-  return *wrappers.front().second;
-}
 
 std::map<std::string, torch::Tensor> FSDPStrategy::model_state_dict() {
   LOCKSTEP_CHECK(fsdp_ != nullptr, name(), ": no model prepared");
@@ -156,18 +150,6 @@ LoadReport FSDPStrategy::load_full_weights(const std::map<std::string, torch::Te
   LoadReport report = fsdp_->load_full_state_dict(without_module_prefix(weights), strict, source);
   if (!report.clean() && collectives_->is_main_process()) logger().warn("{}", report.describe(source));
   return report;
-}
-
-// The wrapper's state with its optimizer part replaced (the layout of one
-// optimizer over the model's own parameters, or over this rank's shards).
-State FSDPStrategy::optim_state_with(State wrapper_state, State optimizer_state) const {
-  State result;
-  for (auto& [key, tensor] : wrapper_state.tensors) {
-    if (key.rfind("optimizer/", 0) != 0) result.tensors[key] = tensor;
-  }
-  result.values = wrapper_state.values;
-  result.put("optimizer", std::move(optimizer_state));
-  return result;
 }
 
 void FSDPStrategy::save_checkpoint(const std::string& path, CheckpointContents contents,
@@ -441,46 +423,6 @@ int64_t FSDPStrategy::read_dcp(const std::string& dir, bool optimizer, const std
   } catch (...) {
     rethrow_with_context(what);
   }
-}
-
-CheckpointContents FSDPStrategy::load_dcp_checkpoint(const std::string& path, CheckpointContents contents,
-                                                     bool load_optimizer, bool load_schedulers) {
-  const std::string dir = dcp_directory_of(path, contents);
-  const bool optimizer = load_optimizer && optim_wrapper_;
-  LOCKSTEP_CHECK(!optimizer || contents.sharding->value("with_optimizer", false), path,
-                 ": holds no optimizer state (saved with save_optimizer: false?)");
-  read_dcp(dir, optimizer, str_cat(path, ": loading the model", optimizer ? " and optimizer" : "", " from ", dir));
-  if (optimizer) {
-    contents.optim_wrapper =
-        optim_state_with(*contents.optim_wrapper, save_optimizer_state(single_wrapper().optimizer()));
-  }
-  load_optim_and_schedulers(contents, optimizer, load_schedulers, path);
-  return contents;
-}
-
-// Note [Resuming from PyTorch's DCP]
-// A DCP directory that PyTorch wrote holds the model and the optimizer and
-// nothing of lockstep's trainer: no iteration, data position or scheduler
-// state. The iteration comes from the one counter it does hold, the
-// optimizer's step count (every parameter's "step"; the largest, as a
-// parameter that never had a gradient has none), times the accumulation
-// window; the data loader then goes on at that iteration of its own order
-// (as mmengine's loop advances its iterator on resume), and the schedulers are
-// replayed to it (Runner::restore). A checkpoint without optimizer state
-// resumes at iteration 0.
-CheckpointContents FSDPStrategy::load_foreign_dcp(const std::string& path, bool load_optimizer) {
-  const bool optimizer = load_optimizer && optim_wrapper_;
-  const int64_t steps = read_dcp(path, optimizer, str_cat(path, ": loading PyTorch's distributed checkpoint"));
-  const int64_t iteration = steps * (optimizer ? single_wrapper().accumulative_counts() : 1);
-  if (collectives_->is_main_process()) {
-    logger().info("{}: a torch.distributed.checkpoint without lockstep's trainer state: the optimizer has taken {} "
-                  "step(s), so training goes on at iteration {}", path, steps, iteration);
-  }
-  CheckpointContents contents;
-  State trainer;
-  trainer.values = nlohmann::json{{"iteration", iteration}, {"next_iteration", iteration}};
-  contents.trainer = std::move(trainer);
-  return contents;
 }
 
 }  // namespace lockstep

@@ -113,8 +113,6 @@ class FSDPStrategy : public DistributedStrategy, public std::enable_shared_from_
   std::shared_ptr<OptimWrapperBase> build_optim_wrapper_for(const Config& config, Model& model) override;
 
  private:
-  OptimWrapper& single_wrapper() const;
-  State optim_state_with(State wrapper_state, State optimizer_state) const;
   // That a sharded checkpoint's optimizer state has this run's layout (flat
   // shards or use_orig_params' parts); an error naming `path` otherwise.
   void check_same_optimizer_layout(const nlohmann::json& saved_layout, const std::string& path) const;
@@ -141,13 +139,8 @@ class FSDPStrategy : public DistributedStrategy, public std::enable_shared_from_
   StagedDcpSave stage_dcp_save(const std::string& path, CheckpointContents contents, const CheckpointOptions& options,
                                bool copy);
   void save_dcp_checkpoint(const std::string& path, CheckpointContents contents, const CheckpointOptions& options);
-  CheckpointContents load_dcp_checkpoint(const std::string& path, CheckpointContents contents, bool load_optimizer,
-                                         bool load_schedulers);
-  // Loads this rank's part of the DCP directory `dir` (and the optimizer's
-  // state); an error names `what`. Local.
-  int64_t read_dcp(const std::string& dir, bool optimizer, const std::string& what);
-  // A DCP directory written by PyTorch (Note [Resuming from PyTorch's DCP]).
-  CheckpointContents load_foreign_dcp(const std::string& path, bool load_optimizer);
+  // This rank's shards of the DCP directory `dir` (and the optimizer's state).
+  int64_t read_dcp(const std::string& dir, bool optimizer, const std::string& what) override;
 
   FSDPStrategyOptions options_;
   std::shared_ptr<FullyShardedDataParallel> fsdp_;

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "lockstep/checkpoint/checkpoint_layout.h"
+#include "lockstep/checkpoint/dcp_checkpoint.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/logging.h"
 #include "lockstep/core/shape_text.h"
@@ -180,7 +181,9 @@ void Strategy::load_optim_and_schedulers(const CheckpointContents& contents, boo
 
 CheckpointContents Strategy::load_checkpoint(const std::string& path, bool load_optimizer, bool load_schedulers,
                                              bool strict) {
+  if (is_dcp_checkpoint(path)) return load_foreign_dcp(path, load_optimizer);
   CheckpointContents contents = read_checkpoint(path);
+  if (is_dcp_manifest(contents)) return load_dcp_checkpoint(path, std::move(contents), load_optimizer, load_schedulers);
   load_model_state_dict(model_weights(contents, path), strict, path);
   load_optim_and_schedulers(contents, load_optimizer, load_schedulers, path);
   return contents;

@@ -131,6 +131,22 @@ class Strategy {
   void fill_scheduler_states(CheckpointContents& contents, const CheckpointOptions& options) const;
   void load_optim_and_schedulers(const CheckpointContents& contents, bool load_optimizer, bool load_schedulers,
                                  const std::string& path);
+  // The one optim wrapper (FSDP shards one optimizer; a DCP checkpoint holds
+  // one); an error naming the strategy otherwise.
+  OptimWrapper& single_wrapper() const;
+  // The wrapper's state with its optimizer part replaced (the layout of one
+  // optimizer over the model's own parameters, or over this rank's shards).
+  static State optim_state_with(State wrapper_state, State optimizer_state);
+  // DCP checkpoints (strategy_dcp.cpp): lockstep's manifest of one
+  // (state_dict_type: dcp), and a directory PyTorch wrote (Note [Resuming
+  // from PyTorch's DCP]).
+  CheckpointContents load_dcp_checkpoint(const std::string& path, CheckpointContents contents, bool load_optimizer,
+                                         bool load_schedulers);
+  CheckpointContents load_foreign_dcp(const std::string& path, bool load_optimizer);
+  // Loads this rank's part of the DCP directory `dir` (here the whole model;
+  // FSDPStrategy: its shards) and, with `optimizer`, the optimizer's state;
+  // returns the optimizer's step count. Local; an error names `what`.
+  virtual int64_t read_dcp(const std::string& dir, bool optimizer, const std::string& what);
 
   torch::Device device_ = torch::kCPU;
   std::shared_ptr<Collectives> collectives_ = std::make_shared<Collectives>();

@@ -24,11 +24,12 @@ std::string capi_job() { return testing::read_file(testing::source_dir() + "/tes
 std::string capi_program(const std::string& name) { return testing::binary_dir() + "/tests/" + name; }
 
 testing::CommandResult run_capi_train(const testing::TempDir& dir, const std::string& work,
-                                      const std::vector<std::string>& extra = {}) {
+                                      const std::vector<std::string>& extra = {},
+                                      const std::vector<std::string>& env = {}) {
   std::vector<std::string> command{capi_program("capi_train"), dir.file("run.yaml"), dir.file("data.bin"),
                                    dir.file(work), "20", "8"};
   command.insert(command.end(), extra.begin(), extra.end());
-  return testing::run_command(testing::launched(2, {}, command), {}, 240);
+  return testing::run_command(testing::launched(2, {}, command), env, 240);
 }
 
 TEST(CApi, AStoppedRunResumedThroughTheCApiEndsBitwiseEqual) {
@@ -127,10 +128,7 @@ TEST(CApi, AFinalCheckpointThatFailsInTheBackgroundIsTheLastCallsStatus) {
   EXPECT_TRUE(testing::file_exists(dir.file("saved/model_final.dcp/.metadata"))) << saved.output;
   EXPECT_EQ(testing::read_file(dir.file("saved/last_checkpoint")), "model_final.ckpt");
 
-  auto failed = testing::run_command(
-      testing::launched(2, {}, {capi_program("capi_train"), dir.file("run.yaml"), dir.file("data.bin"),
-                                dir.file("failed"), "20", "8"}),
-      {"LOCKSTEP_FAULT_THROW_AT=write:__1_0.distcp", "LOCKSTEP_FAULT_RANK=1"}, 240);
+  auto failed = run_capi_train(dir, "failed", {}, {"LOCKSTEP_FAULT_THROW_AT=write:__1_0.distcp", "LOCKSTEP_FAULT_RANK=1"});
   EXPECT_NE(failed.exit_code, 0) << failed.output;
   for (const std::string rank : {"[rank0]", "[rank1]"}) {
     EXPECT_TRUE(contains(failed.output, rank + ": capi_train: lockstep_trainer_destroy failed")) << failed.output;

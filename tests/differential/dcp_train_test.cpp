@@ -8,7 +8,8 @@
 //    the optimizer's options;
 //  - PyTorch saves after 5 steps at 3 ranks; lockstep resumes from that
 //    directory at 2 ranks (`resume: true`, `load_from: <dir>`) and its next
-//    20 steps give the weights PyTorch's own continuation at 2 ranks gives.
+//    20 steps give the weights PyTorch's own continuation at 2 ranks gives;
+//    and lockstep's DDP, as PyTorch's DDP, resumes from it too.
 //
 // Needs PyTorch 2.14 at python3 (CI's libtorch 2.14 leg): fully_shard's
 // reference is 2.14 (tests/differential/differential_cases.cpp); skips
@@ -85,6 +86,21 @@ void lockstep_train(const testing::TempDir& dir, const json& c, const std::strin
   ASSERT_EQ(run.exit_code, 0) << run.output;
 }
 
+// lockstep's final weights (`dir`/work) against PyTorch's (`dir`/pytorch.safetensors): bitwise, `why`.
+void expect_final_weights_bitwise(const testing::TempDir& dir, const std::string& why) {
+  const auto exported = testing::export_checkpoint(dir.file("work/model_final.ckpt"), dir.file("lockstep.safetensors"));
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  const auto compared = testing::run_command(
+      {testing::python(), reference_script(), "compare", dir.file("lockstep.safetensors"), dir.file("pytorch.safetensors")});
+  ASSERT_EQ(compared.exit_code, 0) << compared.output;
+  std::cout << "relative differences: " << compared.output;
+  const json differences = json::parse(compared.output);
+  double worst = 0;
+  for (const auto& item : differences.items()) worst = std::max(worst, item.value().get<double>());
+  std::cout << "largest: " << worst << "\n";
+  EXPECT_EQ(worst, 0.0) << why;
+}
+
 TEST(DcpTrain, LockstepSavesWhatPyTorchSavesAndDcpLoadReadsItAtOneAndThreeRanks) {
   if (!why_skipped().empty()) GTEST_SKIP() << why_skipped();
   testing::TempDir dir;
@@ -131,17 +147,32 @@ TEST(DcpTrain, APyTorchCheckpointOfThreeRanksResumesOnTwoAsPyTorchContinues) {
   rest["dcp_load"] = dir.file("pytorch3.dcp");
   reference({"train", case_file(dir, "rest", rest), dir.file("init.safetensors"), dir.file("pytorch.safetensors")});
   lockstep_train(dir, c, find_case("FullyShard_2ranks").strategy, dir.file("pytorch3.dcp"), "resume: true\n");
-  const auto exported = testing::export_checkpoint(dir.file("work/model_final.ckpt"), dir.file("lockstep.safetensors"));
-  ASSERT_EQ(exported.exit_code, 0) << exported.output;
-  const auto compared = testing::run_command(
-      {testing::python(), reference_script(), "compare", dir.file("lockstep.safetensors"), dir.file("pytorch.safetensors")});
-  ASSERT_EQ(compared.exit_code, 0) << compared.output;
-  std::cout << "relative differences: " << compared.output;
-  const json differences = json::parse(compared.output);
-  double worst = 0;
-  for (const auto& item : differences.items()) worst = std::max(worst, item.value().get<double>());
-  std::cout << "largest: " << worst << "\n";
-  EXPECT_EQ(worst, 0.0) << "2-rank FullyShard is bitwise with fully_shard (differential_cases.cpp)";
+  expect_final_weights_bitwise(dir, "2-rank FullyShard is bitwise with fully_shard (differential_cases.cpp)");
+}
+
+// DCP's point is that any parallelism reads it: PyTorch's FullyShard run
+// saves after 5 steps at 3 ranks, PyTorch's DDP run at 2 ranks dcp.loads it
+// and carries on, and lockstep's DDP resumes from the same directory at 2
+// ranks (Note [A whole model from DCP]) to the same weights.
+TEST(DcpTrain, APyTorchFullyShardCheckpointResumesUnderDdpAsPyTorchsDdpContinues) {
+  if (!why_skipped().empty()) GTEST_SKIP() << why_skipped();
+  testing::TempDir dir;
+  const json c = adamw_case(25);
+  reference({"init", case_file(dir, "case", c), dir.file("init.safetensors")});
+  json first = c;  // 5 steps of FullyShard at 3 ranks, saved
+  first["world"] = 3;
+  first["iters"] = 5;
+  first["dcp_save"] = dir.file("pytorch3.dcp");
+  reference({"train", case_file(dir, "first", first), dir.file("init.safetensors"), dir.file("first.safetensors")});
+  json rest = c;  // PyTorch's DDP from it at 2 ranks
+  rest.erase("fully_shard");
+  rest["start_iter"] = 5;
+  rest["dcp_load"] = dir.file("pytorch3.dcp");
+  reference({"train", case_file(dir, "rest", rest), dir.file("init.safetensors"), dir.file("pytorch.safetensors")});
+  json ddp = c;
+  ddp.erase("fully_shard");
+  lockstep_train(dir, ddp, find_case("DDP_2ranks").strategy, dir.file("pytorch3.dcp"), "resume: true\n");
+  expect_final_weights_bitwise(dir, "2-rank DDP with AdamW is bitwise with PyTorch's (differential_cases.cpp)");
 }
 
 }  // namespace

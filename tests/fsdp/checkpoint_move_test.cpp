@@ -4,7 +4,7 @@
 // groups, trainer state), and the result equals 20 iterations under DDP
 // alone. Both directions, with paramwise_cfg (FSDP's use_orig_params) and with
 // FSDP's default flat shards. And a sharded checkpoint with use_orig_params
-// resumes bitwise, and a DCP one of 2 ranks on 3.
+// resumes bitwise, and a DCP one of 2 ranks on 3, and under DDP.
 //
 // Two-rank FSDP trains the same bits as DDP (the differential suite's
 // FSDP_AdamW_Paramwise came out bitwise), so the comparison allows only 1e-6: an
@@ -264,6 +264,38 @@ TEST(DcpAsyncSave, KilledWhileWritingInTheBackgroundResumesBitwiseFromThePreviou
   EXPECT_NE(resumed.output.find("Resuming from " + dir.file("killed/model_0000004.ckpt")), std::string::npos)
       << resumed.output;
   expect_bitwise_equal(dir.file("foreground/model_final.ckpt"), dir.file("killed/model_final.ckpt"));
+}
+
+// DDP resumes from a DCP checkpoint, as PyTorch's dcp.load reads one into a
+// DDP model (Note [A whole model from DCP]): a FullyShard run saves with
+// state_dict_type: dcp at iteration 10, and DDP carries on to 20 from its
+// manifest (trainer state and all), and from the bare directory, as from one
+// PyTorch wrote (`load_from: <dir>` with `resume: true`: the iteration from
+// the optimizer's step count, Note [Resuming from PyTorch's DCP]); both end
+// where 20 iterations under DDP alone end.
+TEST(DcpToDdp, DdpResumesFromTheManifestAndFromTheBareDirectoryAsDdpAlone) {
+  LOCKSTEP_REQUIRE_LAUNCHER();
+  if (!std::filesystem::is_directory(kFashionMnist)) GTEST_SKIP() << kFashionMnist << " is missing";
+  testing::TempDir dir;
+  auto alone = train(dir, "ddp20", config(20, kDDP, true), dir.file("ddp_alone"), false);
+  ASSERT_EQ(alone.exit_code, 0) << alone.output;
+  auto first = train(dir, "dcp10", config(10, saving(fully_shard(), "dcp"), true), dir.file("manifest"), false);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  std::filesystem::copy(dir.file("manifest/model_final.dcp"), dir.file("bare.dcp"));
+
+  auto from_manifest = train(dir, "manifest20", config(20, kDDP, true), dir.file("manifest"), true);
+  ASSERT_EQ(from_manifest.exit_code, 0) << from_manifest.output;
+  EXPECT_NE(from_manifest.output.find("Resuming from " + dir.file("manifest/model_final.ckpt")), std::string::npos)
+      << from_manifest.output;
+  expect_same_weights(dir.file("ddp_alone/model_final.ckpt"), dir.file("manifest/model_final.ckpt"), "manifest");
+
+  auto from_directory = train(dir, "bare20", config(20, kDDP, true) + "load_from: " + dir.file("bare.dcp") + "\n",
+                              dir.file("bare"), true);
+  ASSERT_EQ(from_directory.exit_code, 0) << from_directory.output;
+  EXPECT_NE(from_directory.output.find("the optimizer has taken 10 step(s), so training goes on at iteration 10"),
+            std::string::npos)
+      << from_directory.output;
+  expect_same_weights(dir.file("ddp_alone/model_final.ckpt"), dir.file("bare/model_final.ckpt"), "bare directory");
 }
 
 INSTANTIATE_TEST_SUITE_P(Wrappers, DcpCheckpointMove, ::testing::Values("FSDP", "FullyShard", "FullyShardFrozen"),
