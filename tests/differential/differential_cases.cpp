@@ -225,7 +225,10 @@ const std::vector<DiffCase>& all_cases() {
         {"FullyShard_AdamW_Accumulation_3ranks",
          fully_shard_case(with(with(with(base_case(3), "optimizer", adamw["optimizer"]), "accumulate", 2), "iters", 20),
                           json::object()),
-         fully_shard_strategy(json::object()), 0, kSameFsdp2 + " (each micro-step reduced and added, as fully_shard)"},
+         fully_shard_strategy(json::object()) + "    reduce_scatter: native\n", 0,
+         kSameFsdp2 + " (each micro-step reduced and added, as fully_shard; reduce_scatter: native, Gloo's own op: "
+                      "lockstep's ring adds one element of the largest unit in another order at 3 ranks, Note "
+                      "[Whose reduce-scatter])"},
         {"FullyShard_Bf16Params_Fp32Reduce_3ranks",
          fully_shard_case(base_case(3), {{"mp_policy", {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}}}}),
          fully_shard_strategy({{"mp_policy", {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}}}}), 0, kSameFsdp2},

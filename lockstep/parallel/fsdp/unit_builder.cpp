@@ -143,11 +143,16 @@ struct UnitBuilder::SequentialEntry {
 // Over Gloo, lockstep's ProcessGroup reduce-scatters with its own ring over
 // send/recv (comm/process_group.cpp: Gloo's native _reduce_scatter_base is an
 // all-reduce and a slice, 2.2x the ring's time on 2 ranks). A sum of the same
-// terms in another order may round differently: the ring adds in Gloo's order
-// at 2 and 3 ranks, and FullyShard then trains bitwise as PyTorch's
-// fully_shard; at 4 ranks Gloo's all-reduce adds in another order, and after
-// 20 SGD steps the weights differ by up to 9.3e-7 relative (the differential
-// case FullyShard_4ranks). native_reduce_scatter (FullyShard's
+// terms in another order may round differently: at 2 ranks a sum of two terms
+// has one order, and FullyShard trains bitwise as PyTorch's fully_shard; at 3
+// ranks the ring adds in Gloo's order except where Gloo's all-reduce cuts the
+// buffer elsewhere than at the ranks' shards: in the differential case
+// FullyShard_AdamW_Accumulation_3ranks, on the ring, one element of 25120 in
+// the largest unit (the first of rank 2's shard of head.1.weight) differed by
+// one rounding from AdamW's second step, 6.7e-8 relative after 20 steps (the
+// other 3-rank cases come out bitwise on their values); at 4 ranks Gloo's
+// all-reduce adds in another order, and after 20 SGD steps the weights differ
+// by up to 9.3e-7 relative (FullyShard_4ranks). native_reduce_scatter (FullyShard's
 // `reduce_scatter: native`) runs the backend's own op, PyTorch's call:
 // bitwise at every world size (FullyShard_ReshardAfterForward2_4ranks), at
 // the native op's speed. It is set on the shard group, the one group that
