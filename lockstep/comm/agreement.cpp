@@ -25,7 +25,9 @@ void agree_on_outcome(ProcessGroup& group, const std::string& phase, const std::
   try {
     body();
   } catch (const AgreedFailure& agreed) {
-    if (agreed.group() == group.name() && group.size() > 1) throw AgreedFailure(str_cat(phase, ": ", agreed.what()), group.name());
+    if (agreed.group() == group.name() && group.size() > 1) {
+      throw AgreedFailure(str_cat(phase, ": ", agreed.what()), group.name());
+    }
     error = std::current_exception();
   } catch (...) {
     error = std::current_exception();
