@@ -115,7 +115,6 @@ std::shared_ptr<OptimWrapperBase> FSDPStrategy::build_optim_wrapper_for(const Co
   return wrapper;
 }
 
-
 std::map<std::string, torch::Tensor> FSDPStrategy::model_state_dict() {
   LOCKSTEP_CHECK(fsdp_ != nullptr, name(), ": no model prepared");
   return fsdp_->full_state_dict(/*rank0_only=*/true);
@@ -193,16 +192,14 @@ void FSDPStrategy::save_checkpoint(const std::string& path, CheckpointContents c
 CheckpointContents FSDPStrategy::load_checkpoint(const std::string& path, bool load_optimizer, bool load_schedulers,
                                                  bool strict) {
   CheckpointContents contents;
-  load_into_shards(str_cat("loading ", path, " into each rank's shards"),
-                   [&] { contents = load_checkpoint_part(path, load_optimizer, load_schedulers, strict); });
+  load_into_shards(str_cat("loading ", path, " into each rank's shards"), [&] {
+    contents = Strategy::load_checkpoint(path, load_optimizer, load_schedulers, strict);
+  });
   return contents;
 }
 
-CheckpointContents FSDPStrategy::load_checkpoint_part(const std::string& path, bool load_optimizer,
-                                                      bool load_schedulers, bool strict) {
-  if (is_dcp_checkpoint(path)) return load_foreign_dcp(path, load_optimizer);
-  CheckpointContents contents = read_checkpoint(path);
-  if (is_dcp_manifest(contents)) return load_dcp_checkpoint(path, std::move(contents), load_optimizer, load_schedulers);
+CheckpointContents FSDPStrategy::load_checkpoint_contents(const std::string& path, CheckpointContents contents,
+                                                          bool load_optimizer, bool load_schedulers, bool strict) {
   if (contents.sharded()) {
     const int saved_world = contents.sharding->value("world_size", -1);
     const nlohmann::json saved_layout = contents.sharding->value("layout", nlohmann::json::object());

@@ -102,7 +102,7 @@ class FSDPStrategy : public DistributedStrategy, public std::enable_shared_from_
                             std::function<void()> committed) override;
   void after_checkpoint_saves(std::function<void()> action) override;
   void finish_checkpoint_saves() override;
-  // Reads a full checkpoint (from any strategy) or a sharded one of FSDPStrategy.
+  // Strategy::load_checkpoint inside load_into_shards.
   CheckpointContents load_checkpoint(const std::string& path, bool load_optimizer, bool load_schedulers,
                                      bool strict = true) override;
   void load_sharded_weights(const std::string& path, bool strict) override;
@@ -120,11 +120,13 @@ class FSDPStrategy : public DistributedStrategy, public std::enable_shared_from_
   // that each loaded, then gathers again what stays gathered (Note [Loading,
   // then gathering]). Collective.
   void load_into_shards(const std::string& what, const std::function<void()>& load);
-  // load_model_state_dict's and load_checkpoint's parts on this rank (local).
+  // load_model_state_dict's part on this rank (local).
   LoadReport load_full_weights(const std::map<std::string, torch::Tensor>& weights, bool strict,
                                const std::string& source);
-  CheckpointContents load_checkpoint_part(const std::string& path, bool load_optimizer, bool load_schedulers,
-                                          bool strict);
+  // A full checkpoint (from any strategy) or a sharded one of FSDPStrategy,
+  // on this rank (local).
+  CheckpointContents load_checkpoint_contents(const std::string& path, CheckpointContents contents,
+                                              bool load_optimizer, bool load_schedulers, bool strict) override;
   // Loads the model (and the optimizer) of a sharded checkpoint written by
   // another number of ranks, or ranks per shard group.
   void load_resharded(const std::string& path, const CheckpointContents& contents, bool load_optimizer);

@@ -184,6 +184,11 @@ CheckpointContents Strategy::load_checkpoint(const std::string& path, bool load_
   if (is_dcp_checkpoint(path)) return load_foreign_dcp(path, load_optimizer);
   CheckpointContents contents = read_checkpoint(path);
   if (is_dcp_manifest(contents)) return load_dcp_checkpoint(path, std::move(contents), load_optimizer, load_schedulers);
+  return load_checkpoint_contents(path, std::move(contents), load_optimizer, load_schedulers, strict);
+}
+
+CheckpointContents Strategy::load_checkpoint_contents(const std::string& path, CheckpointContents contents,
+                                                      bool load_optimizer, bool load_schedulers, bool strict) {
   load_model_state_dict(model_weights(contents, path), strict, path);
   load_optim_and_schedulers(contents, load_optimizer, load_schedulers, path);
   return contents;

@@ -112,7 +112,9 @@ class Strategy {
   // Waits for a save in flight; every rank fails if it failed on any. Collective.
   virtual void finish_checkpoint_saves() {}
   // Reads a checkpoint, loads the model (and optimizer/schedulers when asked)
-  // and returns the whole contents so the caller can read trainer and meta.
+  // and returns the whole contents so the caller can read trainer and meta:
+  // a DCP checkpoint (lockstep's manifest, or PyTorch's directory) through
+  // read_dcp, a lockstep checkpoint file through load_checkpoint_contents.
   virtual CheckpointContents load_checkpoint(const std::string& path, bool load_optimizer, bool load_schedulers,
                                              bool strict = true);
   // Loads the model weights of a sharded checkpoint (load_from of one):
@@ -143,6 +145,10 @@ class Strategy {
   CheckpointContents load_dcp_checkpoint(const std::string& path, CheckpointContents contents, bool load_optimizer,
                                          bool load_schedulers);
   CheckpointContents load_foreign_dcp(const std::string& path, bool load_optimizer);
+  // Loads what a lockstep checkpoint file holds (read into `contents`, not
+  // DCP) into the model, and the optimizer and schedulers as asked.
+  virtual CheckpointContents load_checkpoint_contents(const std::string& path, CheckpointContents contents,
+                                                      bool load_optimizer, bool load_schedulers, bool strict);
   // Loads this rank's part of the DCP directory `dir` (here the whole model;
   // FSDPStrategy: its shards) and, with `optimizer`, the optimizer's state;
   // returns the optimizer's step count. Local; an error names `what`.
